@@ -1,0 +1,71 @@
+// WorkQueue: a fixed set of worker threads running submitted tasks, with a
+// bound on the bytes that submitted-but-unfinished tasks hold, so a
+// producer that reads faster than the workers can hash, compress or write
+// blocks instead of filling memory.
+//
+// Tasks return a Status; the first error is kept, later tasks are dropped
+// unrun, and Submit() returns it so the producer stops early.
+//
+// Submit() and Finish() are called by one producer thread; tasks run on the
+// workers and receive the index of the worker running them (0..threads-1)
+// for per-worker state. The destructor calls Finish().
+#ifndef GPUCKPT_CORE_BASE_WORK_QUEUE_H_
+#define GPUCKPT_CORE_BASE_WORK_QUEUE_H_
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "gpuckpt/status.h"
+
+namespace gpuckpt {
+
+class WorkQueue {
+ public:
+  using Task = std::function<Status(unsigned worker)>;
+
+  // `threads` 0 means one per online CPU.
+  WorkQueue(unsigned threads, uint64_t max_bytes_in_flight);
+  ~WorkQueue();
+  WorkQueue(const WorkQueue&) = delete;
+  WorkQueue& operator=(const WorkQueue&) = delete;
+
+  // Queues `task`, accounted as `bytes` until it has run. Blocks while the
+  // bound would be exceeded (a single task larger than the bound still
+  // runs, alone). Returns the first error of any task so far.
+  Status Submit(uint64_t bytes, Task task);
+
+  // Waits for every queued task, stops the workers, returns the first error.
+  Status Finish();
+
+  unsigned threads() const { return static_cast<unsigned>(workers_.size()); }
+
+ private:
+  void Run(unsigned worker);
+
+  struct Item {
+    uint64_t bytes;
+    Task task;
+  };
+  const uint64_t max_bytes_;
+  std::mutex mu_;  // guards everything below
+  std::condition_variable work_ready_;
+  std::condition_variable space_ready_;
+  std::deque<Item> queue_;
+  uint64_t bytes_in_flight_ = 0;
+  unsigned busy_ = 0;
+  bool stopping_ = false;
+  Status first_error_;
+  std::vector<std::thread> workers_;
+};
+
+// Worker threads to use for `requested` (0 = one per online CPU).
+unsigned ResolveThreadCount(unsigned requested);
+
+}  // namespace gpuckpt
+
+#endif  // GPUCKPT_CORE_BASE_WORK_QUEUE_H_

@@ -1,0 +1,186 @@
+// Store::ImportDirectory: walks a source tree with one directory fd per
+// level (openat with O_NOFOLLOW), so a symlink swapped in during the walk is
+// stored as a symlink, never followed out of the tree.
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <climits>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "core/snapshot/store_impl.h"
+
+namespace gpuckpt {
+namespace {
+
+class Fd {
+ public:
+  explicit Fd(int fd = -1) : fd_(fd) {}
+  ~Fd() {
+    if (fd_ >= 0) close(fd_);
+  }
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  int get() const { return fd_; }
+
+ private:
+  int fd_;
+};
+
+std::string Join(const std::string& dir, const std::string& name) {
+  return dir.empty() ? name : dir + "/" + name;
+}
+
+// Sorted names of a directory, without "." and "..".
+Result<std::vector<std::string>> ReadNames(int dir_fd, const std::string& shown) {
+  const int dup_fd = dup(dir_fd);
+  if (dup_fd < 0) return StatusFromErrno(errno, "reading directory '" + shown + "'");
+  DIR* d = fdopendir(dup_fd);
+  if (d == nullptr) {
+    close(dup_fd);
+    return StatusFromErrno(errno, "reading directory '" + shown + "'");
+  }
+  rewinddir(d);
+  std::vector<std::string> names;
+  errno = 0;
+  while (dirent* e = readdir(d)) {
+    std::string name = e->d_name;
+    if (name != "." && name != "..") names.push_back(std::move(name));
+    errno = 0;
+  }
+  const int err = errno;
+  closedir(d);
+  if (err != 0) return StatusFromErrno(err, "reading directory '" + shown + "'");
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+FileEntry EntryFromStat(const std::string& path, const struct stat& st) {
+  FileEntry e;
+  e.path = path;
+  e.mode = st.st_mode & 07777;
+  e.uid = st.st_uid;
+  e.gid = st.st_gid;
+  e.size = static_cast<uint64_t>(st.st_size);
+  e.mtime_ns = int64_t{st.st_mtim.tv_sec} * 1000000000 + st.st_mtim.tv_nsec;
+  return e;
+}
+
+bool SameVersion(const struct stat& a, const struct stat& b) {
+  return a.st_ino == b.st_ino && a.st_dev == b.st_dev && a.st_size == b.st_size &&
+         a.st_mtim.tv_sec == b.st_mtim.tv_sec && a.st_mtim.tv_nsec == b.st_mtim.tv_nsec &&
+         a.st_ctim.tv_sec == b.st_ctim.tv_sec && a.st_ctim.tv_nsec == b.st_ctim.tv_nsec;
+}
+
+// Sum of regular file sizes, for progress.
+uint64_t TotalBytes(int dir_fd, const std::string& shown, int depth) {
+  if (depth > 256) return 0;
+  auto names = ReadNames(dir_fd, shown);
+  if (!names.ok()) return 0;
+  uint64_t total = 0;
+  for (const auto& name : *names) {
+    struct stat st {};
+    if (fstatat(dir_fd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) continue;
+    if (S_ISREG(st.st_mode)) total += static_cast<uint64_t>(st.st_size);
+    if (S_ISDIR(st.st_mode)) {
+      Fd sub(openat(dir_fd, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+      if (sub.get() >= 0) total += TotalBytes(sub.get(), Join(shown, name), depth + 1);
+    }
+  }
+  return total;
+}
+
+struct Walk {
+  SnapshotWriter* writer;
+  const std::string& root;
+  const ProgressFn& progress;
+  uint64_t total;
+
+  Status Dir(int dir_fd, const std::string& rel, int depth) {
+    if (depth > 256) return Status::InvalidArgument("directory tree under " + root + " is too deep");
+    GPUCKPT_ASSIGN_OR_RETURN(auto names, ReadNames(dir_fd, Join(root, rel)));
+    for (const auto& name : names) {
+      const std::string path = Join(rel, name);
+      const std::string shown = root + "/" + path;
+      struct stat st {};
+      if (fstatat(dir_fd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
+        return StatusFromErrno(errno, shown);
+      }
+      FileEntry e = EntryFromStat(path, st);
+      if (S_ISDIR(st.st_mode)) {
+        e.type = FileType::kDirectory;
+        GPUCKPT_RETURN_IF_ERROR(writer->AddEntry(e));
+        Fd sub(openat(dir_fd, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+        if (sub.get() < 0) return StatusFromErrno(errno, shown);
+        GPUCKPT_RETURN_IF_ERROR(Dir(sub.get(), path, depth + 1));
+      } else if (S_ISLNK(st.st_mode)) {
+        std::vector<char> target(PATH_MAX + 1);
+        const ssize_t n = readlinkat(dir_fd, name.c_str(), target.data(), target.size());
+        if (n < 0) return StatusFromErrno(errno, shown);
+        if (static_cast<size_t>(n) >= target.size()) return Status::InvalidArgument(shown + ": symlink target too long");
+        e.type = FileType::kSymlink;
+        e.size = 0;
+        e.symlink_target.assign(target.data(), static_cast<size_t>(n));
+        GPUCKPT_RETURN_IF_ERROR(writer->AddEntry(e));
+      } else if (S_ISREG(st.st_mode)) {
+        GPUCKPT_RETURN_IF_ERROR(File(dir_fd, name, shown, e, st));
+      } else {
+        return Status::InvalidArgument(shown + " is not a regular file, directory or symlink; "
+                                       "snapshots hold only those");
+      }
+    }
+    return Status::Ok();
+  }
+
+  Status File(int dir_fd, const std::string& name, const std::string& shown, FileEntry e,
+              const struct stat& walked) {
+    Fd fd(openat(dir_fd, name.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY));
+    if (fd.get() < 0) return StatusFromErrno(errno, shown);
+    struct stat before {};
+    if (fstat(fd.get(), &before) != 0) return StatusFromErrno(errno, shown);
+    if (!S_ISREG(before.st_mode) || !SameVersion(before, walked)) {
+      return Status::Aborted(shown + " changed during import; nothing was stored, try again");
+    }
+    posix_fadvise(fd.get(), 0, 0, POSIX_FADV_SEQUENTIAL);
+    const uint64_t read_before = writer->bytes_read();
+    GPUCKPT_RETURN_IF_ERROR(writer->AddFile(e, fd.get()));
+    struct stat after {};
+    if (fstat(fd.get(), &after) != 0) return StatusFromErrno(errno, shown);
+    if (!SameVersion(before, after) ||
+        writer->bytes_read() - read_before != static_cast<uint64_t>(before.st_size)) {
+      return Status::Aborted(shown + " changed during import; nothing was stored, try again");
+    }
+    if (progress) progress(writer->bytes_read(), total);
+    return Status::Ok();
+  }
+};
+
+}  // namespace
+
+Result<SnapshotInfo> StoreImpl::ImportDirectory(const std::string& src_dir, const SnapshotSpec& spec_in,
+                                                const ProgressFn& progress) {
+  Fd root(open(src_dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (root.get() < 0) {
+    if (errno == ENOTDIR) return Status::InvalidArgument("source " + src_dir + " is not a directory");
+    return StatusFromErrno(errno, "source " + src_dir);
+  }
+  SnapshotSpec spec = spec_in;
+  if (spec.source.empty()) {
+    char* real = realpath(src_dir.c_str(), nullptr);
+    spec.source = real != nullptr ? real : src_dir;
+    free(real);
+  }
+  const uint64_t total = progress ? TotalBytes(root.get(), src_dir, 0) : 0;
+  GPUCKPT_ASSIGN_OR_RETURN(auto writer, BeginSnapshot(spec));
+  if (progress) writer->SetProgress(progress, total);
+  Walk walk{writer.get(), src_dir, progress, total};
+  GPUCKPT_RETURN_IF_ERROR(walk.Dir(root.get(), "", 0));
+  return writer->Commit();
+}
+
+}  // namespace gpuckpt

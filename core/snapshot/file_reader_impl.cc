@@ -1,0 +1,58 @@
+#include "core/snapshot/file_reader_impl.h"
+
+#include <rocksdb/db.h>
+
+#include <cstring>
+#include <memory>
+
+#include "core/snapshot/records.h"
+#include "core/snapshot/store_impl.h"
+#include "core/store/keys.h"
+
+namespace gpuckpt {
+
+Status FileReaderImpl::MissingExtent(uint64_t offset) const {
+  // Either the snapshot was removed under us, or the index is damaged.
+  if (!store_->Get(snapshot_id_).ok()) {
+    return Status::NotFound("snapshot '" + snapshot_id_ + "' was removed");
+  }
+  return Status::Corruption("snapshot '" + snapshot_id_ + "' file '" + entry_.path +
+                            "': no extent covers offset " + std::to_string(offset));
+}
+
+Result<size_t> FileReaderImpl::Pread(uint64_t offset, size_t len, char* buf) {
+  if (offset >= entry_.size || len == 0) return size_t{0};
+  len = static_cast<size_t>(std::min<uint64_t>(len, entry_.size - offset));
+
+  const std::string lower = keys::ExtentKey(snapshot_key_, file_index_, 0);
+  const std::string upper = keys::FileKey(snapshot_key_, file_index_ + 1);
+  rocksdb::Slice lower_slice(lower), upper_slice(upper);
+  rocksdb::ReadOptions r;
+  r.iterate_lower_bound = &lower_slice;
+  r.iterate_upper_bound = &upper_slice;
+  std::unique_ptr<rocksdb::Iterator> it(store_->db()->db()->NewIterator(r, store_->db()->extents()));
+  // One seek: the extent starting at or before `offset`.
+  it->SeekForPrev(keys::ExtentKey(snapshot_key_, file_index_, offset));
+
+  size_t done = 0;
+  while (done < len) {
+    if (!it->Valid()) {
+      GPUCKPT_RETURN_IF_ERROR(FromRocks(it->status(), "reading the extent index"));
+      return MissingExtent(offset + done);
+    }
+    const uint64_t pos = offset + done;
+    GPUCKPT_ASSIGN_OR_RETURN(
+        Extent e, DecodeExtentRecord(keys::ExtentOffsetOf(it->key().ToStringView()),
+                                     it->value().ToStringView()));
+    if (e.offset > pos || e.offset + e.length <= pos) return MissingExtent(pos);
+    GPUCKPT_ASSIGN_OR_RETURN(auto chunk, store_->chunks().Read(e.hash, e.length));
+    const size_t in_chunk = static_cast<size_t>(pos - e.offset);
+    const size_t n = std::min<size_t>(len - done, chunk->size() - in_chunk);
+    std::memcpy(buf + done, chunk->data() + in_chunk, n);
+    done += n;
+    if (done < len) it->Next();
+  }
+  return done;
+}
+
+}  // namespace gpuckpt

@@ -1,0 +1,216 @@
+#include "core/snapshot/records.h"
+
+#include <nlohmann/json.hpp>
+
+#include "core/store/chunk_codec.h"
+#include "core/store/format.h"
+
+namespace gpuckpt {
+namespace {
+
+using nlohmann::json;
+
+const char* FileTypeName(FileType t) {
+  switch (t) {
+    case FileType::kRegular: return "file";
+    case FileType::kDirectory: return "dir";
+    case FileType::kSymlink: return "symlink";
+  }
+  return "file";
+}
+
+json ChunkingToJson(const ChunkingOptions& c) {
+  auto sizes = [](const ChunkSizes& s) {
+    return json{{"min", s.min_size}, {"avg", s.avg_size}, {"max", s.max_size}};
+  };
+  return json{{"generic", sizes(c.generic)},
+              {"pages", sizes(c.pages)},
+              {"page_size", c.page_size},
+              {"page_image_globs", c.page_image_globs}};
+}
+
+}  // namespace
+
+Status ValidateSnapshotName(std::string_view name) {
+  if (name.empty() || name.size() > 128) {
+    return Status::InvalidArgument("snapshot name must be 1 to 128 characters");
+  }
+  if (name[0] == '.' || name[0] == '-') {
+    return Status::InvalidArgument("snapshot name '" + std::string(name) +
+                                   "' must not start with '.' or '-'");
+  }
+  for (char c : name) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                    c == '.' || c == '_' || c == '-';
+    if (!ok) {
+      return Status::InvalidArgument("snapshot name '" + std::string(name) +
+                                     "' may only hold letters, digits, '.', '_' and '-'");
+    }
+  }
+  return Status::Ok();
+}
+
+Status ValidateEntryPath(std::string_view path) {
+  if (path.empty() || path.front() == '/' || path.size() > 4096) {
+    return Status::InvalidArgument("bad path '" + std::string(path) + "' in snapshot");
+  }
+  size_t start = 0;
+  while (start <= path.size()) {
+    size_t end = path.find('/', start);
+    if (end == std::string_view::npos) end = path.size();
+    std::string_view part = path.substr(start, end - start);
+    if (part.empty() || part == "." || part == ".." || part.find('\0') != std::string_view::npos) {
+      return Status::InvalidArgument("bad path '" + std::string(path) + "' in snapshot");
+    }
+    start = end + 1;
+  }
+  return Status::Ok();
+}
+
+std::string SnapshotInfoToJson(const SnapshotInfo& info, int indent) {
+  json extra = json::object();
+  if (!info.extra_json.empty()) {
+    extra = json::parse(info.extra_json, nullptr, /*allow_exceptions=*/false);
+    if (extra.is_discarded()) extra = json::object();
+  }
+  json j = {
+      {"format", 1},
+      {"id", info.id},
+      {"created_ns", info.created_ns},
+      {"source", info.source},
+      {"files", info.file_count},
+      {"logical_bytes", info.logical_bytes},
+      {"chunks", info.chunk_count},
+      {"new_chunks", info.new_chunks},
+      {"new_bytes", info.new_bytes},
+      {"stored_bytes", info.stored_bytes},
+      {"duration_s", info.duration_s},
+      {"chunking", ChunkingToJson(info.chunking)},
+      {"extra", extra},
+  };
+  return j.dump(indent);
+}
+
+std::string EncodeSnapshotRecord(const SnapshotInfo& info) {
+  json j = json::parse(SnapshotInfoToJson(info));
+  j["key"] = info.key;
+  std::string record(1, static_cast<char>(format::kSnapshotRecordVersion));
+  record += j.dump();
+  return record;
+}
+
+Result<SnapshotInfo> DecodeSnapshotRecord(std::string_view id, std::string_view record) {
+  auto corrupt = [&](const std::string& why) {
+    return Status::Corruption("manifest of snapshot '" + std::string(id) + "': " + why);
+  };
+  if (record.empty() || static_cast<uint8_t>(record[0]) != format::kSnapshotRecordVersion) {
+    return corrupt("unknown record version");
+  }
+  json j = json::parse(record.substr(1), nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object()) return corrupt("not a JSON object");
+  try {
+    SnapshotInfo info;
+    info.id = std::string(id);
+    info.key = j.at("key").get<uint64_t>();
+    info.created_ns = j.value("created_ns", int64_t{0});
+    info.source = j.value("source", std::string());
+    info.file_count = j.value("files", uint64_t{0});
+    info.logical_bytes = j.value("logical_bytes", uint64_t{0});
+    info.chunk_count = j.value("chunks", uint64_t{0});
+    info.new_chunks = j.value("new_chunks", uint64_t{0});
+    info.new_bytes = j.value("new_bytes", uint64_t{0});
+    info.stored_bytes = j.value("stored_bytes", uint64_t{0});
+    info.duration_s = j.value("duration_s", 0.0);
+    info.extra_json = j.contains("extra") ? j["extra"].dump() : "{}";
+    if (j.contains("chunking")) {
+      const json& c = j["chunking"];
+      auto sizes = [](const json& s) {
+        return ChunkSizes{s.at("min").get<uint32_t>(), s.at("avg").get<uint32_t>(),
+                          s.at("max").get<uint32_t>()};
+      };
+      info.chunking.generic = sizes(c.at("generic"));
+      info.chunking.pages = sizes(c.at("pages"));
+      info.chunking.page_size = c.at("page_size").get<uint32_t>();
+      info.chunking.page_image_globs = c.at("page_image_globs").get<std::vector<std::string>>();
+    }
+    return info;
+  } catch (const json::exception& e) {
+    return corrupt(e.what());
+  }
+}
+
+std::string EncodeFileRecord(const FileEntry& e) {
+  json j = {{"path", e.path},
+            {"type", FileTypeName(e.type)},
+            {"mode", e.mode},
+            {"uid", e.uid},
+            {"gid", e.gid},
+            {"size", e.size},
+            {"mtime_ns", e.mtime_ns},
+            {"chunks", e.chunk_count},
+            {"new_bytes", e.new_bytes},
+            {"stored_bytes", e.stored_bytes}};
+  if (e.type == FileType::kSymlink) j["target"] = e.symlink_target;
+  std::string record(1, static_cast<char>(format::kFileRecordVersion));
+  record += j.dump();
+  return record;
+}
+
+Result<FileEntry> DecodeFileRecord(std::string_view record) {
+  if (record.empty() || static_cast<uint8_t>(record[0]) != format::kFileRecordVersion) {
+    return Status::Corruption("file record with unknown version");
+  }
+  json j = json::parse(record.substr(1), nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object()) return Status::Corruption("file record is not a JSON object");
+  try {
+    FileEntry e;
+    e.path = j.at("path").get<std::string>();
+    const std::string type = j.at("type").get<std::string>();
+    if (type == "file") {
+      e.type = FileType::kRegular;
+    } else if (type == "dir") {
+      e.type = FileType::kDirectory;
+    } else if (type == "symlink") {
+      e.type = FileType::kSymlink;
+      e.symlink_target = j.at("target").get<std::string>();
+    } else {
+      return Status::Corruption("file record of unknown type '" + type + "'");
+    }
+    e.mode = j.at("mode").get<uint32_t>() & 07777;
+    e.uid = j.at("uid").get<uint32_t>();
+    e.gid = j.at("gid").get<uint32_t>();
+    e.size = j.at("size").get<uint64_t>();
+    e.mtime_ns = j.value("mtime_ns", int64_t{0});
+    e.chunk_count = j.value("chunks", uint64_t{0});
+    e.new_bytes = j.value("new_bytes", uint64_t{0});
+    e.stored_bytes = j.value("stored_bytes", uint64_t{0});
+    GPUCKPT_RETURN_IF_ERROR(ValidateEntryPath(e.path).WithContext("file record"));
+    return e;
+  } catch (const json::exception& ex) {
+    return Status::Corruption(std::string("file record: ") + ex.what());
+  }
+}
+
+std::string EncodeExtentRecord(const ChunkHash& hash, uint64_t length) {
+  std::string record(1, static_cast<char>(format::kExtentRecordVersion));
+  record.append(hash.view());
+  PutVarint64(&record, length);
+  return record;
+}
+
+Result<Extent> DecodeExtentRecord(uint64_t offset, std::string_view record) {
+  if (record.size() < 1 + format::kChunkHashSize + 1 ||
+      static_cast<uint8_t>(record[0]) != format::kExtentRecordVersion) {
+    return Status::Corruption("malformed extent record at offset " + std::to_string(offset));
+  }
+  Extent e;
+  e.offset = offset;
+  GPUCKPT_ASSIGN_OR_RETURN(e.hash, ChunkHash::FromBytes(record.substr(1, format::kChunkHashSize)));
+  std::string_view rest = record.substr(1 + format::kChunkHashSize);
+  if (!GetVarint64(&rest, &e.length) || e.length == 0 || e.length > format::kMaxChunkSize) {
+    return Status::Corruption("extent at offset " + std::to_string(offset) + " has a bad length");
+  }
+  return e;
+}
+
+}  // namespace gpuckpt

@@ -1,0 +1,43 @@
+// Encoding of the snapshot module's records (see core/store/FORMAT.md):
+// the snapshot manifest, file records and extent records. Pure functions of
+// their inputs; thread-safe.
+#ifndef GPUCKPT_CORE_SNAPSHOT_RECORDS_H_
+#define GPUCKPT_CORE_SNAPSHOT_RECORDS_H_
+
+#include <string>
+#include <string_view>
+
+#include "core/store/chunk_hash.h"
+#include "gpuckpt/status.h"
+#include "gpuckpt/store_types.h"
+
+namespace gpuckpt {
+
+// 1-128 characters of [A-Za-z0-9._-], not starting with '.' or '-': safe as
+// a file name, in a URL and on a command line.
+Status ValidateSnapshotName(std::string_view name);
+
+// A relative path with '/' separators and no empty, "." or ".." component.
+Status ValidateEntryPath(std::string_view path);
+
+std::string EncodeSnapshotRecord(const SnapshotInfo& info);
+Result<SnapshotInfo> DecodeSnapshotRecord(std::string_view id, std::string_view record);
+
+// The manifest as users see it (manifest.json, `gpuckpt ls --json`).
+std::string SnapshotInfoToJson(const SnapshotInfo& info, int indent = -1);
+
+std::string EncodeFileRecord(const FileEntry& entry);
+Result<FileEntry> DecodeFileRecord(std::string_view record);
+
+struct Extent {
+  uint64_t offset = 0;
+  uint64_t length = 0;
+  ChunkHash hash;
+};
+std::string EncodeExtentRecord(const ChunkHash& hash, uint64_t length);
+// `offset` comes from the key.
+Result<Extent> DecodeExtentRecord(uint64_t offset, std::string_view record);
+
+}  // namespace gpuckpt
+
+#endif  // GPUCKPT_CORE_SNAPSHOT_RECORDS_H_

@@ -1,0 +1,285 @@
+#include "core/snapshot/snapshot_writer_impl.h"
+
+#include <fnmatch.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "core/snapshot/records.h"
+#include "core/store/chunk_codec.h"
+#include "core/store/keys.h"
+
+namespace gpuckpt {
+namespace {
+
+// Bytes asked of read() at a time: large enough that syscalls don't show,
+// small enough to keep the pipeline fed early.
+constexpr size_t kReadBlock = 4u << 20;
+// A worker writes its batch when it holds this much.
+constexpr size_t kBatchBytes = 1u << 20;
+
+int64_t NowNs() {
+  timespec ts{};
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return int64_t{ts.tv_sec} * 1000000000 + ts.tv_nsec;
+}
+
+std::string BaseName(const std::string& path) {
+  const size_t slash = path.rfind('/');
+  return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+
+}  // namespace
+
+SnapshotWriterImpl::SnapshotWriterImpl(StoreImpl* store, SnapshotSpec spec, uint64_t key,
+                                       Chunker generic, Chunker pages)
+    : store_(store),
+      gc_guard_(store->LockAgainstGc()),
+      spec_(std::move(spec)),
+      key_(key),
+      writer_id_(store->NewWriterId()),
+      generic_(generic),
+      pages_(pages),
+      start_(std::chrono::steady_clock::now()) {
+  queue_ = std::make_unique<WorkQueue>(store->options().worker_threads,
+                                       store->options().max_in_flight_bytes);
+  for (unsigned i = 0; i < queue_->threads(); ++i) batches_.push_back(std::make_unique<Batch>());
+}
+
+SnapshotWriterImpl::~SnapshotWriterImpl() {
+  if (queue_) queue_->Finish().PermitUnchecked();
+  // Claims of batches never written must not outlive us, or other writers
+  // would skip chunks nobody stores.
+  for (auto& b : batches_) {
+    for (const auto& h : b->claimed) store_->inflight().Release(h);
+  }
+  if (!committed_) store_->ReleaseName(spec_.name);
+  // Records written under key_ by an uncommitted writer are invisible; Gc()
+  // removes them.
+}
+
+Status SnapshotWriterImpl::Fail(Status s) {
+  if (failed_.ok()) failed_ = s;
+  return s;
+}
+
+bool SnapshotWriterImpl::IsPageImage(const std::string& path) const {
+  const std::string base = BaseName(path);
+  for (const auto& glob : store_->options().chunking.page_image_globs) {
+    if (fnmatch(glob.c_str(), base.c_str(), 0) == 0) return true;
+  }
+  return false;
+}
+
+Status SnapshotWriterImpl::AddEntryLocked(FileEntry entry) {
+  GPUCKPT_RETURN_IF_ERROR(ValidateEntryPath(entry.path));
+  if (!paths_.insert(entry.path).second) {
+    return Status::InvalidArgument("path '" + entry.path + "' added twice to the snapshot");
+  }
+  if (entries_.size() >= UINT32_MAX) return Status::InvalidArgument("too many files in a snapshot");
+  entry.mode &= 07777;
+  entries_.push_back(std::move(entry));
+  std::lock_guard lock(totals_mu_);
+  totals_.emplace_back();
+  return Status::Ok();
+}
+
+Status SnapshotWriterImpl::AddEntry(const FileEntry& meta) {
+  if (!failed_.ok()) return failed_;
+  if (committed_) return Status::InvalidArgument("snapshot already committed");
+  if (meta.type == FileType::kRegular) {
+    return Status::InvalidArgument("regular file '" + meta.path + "' needs its data: use AddFile");
+  }
+  FileEntry e = meta;
+  e.size = 0;
+  e.chunk_count = e.new_bytes = e.stored_bytes = 0;
+  return AddEntryLocked(std::move(e));
+}
+
+Status SnapshotWriterImpl::AddFile(const FileEntry& meta, int fd) {
+  if (!failed_.ok()) return failed_;
+  if (committed_) return Status::InvalidArgument("snapshot already committed");
+  FileEntry e = meta;
+  e.type = FileType::kRegular;
+  e.size = 0;
+  e.chunk_count = e.new_bytes = e.stored_bytes = 0;
+  GPUCKPT_RETURN_IF_ERROR(AddEntryLocked(e));
+  const auto file_index = static_cast<uint32_t>(entries_.size() - 1);
+  const Chunker& chunker = IsPageImage(e.path) ? pages_ : generic_;
+
+  std::vector<uint8_t> buf(kReadBlock + chunker.max_size());
+  size_t begin = 0;  // first byte not yet cut
+  size_t end = 0;    // one past the last byte read
+  uint64_t offset = 0;  // file offset of buf[begin]
+  bool eof = false;
+  for (;;) {
+    if (!eof) {
+      // Keep room for a full read block after the uncut tail (which is
+      // always shorter than max_size, the buffer's slack).
+      if (begin > 0 && buf.size() - end < kReadBlock) {
+        std::memmove(buf.data(), buf.data() + begin, end - begin);
+        end -= begin;
+        begin = 0;
+      }
+      const ssize_t n = read(fd, buf.data() + end, buf.size() - end);
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        return Fail(StatusFromErrno(errno, "reading '" + e.path + "'"));
+      }
+      if (n == 0) eof = true;
+      end += static_cast<size_t>(n);
+      const uint64_t total_read = bytes_read_.fetch_add(static_cast<uint64_t>(n)) + static_cast<uint64_t>(n);
+      if (progress_ && total_read - progress_reported_ >= (64u << 20)) {
+        progress_reported_ = total_read;
+        progress_(total_read, progress_total_);
+      }
+    }
+    while (begin < end) {
+      const size_t len = chunker.NextChunkLength(buf.data() + begin, end - begin, offset, eof);
+      if (len == 0) break;
+      std::vector<uint8_t> chunk(buf.begin() + static_cast<ptrdiff_t>(begin),
+                                 buf.begin() + static_cast<ptrdiff_t>(begin + len));
+      const uint64_t chunk_offset = offset;
+      Status s = queue_->Submit(len, [this, file_index, chunk_offset, data = std::move(chunk)](
+                                         unsigned worker) {
+        return ProcessChunk(worker, file_index, chunk_offset, data);
+      });
+      if (!s.ok()) return Fail(s);
+      begin += len;
+      offset += len;
+    }
+    if (eof && begin == end) break;
+  }
+  entries_[file_index].size = offset;
+  return Status::Ok();
+}
+
+Status SnapshotWriterImpl::ProcessChunk(unsigned worker, uint32_t file_index, uint64_t offset,
+                                        const std::vector<uint8_t>& data) {
+  const ChunkHash hash = HashChunk(data.data(), data.size());
+  Batch* b = batches_[worker].get();
+
+  bool store_it = false;
+  bool claimed = false;
+  switch (store_->inflight().TryClaim(hash, writer_id_)) {
+    case InflightChunks::Claim::kOwnedBySameWriter:
+      break;  // one of our own workers is storing it
+    case InflightChunks::Claim::kClaimed: {
+      auto present = store_->chunks().Contains(hash);
+      if (!present.ok()) {
+        store_->inflight().Release(hash);
+        return present.status();
+      }
+      store_it = !*present;
+      if (store_it) {
+        claimed = true;
+      } else {
+        store_->inflight().Release(hash);
+      }
+      break;
+    }
+    case InflightChunks::Claim::kOwnedByOtherWriter: {
+      // Another writer may still abort; storing it ourselves too (the same
+      // bytes under the same key) is the rare price of not waiting for it.
+      GPUCKPT_ASSIGN_OR_RETURN(bool present, store_->chunks().Contains(hash));
+      store_it = !present;
+      break;
+    }
+  }
+
+  uint64_t stored = 0;
+  if (store_it) {
+    std::string record;
+    EncodeChunkRecord(data.data(), data.size(), store_->options().zstd_level, &record);
+    stored = record.size();
+    if (claimed) b->claimed.push_back(hash);
+    const rocksdb::Slice key(hash.view().data(), hash.view().size());
+    auto s = b->batch.Put(store_->db()->chunks(), key, record);
+    if (s.ok()) {
+      s = b->batch.Put(store_->db()->chunk_meta(), key,
+                       EncodeChunkMeta(ChunkMeta{data.size(), record.size()}));
+    }
+    if (!s.ok()) return FromRocks(s, "batching chunk " + hash.Hex());
+  }
+  auto s = b->batch.Put(store_->db()->extents(), keys::ExtentKey(key_, file_index, offset),
+                        EncodeExtentRecord(hash, data.size()));
+  if (!s.ok()) return FromRocks(s, "batching extent");
+  {
+    std::lock_guard lock(totals_mu_);
+    FileTotals& t = totals_[file_index];
+    ++t.chunks;
+    if (store_it) {
+      ++t.new_chunks;
+      t.new_bytes += data.size();
+      t.stored_bytes += stored;
+    }
+  }
+  if (b->batch.GetDataSize() >= kBatchBytes) return WriteBatch(b);
+  return Status::Ok();
+}
+
+Status SnapshotWriterImpl::WriteBatch(Batch* b) {
+  rocksdb::WriteOptions w;
+  // Bulk data skips the WAL (it would write every byte twice); Commit()
+  // flushes the memtables before publishing, which makes it durable.
+  w.disableWAL = true;
+  Status s = FromRocks(store_->db()->db()->Write(w, &b->batch), "writing chunks of snapshot '" + spec_.name + "'");
+  b->batch.Clear();
+  for (const auto& h : b->claimed) store_->inflight().Release(h);
+  b->claimed.clear();
+  return s;
+}
+
+Result<SnapshotInfo> SnapshotWriterImpl::Commit() {
+  if (!failed_.ok()) return failed_;
+  if (committed_) return Status::InvalidArgument("snapshot already committed");
+  Status s = queue_->Finish();
+  if (!s.ok()) return Fail(s);
+  for (auto& b : batches_) {
+    s = WriteBatch(b.get());
+    if (!s.ok()) return Fail(s);
+  }
+
+  SnapshotInfo info;
+  info.id = spec_.name;
+  info.key = key_;
+  info.source = spec_.source;
+  info.extra_json = spec_.extra_json.empty() ? "{}" : spec_.extra_json;
+  info.chunking = store_->options().chunking;
+  rocksdb::WriteBatch files;
+  for (size_t i = 0; i < entries_.size(); ++i) {
+    FileEntry& e = entries_[i];
+    const FileTotals& t = totals_[i];
+    e.chunk_count = t.chunks;
+    e.new_bytes = t.new_bytes;
+    e.stored_bytes = t.stored_bytes;
+    info.logical_bytes += e.size;
+    info.chunk_count += t.chunks;
+    info.new_chunks += t.new_chunks;
+    info.new_bytes += t.new_bytes;
+    info.stored_bytes += t.stored_bytes;
+    auto ws = files.Put(store_->db()->files(), keys::FileKey(key_, static_cast<uint32_t>(i)),
+                        EncodeFileRecord(e));
+    if (!ws.ok()) return Fail(FromRocks(ws, "batching file records"));
+  }
+  info.file_count = entries_.size();
+  rocksdb::WriteOptions w;
+  w.disableWAL = true;
+  s = FromRocks(store_->db()->db()->Write(w, &files), "writing file records");
+  if (!s.ok()) return Fail(s);
+  // Everything the manifest will name must be on disk before it is.
+  s = store_->db()->FlushAll();
+  if (!s.ok()) return Fail(s);
+
+  info.created_ns = NowNs();
+  info.duration_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  s = store_->Publish(info);
+  if (!s.ok()) return Fail(s);
+  committed_ = true;
+  store_->ReleaseName(spec_.name);
+  return info;
+}
+
+}  // namespace gpuckpt

@@ -1,0 +1,93 @@
+// SnapshotWriterImpl: the pipeline behind SnapshotWriter.
+//
+// The calling thread reads and cuts chunks; a WorkQueue hashes each chunk,
+// decides whether the store already has it, compresses the new ones and
+// writes chunk and extent records in per-worker batches (without RocksDB's
+// WAL: Commit() flushes the memtables, which syncs their files, before the
+// manifest goes in with a synced WAL write). Memory: the read buffer
+// (max chunk + 4 MiB) plus StoreOptions::max_in_flight_bytes of chunks plus
+// one batch (about 1 MiB) per worker.
+#ifndef GPUCKPT_CORE_SNAPSHOT_SNAPSHOT_WRITER_IMPL_H_
+#define GPUCKPT_CORE_SNAPSHOT_SNAPSHOT_WRITER_IMPL_H_
+
+#include <rocksdb/write_batch.h>
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <shared_mutex>
+#include <string>
+#include <vector>
+
+#include "core/base/work_queue.h"
+#include "core/snapshot/store_impl.h"
+#include "core/store/chunker.h"
+#include "gpuckpt/snapshot_writer.h"
+
+namespace gpuckpt {
+
+class SnapshotWriterImpl final : public SnapshotWriter {
+ public:
+  // `name` has been validated and reserved; `key` allocated.
+  SnapshotWriterImpl(StoreImpl* store, SnapshotSpec spec, uint64_t key, Chunker generic,
+                     Chunker pages);
+  ~SnapshotWriterImpl() override;
+
+  Status AddFile(const FileEntry& meta, int fd) override;
+  Status AddEntry(const FileEntry& meta) override;
+  uint64_t bytes_read() const override { return bytes_read_.load(std::memory_order_relaxed); }
+  void SetProgress(ProgressFn progress, uint64_t total) override {
+    progress_ = std::move(progress);
+    progress_total_ = total;
+  }
+  Result<SnapshotInfo> Commit() override;
+
+ private:
+  struct Batch {
+    rocksdb::WriteBatch batch;
+    std::vector<ChunkHash> claimed;  // released once the batch is written
+  };
+  struct FileTotals {
+    uint64_t chunks = 0;
+    uint64_t new_bytes = 0;
+    uint64_t stored_bytes = 0;
+    uint64_t new_chunks = 0;
+  };
+
+  Status ProcessChunk(unsigned worker, uint32_t file_index, uint64_t offset,
+                      const std::vector<uint8_t>& data);
+  Status WriteBatch(Batch* b);
+  Status AddEntryLocked(FileEntry entry);
+  bool IsPageImage(const std::string& path) const;
+  Status Fail(Status s);
+
+  StoreImpl* store_;
+  std::shared_lock<std::shared_mutex> gc_guard_;
+  SnapshotSpec spec_;
+  uint64_t key_;
+  uint64_t writer_id_;
+  Chunker generic_;
+  Chunker pages_;
+  std::chrono::steady_clock::time_point start_;
+
+  std::unique_ptr<WorkQueue> queue_;
+  std::vector<std::unique_ptr<Batch>> batches_;  // one per worker, used only by it
+
+  std::mutex totals_mu_;
+  std::vector<FileTotals> totals_;  // by file index
+
+  std::vector<FileEntry> entries_;  // by file index
+  std::set<std::string> paths_;
+  std::atomic<uint64_t> bytes_read_{0};
+  ProgressFn progress_;
+  uint64_t progress_total_ = 0;
+  uint64_t progress_reported_ = 0;
+  Status failed_;  // sticky: a writer that failed once cannot be committed
+  bool committed_ = false;
+};
+
+}  // namespace gpuckpt
+
+#endif  // GPUCKPT_CORE_SNAPSHOT_SNAPSHOT_WRITER_IMPL_H_

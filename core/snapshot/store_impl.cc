@@ -1,0 +1,430 @@
+#include "core/snapshot/store_impl.h"
+
+#include <rocksdb/db.h>
+#include <rocksdb/iterator.h>
+#include <sys/stat.h>
+
+#include <filesystem>
+#include <unordered_set>
+
+#include "core/snapshot/file_reader_impl.h"
+#include "core/snapshot/records.h"
+#include "core/snapshot/snapshot_writer_impl.h"
+#include "core/store/chunk_codec.h"
+#include "core/store/format.h"
+#include "core/store/keys.h"
+
+namespace gpuckpt {
+namespace {
+
+// Disk usage of a directory tree in bytes (st_blocks), like `du -sb`'s
+// allocation view.
+uint64_t DiskUsage(const std::string& dir) {
+  uint64_t total = 0;
+  std::error_code ec;
+  for (auto it = std::filesystem::recursive_directory_iterator(dir, ec);
+       !ec && it != std::filesystem::recursive_directory_iterator(); it.increment(ec)) {
+    struct stat st {};
+    if (lstat(it->path().c_str(), &st) == 0) total += static_cast<uint64_t>(st.st_blocks) * 512;
+  }
+  return total;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Store>> Store::Open(const std::string& dir, const StoreOptions& options) {
+  if (dir.empty()) return Status::InvalidArgument("store directory is empty");
+  // Validate the chunk sizes before touching anything.
+  GPUCKPT_RETURN_IF_ERROR(Chunker::Create(options.chunking.generic, 1).status());
+  GPUCKPT_RETURN_IF_ERROR(
+      Chunker::Create(options.chunking.pages, options.chunking.page_size).status());
+  if (options.zstd_level < -100 || options.zstd_level > 22) {
+    return Status::InvalidArgument("zstd level must be between -100 and 22");
+  }
+  GPUCKPT_ASSIGN_OR_RETURN(auto db, StoreDb::Open(dir, options.create_if_missing, 32u << 20));
+  return std::unique_ptr<Store>(new StoreImpl(std::move(db), options));
+}
+
+StoreImpl::StoreImpl(std::unique_ptr<StoreDb> db, const StoreOptions& options)
+    : db_(std::move(db)),
+      options_(options),
+      cache_(options.chunk_cache_bytes),
+      chunk_store_(db_.get(), &cache_, options.verify_on_read) {}
+
+StoreImpl::~StoreImpl() = default;
+
+Result<uint64_t> StoreImpl::AllocateSnapshotKey() {
+  std::lock_guard lock(key_mu_);
+  std::string value;
+  uint64_t next = 1;
+  rocksdb::Status s =
+      db_->db()->Get(rocksdb::ReadOptions(), db_->meta(), format::kMetaNextSnapshotKey, &value);
+  if (s.ok()) {
+    if (value.size() != 8) return Status::Corruption("next snapshot key record is malformed");
+    next = keys::GetBigEndian(value, 8);
+  } else if (!s.IsNotFound()) {
+    return FromRocks(s, "reading the next snapshot key");
+  }
+  // Persisted (synced) before use: a key is never handed out twice, so the
+  // records of a writer that died can never mix with a later snapshot's.
+  std::string encoded;
+  keys::PutBigEndian(&encoded, next + 1, 8);
+  rocksdb::WriteOptions w;
+  w.sync = true;
+  GPUCKPT_RETURN_IF_ERROR(
+      FromRocks(db_->db()->Put(w, db_->meta(), format::kMetaNextSnapshotKey, encoded),
+                "storing the next snapshot key"));
+  return next;
+}
+
+Result<std::unique_ptr<SnapshotWriter>> StoreImpl::BeginSnapshot(const SnapshotSpec& spec_in) {
+  SnapshotSpec spec = spec_in;
+  if (!spec.extra_json.empty()) {
+    // Checked here so that a bad extra fails before any work is done.
+    if (spec.extra_json.front() != '{') {
+      return Status::InvalidArgument("snapshot extra data must be a JSON object");
+    }
+  }
+  GPUCKPT_ASSIGN_OR_RETURN(const uint64_t key, AllocateSnapshotKey());
+  {
+    std::lock_guard lock(names_mu_);
+    if (spec.name.empty()) {
+      // The next free number, starting from the key.
+      for (uint64_t n = key;; ++n) {
+        std::string candidate = std::to_string(n);
+        std::string ignored;
+        rocksdb::Status s = db_->db()->Get(rocksdb::ReadOptions(), db_->snapshots(), candidate, &ignored);
+        if (!s.ok() && !s.IsNotFound()) return FromRocks(s, "looking up snapshot names");
+        if (s.IsNotFound() && reserved_names_.count(candidate) == 0) {
+          spec.name = candidate;
+          break;
+        }
+      }
+    } else {
+      GPUCKPT_RETURN_IF_ERROR(ValidateSnapshotName(spec.name));
+      std::string ignored;
+      rocksdb::Status s = db_->db()->Get(rocksdb::ReadOptions(), db_->snapshots(), spec.name, &ignored);
+      if (s.ok() || reserved_names_.count(spec.name) != 0) {
+        return Status::AlreadyExists("snapshot '" + spec.name + "' already exists");
+      }
+      if (!s.IsNotFound()) return FromRocks(s, "looking up snapshot '" + spec.name + "'");
+    }
+    reserved_names_.insert(spec.name);
+  }
+  auto generic = Chunker::Create(options_.chunking.generic, 1);
+  auto pages = Chunker::Create(options_.chunking.pages, options_.chunking.page_size);
+  if (!generic.ok() || !pages.ok()) {
+    ReleaseName(spec.name);
+    return !generic.ok() ? generic.status() : pages.status();
+  }
+  return std::unique_ptr<SnapshotWriter>(
+      new SnapshotWriterImpl(this, std::move(spec), key, *generic, *pages));
+}
+
+void StoreImpl::ReleaseName(const std::string& name) {
+  std::lock_guard lock(names_mu_);
+  reserved_names_.erase(name);
+}
+
+Status StoreImpl::Publish(const SnapshotInfo& info) {
+  std::lock_guard lock(names_mu_);
+  std::string ignored;
+  rocksdb::Status s = db_->db()->Get(rocksdb::ReadOptions(), db_->snapshots(), info.id, &ignored);
+  if (s.ok()) return Status::AlreadyExists("snapshot '" + info.id + "' already exists");
+  if (!s.IsNotFound()) return FromRocks(s, "looking up snapshot '" + info.id + "'");
+  rocksdb::WriteOptions w;
+  w.sync = options_.sync;
+  return FromRocks(db_->db()->Put(w, db_->snapshots(), info.id, EncodeSnapshotRecord(info)),
+                   "publishing snapshot '" + info.id + "'");
+}
+
+Result<std::vector<SnapshotInfo>> StoreImpl::List() {
+  std::vector<SnapshotInfo> out;
+  std::unique_ptr<rocksdb::Iterator> it(db_->db()->NewIterator(rocksdb::ReadOptions(), db_->snapshots()));
+  for (it->SeekToFirst(); it->Valid(); it->Next()) {
+    GPUCKPT_ASSIGN_OR_RETURN(SnapshotInfo info,
+                             DecodeSnapshotRecord(it->key().ToStringView(), it->value().ToStringView()));
+    out.push_back(std::move(info));
+  }
+  GPUCKPT_RETURN_IF_ERROR(FromRocks(it->status(), "listing snapshots"));
+  std::stable_sort(out.begin(), out.end(), [](const SnapshotInfo& a, const SnapshotInfo& b) {
+    return a.key < b.key;
+  });
+  return out;
+}
+
+Result<SnapshotInfo> StoreImpl::Get(const std::string& id) {
+  if (!ValidateSnapshotName(id).ok()) {
+    return Status::NotFound("no snapshot '" + id + "' (not a valid snapshot id)");
+  }
+  std::string record;
+  rocksdb::Status s = db_->db()->Get(rocksdb::ReadOptions(), db_->snapshots(), id, &record);
+  if (s.IsNotFound()) return Status::NotFound("no snapshot '" + id + "' in store " + dir());
+  GPUCKPT_RETURN_IF_ERROR(FromRocks(s, "reading snapshot '" + id + "'"));
+  return DecodeSnapshotRecord(id, record);
+}
+
+Result<std::vector<std::pair<uint32_t, FileEntry>>> StoreImpl::ReadFileRecords(uint64_t key) {
+  std::vector<std::pair<uint32_t, FileEntry>> out;
+  const std::string lower = keys::SnapshotPrefix(key);
+  const std::string upper = keys::SnapshotPrefix(key + 1);
+  rocksdb::Slice upper_slice(upper);
+  rocksdb::ReadOptions r;
+  r.iterate_upper_bound = &upper_slice;
+  std::unique_ptr<rocksdb::Iterator> it(db_->db()->NewIterator(r, db_->files()));
+  for (it->Seek(lower); it->Valid(); it->Next()) {
+    if (it->key().size() != 12) return Status::Corruption("malformed file record key");
+    GPUCKPT_ASSIGN_OR_RETURN(FileEntry e, DecodeFileRecord(it->value().ToStringView()));
+    out.emplace_back(keys::FileIndexOf(it->key().ToStringView()), std::move(e));
+  }
+  GPUCKPT_RETURN_IF_ERROR(FromRocks(it->status(), "reading file records"));
+  return out;
+}
+
+Result<std::vector<FileEntry>> StoreImpl::ListFiles(const std::string& id) {
+  GPUCKPT_ASSIGN_OR_RETURN(SnapshotInfo info, Get(id));
+  GPUCKPT_ASSIGN_OR_RETURN(auto records, ReadFileRecords(info.key));
+  std::vector<FileEntry> out;
+  out.reserve(records.size());
+  for (auto& [index, e] : records) out.push_back(std::move(e));
+  std::sort(out.begin(), out.end(), [](const FileEntry& a, const FileEntry& b) { return a.path < b.path; });
+  return out;
+}
+
+Result<std::unique_ptr<FileReader>> StoreImpl::OpenFile(const std::string& id, const std::string& path) {
+  GPUCKPT_ASSIGN_OR_RETURN(SnapshotInfo info, Get(id));
+  GPUCKPT_ASSIGN_OR_RETURN(auto records, ReadFileRecords(info.key));
+  for (auto& [index, e] : records) {
+    if (e.path != path) continue;
+    if (e.type != FileType::kRegular) {
+      return Status::InvalidArgument("'" + path + "' in snapshot '" + id + "' is not a regular file");
+    }
+    return std::unique_ptr<FileReader>(new FileReaderImpl(this, id, info.key, index, std::move(e)));
+  }
+  return Status::NotFound("no file '" + path + "' in snapshot '" + id + "'");
+}
+
+Status StoreImpl::Remove(const std::string& id) {
+  GPUCKPT_ASSIGN_OR_RETURN(SnapshotInfo info, Get(id));
+  rocksdb::WriteBatch batch;
+  auto s = batch.Delete(db_->snapshots(), id);
+  const std::string lower = keys::SnapshotPrefix(info.key);
+  const std::string upper = keys::SnapshotPrefix(info.key + 1);
+  if (s.ok()) s = batch.DeleteRange(db_->files(), lower, upper);
+  if (s.ok()) s = batch.DeleteRange(db_->extents(), lower, upper);
+  if (!s.ok()) return FromRocks(s, "batching the removal of '" + id + "'");
+  rocksdb::WriteOptions w;
+  w.sync = options_.sync;
+  // One atomic batch: the manifest and its index go together.
+  return FromRocks(db_->db()->Write(w, &batch), "removing snapshot '" + id + "'");
+}
+
+Result<GcReport> StoreImpl::Gc() {
+  std::unique_lock gc_lock(gc_mu_);  // no writer runs while we sweep
+  GcReport report;
+  GPUCKPT_ASSIGN_OR_RETURN(auto snapshots, List());
+  std::unordered_set<uint64_t> live_keys;
+  for (const auto& s : snapshots) live_keys.insert(s.key);
+
+  // Mark: every chunk named by an extent of a live snapshot. Extents of
+  // other keys belong to writers that never committed: swept below.
+  std::unordered_set<ChunkHash, ChunkHashHasher> marked;
+  std::vector<uint64_t> orphan_keys;
+  {
+    std::unique_ptr<rocksdb::Iterator> it(db_->db()->NewIterator(rocksdb::ReadOptions(), db_->extents()));
+    for (it->SeekToFirst(); it->Valid(); it->Next()) {
+      const auto key = it->key().ToStringView();
+      if (key.size() != keys::kExtentKeySize) return Status::Corruption("malformed extent key");
+      const uint64_t snap = keys::SnapshotKeyOf(key);
+      if (live_keys.count(snap) == 0) {
+        if (orphan_keys.empty() || orphan_keys.back() != snap) orphan_keys.push_back(snap);
+        // Skip the rest of this orphan at once.
+        it->Seek(keys::SnapshotPrefix(snap + 1));
+        if (!it->Valid()) break;
+        // Re-examine the key we landed on in the next round.
+        it->Prev();
+        continue;
+      }
+      GPUCKPT_ASSIGN_OR_RETURN(Extent e, DecodeExtentRecord(keys::ExtentOffsetOf(key), it->value().ToStringView()));
+      marked.insert(e.hash);
+    }
+    GPUCKPT_RETURN_IF_ERROR(FromRocks(it->status(), "scanning extents"));
+  }
+  {
+    std::unique_ptr<rocksdb::Iterator> it(db_->db()->NewIterator(rocksdb::ReadOptions(), db_->files()));
+    for (it->SeekToFirst(); it->Valid(); it->Next()) {
+      const uint64_t snap = keys::SnapshotKeyOf(it->key().ToStringView());
+      if (live_keys.count(snap) == 0 &&
+          std::find(orphan_keys.begin(), orphan_keys.end(), snap) == orphan_keys.end()) {
+        orphan_keys.push_back(snap);
+      }
+    }
+    GPUCKPT_RETURN_IF_ERROR(FromRocks(it->status(), "scanning file records"));
+  }
+
+  // Sweep.
+  rocksdb::WriteBatch batch;
+  for (uint64_t k : orphan_keys) {
+    auto s = batch.DeleteRange(db_->files(), keys::SnapshotPrefix(k), keys::SnapshotPrefix(k + 1));
+    if (s.ok()) s = batch.DeleteRange(db_->extents(), keys::SnapshotPrefix(k), keys::SnapshotPrefix(k + 1));
+    if (!s.ok()) return FromRocks(s, "batching orphan removal");
+    ++report.orphan_records_deleted;
+  }
+  {
+    // The sweep walks the small meta records, not the chunk data.
+    std::unique_ptr<rocksdb::Iterator> it(db_->db()->NewIterator(rocksdb::ReadOptions(), db_->chunk_meta()));
+    for (it->SeekToFirst(); it->Valid(); it->Next()) {
+      auto hash = ChunkHash::FromBytes(it->key().ToStringView());
+      if (hash.ok() && marked.count(*hash) != 0) {
+        ++report.chunks_kept;
+        continue;
+      }
+      ++report.chunks_deleted;
+      auto meta = DecodeChunkMeta(it->value().ToStringView());
+      if (meta.ok()) report.bytes_deleted += meta->stored_length;
+      auto s = batch.Delete(db_->chunks(), it->key());
+      if (s.ok()) s = batch.Delete(db_->chunk_meta(), it->key());
+      if (!s.ok()) return FromRocks(s, "batching chunk deletion");
+      if (hash.ok()) cache_.Erase(*hash);
+      if (batch.GetDataSize() > (4u << 20)) {
+        rocksdb::WriteOptions w;
+        GPUCKPT_RETURN_IF_ERROR(FromRocks(db_->db()->Write(w, &batch), "deleting chunks"));
+        batch.Clear();
+      }
+    }
+    GPUCKPT_RETURN_IF_ERROR(FromRocks(it->status(), "scanning chunk meta records"));
+  }
+  // A chunk record without its meta record (possible only through damage)
+  // would never be swept above; fsck reports it.
+  rocksdb::WriteOptions w;
+  w.sync = options_.sync;
+  GPUCKPT_RETURN_IF_ERROR(FromRocks(db_->db()->Write(w, &batch), "deleting chunks"));
+  if (report.chunks_deleted > 0) {
+    // Give the space back now: rewrite the chunk tables and force blob
+    // garbage collection so files holding only dead chunks are deleted.
+    rocksdb::CompactRangeOptions c;
+    c.blob_garbage_collection_policy = rocksdb::BlobGarbageCollectionPolicy::kForce;
+    c.blob_garbage_collection_age_cutoff = 1.0;
+    c.bottommost_level_compaction = rocksdb::BottommostLevelCompaction::kForce;
+    GPUCKPT_RETURN_IF_ERROR(FromRocks(db_->db()->CompactRange(c, db_->chunks(), nullptr, nullptr),
+                                      "compacting after gc"));
+  }
+  return report;
+}
+
+Result<FsckReport> StoreImpl::Fsck() {
+  FsckReport report;
+  // Every chunk: decodes and matches its name. Remember lengths for the
+  // extent check.
+  std::unordered_map<ChunkHash, uint64_t, ChunkHashHasher> lengths;
+  {
+    std::unique_ptr<rocksdb::Iterator> it(db_->db()->NewIterator(rocksdb::ReadOptions(), db_->chunks()));
+    for (it->SeekToFirst(); it->Valid(); it->Next()) {
+      ++report.chunks_checked;
+      auto hash = ChunkHash::FromBytes(it->key().ToStringView());
+      if (!hash.ok()) {
+        report.problems.push_back("chunk key of " + std::to_string(it->key().size()) + " bytes");
+        continue;
+      }
+      auto len = ChunkStore::Check(*hash, it->value().ToStringView());
+      if (!len.ok()) {
+        report.problems.push_back(len.status().message());
+        lengths[*hash] = UINT64_MAX;  // present but bad
+        continue;
+      }
+      lengths[*hash] = *len;
+      std::string meta_record;
+      rocksdb::Status ms = db_->db()->Get(rocksdb::ReadOptions(), db_->chunk_meta(), it->key(), &meta_record);
+      auto meta = ms.ok() ? DecodeChunkMeta(meta_record) : Result<ChunkMeta>(Status::NotFound("no meta record"));
+      if (!meta.ok() || meta->raw_length != *len || meta->stored_length != it->value().size()) {
+        report.problems.push_back("chunk " + hash->Hex() + ": meta record missing or inconsistent");
+      }
+    }
+    if (!it->status().ok()) report.problems.push_back("scanning chunks: " + it->status().ToString());
+  }
+  {
+    // Meta records whose chunk is gone would make imports skip data.
+    std::unique_ptr<rocksdb::Iterator> it(db_->db()->NewIterator(rocksdb::ReadOptions(), db_->chunk_meta()));
+    for (it->SeekToFirst(); it->Valid(); it->Next()) {
+      auto hash = ChunkHash::FromBytes(it->key().ToStringView());
+      if (hash.ok() && lengths.count(*hash) == 0) {
+        report.problems.push_back("chunk " + hash->Hex() + " has a meta record but no data");
+      }
+    }
+  }
+  GPUCKPT_ASSIGN_OR_RETURN(auto snapshots, List());
+  for (const auto& snap : snapshots) {
+    ++report.snapshots_checked;
+    auto files = ReadFileRecords(snap.key);
+    if (!files.ok()) {
+      report.problems.push_back("snapshot '" + snap.id + "': " + files.status().message());
+      continue;
+    }
+    if (files->size() != snap.file_count) {
+      report.problems.push_back("snapshot '" + snap.id + "' has " + std::to_string(files->size()) +
+                                " file records, its manifest says " + std::to_string(snap.file_count));
+    }
+    for (const auto& [index, entry] : *files) {
+      if (entry.type != FileType::kRegular) continue;
+      const std::string where = "snapshot '" + snap.id + "' file '" + entry.path + "'";
+      const std::string lower = keys::FileKey(snap.key, index);
+      const std::string upper = keys::FileKey(snap.key, index + 1);
+      rocksdb::Slice upper_slice(upper);
+      rocksdb::ReadOptions r;
+      r.iterate_upper_bound = &upper_slice;
+      std::unique_ptr<rocksdb::Iterator> it(db_->db()->NewIterator(r, db_->extents()));
+      uint64_t expect = 0;
+      bool bad = false;
+      for (it->Seek(lower); it->Valid() && !bad; it->Next()) {
+        ++report.extents_checked;
+        const uint64_t offset = keys::ExtentOffsetOf(it->key().ToStringView());
+        auto e = DecodeExtentRecord(offset, it->value().ToStringView());
+        if (!e.ok()) {
+          report.problems.push_back(where + ": " + e.status().message());
+          bad = true;
+          break;
+        }
+        if (e->offset != expect) {
+          report.problems.push_back(where + ": extent at " + std::to_string(e->offset) +
+                                    ", expected " + std::to_string(expect));
+          bad = true;
+          break;
+        }
+        auto found = lengths.find(e->hash);
+        if (found == lengths.end()) {
+          report.problems.push_back(where + ": chunk " + e->hash.Hex() + " at offset " +
+                                    std::to_string(offset) + " is missing");
+        } else if (found->second != UINT64_MAX && found->second != e->length) {
+          report.problems.push_back(where + ": chunk " + e->hash.Hex() + " has length " +
+                                    std::to_string(found->second) + ", extent says " +
+                                    std::to_string(e->length));
+        }
+        expect += e->length;
+      }
+      if (!bad && expect != entry.size) {
+        report.problems.push_back(where + ": extents cover " + std::to_string(expect) +
+                                  " bytes, the file has " + std::to_string(entry.size));
+      }
+    }
+  }
+  return report;
+}
+
+Result<StoreStats> StoreImpl::Stats() {
+  StoreStats stats;
+  GPUCKPT_ASSIGN_OR_RETURN(auto snapshots, List());
+  stats.snapshot_count = snapshots.size();
+  for (const auto& s : snapshots) stats.logical_bytes += s.logical_bytes;
+  std::unique_ptr<rocksdb::Iterator> it(db_->db()->NewIterator(rocksdb::ReadOptions(), db_->chunk_meta()));
+  for (it->SeekToFirst(); it->Valid(); it->Next()) {
+    GPUCKPT_ASSIGN_OR_RETURN(ChunkMeta meta, DecodeChunkMeta(it->value().ToStringView()));
+    ++stats.chunk_count;
+    stats.unique_bytes += meta.raw_length;
+    stats.stored_bytes += meta.stored_length;
+  }
+  GPUCKPT_RETURN_IF_ERROR(FromRocks(it->status(), "scanning chunk meta records"));
+  stats.disk_bytes = DiskUsage(dir());
+  return stats;
+}
+
+}  // namespace gpuckpt

@@ -1,0 +1,83 @@
+// StoreImpl: the Store of include/gpuckpt/store.h on a StoreDb.
+//
+// Locks, in acquisition order: gc_mu_ (shared by snapshot writers for their
+// whole life, exclusive for Gc) before names_mu_ (names reserved by writers
+// not yet committed, and publishing). Neither is held across chunk I/O
+// except gc_mu_, whose purpose is exactly to keep Gc from sweeping chunks a
+// running writer has decided to reuse.
+#ifndef GPUCKPT_CORE_SNAPSHOT_STORE_IMPL_H_
+#define GPUCKPT_CORE_SNAPSHOT_STORE_IMPL_H_
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <shared_mutex>
+#include <string>
+
+#include "core/snapshot/inflight_chunks.h"
+#include "core/store/chunk_cache.h"
+#include "core/store/chunk_store.h"
+#include "core/store/store_db.h"
+#include "gpuckpt/store.h"
+
+namespace gpuckpt {
+
+class StoreImpl final : public Store {
+ public:
+  StoreImpl(std::unique_ptr<StoreDb> db, const StoreOptions& options);
+  ~StoreImpl() override;
+
+  Result<std::unique_ptr<SnapshotWriter>> BeginSnapshot(const SnapshotSpec& spec) override;
+  Result<SnapshotInfo> ImportDirectory(const std::string& src_dir, const SnapshotSpec& spec,
+                                       const ProgressFn& progress) override;
+  Status Export(const std::string& id, const std::string& dest_dir,
+                const ProgressFn& progress) override;
+  Result<std::vector<SnapshotInfo>> List() override;
+  Result<SnapshotInfo> Get(const std::string& id) override;
+  Result<std::vector<FileEntry>> ListFiles(const std::string& id) override;
+  Result<std::unique_ptr<FileReader>> OpenFile(const std::string& id,
+                                               const std::string& path) override;
+  Status Remove(const std::string& id) override;
+  Result<GcReport> Gc() override;
+  Result<FsckReport> Fsck() override;
+  Result<StoreStats> Stats() override;
+  const std::string& dir() const override { return db_->dir(); }
+
+  // For the snapshot writer.
+  StoreDb* db() const { return db_.get(); }
+  const ChunkStore& chunks() const { return chunk_store_; }
+  const StoreOptions& options() const { return options_; }
+  InflightChunks& inflight() { return inflight_; }
+  // Publishes a committed writer's manifest; fails if the name was taken
+  // meanwhile.
+  Status Publish(const SnapshotInfo& info);
+  // Forgets a name reserved by BeginSnapshot().
+  void ReleaseName(const std::string& name);
+
+  // Held by a writer for its whole life: Gc waits for it.
+  std::shared_lock<std::shared_mutex> LockAgainstGc() { return std::shared_lock(gc_mu_); }
+  uint64_t NewWriterId() { return next_writer_id_++; }
+
+  // Files of snapshot `key` with their index numbers, in index order.
+  Result<std::vector<std::pair<uint32_t, FileEntry>>> ReadFileRecords(uint64_t key);
+
+ private:
+  Result<uint64_t> AllocateSnapshotKey();
+
+  std::unique_ptr<StoreDb> db_;
+  StoreOptions options_;
+  ChunkCache cache_;
+  ChunkStore chunk_store_;
+  InflightChunks inflight_;
+  std::atomic<uint64_t> next_writer_id_{1};
+
+  std::shared_mutex gc_mu_;
+  std::mutex names_mu_;  // after gc_mu_
+  std::set<std::string> reserved_names_;
+  std::mutex key_mu_;  // guards snapshot key allocation
+};
+
+}  // namespace gpuckpt
+
+#endif  // GPUCKPT_CORE_SNAPSHOT_STORE_IMPL_H_

@@ -1,0 +1,127 @@
+#include "core/store/chunk_codec.h"
+
+#include <zstd.h>
+
+#include <memory>
+
+#include "core/store/format.h"
+
+namespace gpuckpt {
+namespace {
+
+struct CCtxDeleter {
+  void operator()(ZSTD_CCtx* c) const { ZSTD_freeCCtx(c); }
+};
+struct DCtxDeleter {
+  void operator()(ZSTD_DCtx* c) const { ZSTD_freeDCtx(c); }
+};
+
+}  // namespace
+
+void PutVarint64(std::string* dst, uint64_t v) {
+  while (v >= 0x80) {
+    dst->push_back(static_cast<char>(v | 0x80));
+    v >>= 7;
+  }
+  dst->push_back(static_cast<char>(v));
+}
+
+bool GetVarint64(std::string_view* in, uint64_t* v) {
+  uint64_t result = 0;
+  for (int shift = 0; shift <= 63 && !in->empty(); shift += 7) {
+    const uint8_t byte = static_cast<uint8_t>(in->front());
+    in->remove_prefix(1);
+    result |= uint64_t{byte & 0x7fu} << shift;
+    if ((byte & 0x80) == 0) {
+      *v = result;
+      return true;
+    }
+  }
+  return false;
+}
+
+void EncodeChunkRecord(const uint8_t* data, size_t len, int zstd_level, std::string* record) {
+  thread_local std::unique_ptr<ZSTD_CCtx, CCtxDeleter> cctx(ZSTD_createCCtx());
+  record->clear();
+  record->push_back(static_cast<char>(format::kChunkRecordVersion));
+  const size_t codec_pos = record->size();
+  record->push_back(static_cast<char>(format::kCodecZstd));
+  PutVarint64(record, len);
+  const size_t header = record->size();
+  // Only worth it when it saves at least 1/32: below that the read-side
+  // decompression costs more than the bytes saved.
+  const size_t budget = len - len / 32;
+  record->resize(header + ZSTD_compressBound(len));
+  size_t n = 0;
+  if (cctx) {
+    n = ZSTD_compressCCtx(cctx.get(), record->data() + header, record->size() - header, data, len,
+                          zstd_level);
+  }
+  if (cctx && !ZSTD_isError(n) && n < budget) {
+    record->resize(header + n);
+    return;
+  }
+  (*record)[codec_pos] = static_cast<char>(format::kCodecRaw);
+  record->resize(header);
+  record->append(reinterpret_cast<const char*>(data), len);
+}
+
+std::string EncodeChunkMeta(const ChunkMeta& meta) {
+  std::string record(1, static_cast<char>(format::kChunkMetaRecordVersion));
+  PutVarint64(&record, meta.raw_length);
+  PutVarint64(&record, meta.stored_length);
+  return record;
+}
+
+Result<ChunkMeta> DecodeChunkMeta(std::string_view record) {
+  ChunkMeta meta;
+  if (record.empty() || static_cast<uint8_t>(record[0]) != format::kChunkMetaRecordVersion) {
+    return Status::Corruption("chunk meta record with unknown version");
+  }
+  record.remove_prefix(1);
+  if (!GetVarint64(&record, &meta.raw_length) || !GetVarint64(&record, &meta.stored_length)) {
+    return Status::Corruption("malformed chunk meta record");
+  }
+  return meta;
+}
+
+Result<uint64_t> ChunkRecordRawLength(std::string_view record) {
+  if (record.size() < 3) return Status::Corruption("chunk record too short");
+  if (static_cast<uint8_t>(record[0]) != format::kChunkRecordVersion) {
+    return Status::Corruption("chunk record version " + std::to_string(uint8_t(record[0])) +
+                              " is not supported");
+  }
+  record.remove_prefix(2);
+  uint64_t raw_len = 0;
+  if (!GetVarint64(&record, &raw_len) || raw_len > format::kMaxChunkSize) {
+    return Status::Corruption("chunk record has a bad length");
+  }
+  return raw_len;
+}
+
+Status DecodeChunkRecord(std::string_view record, std::string_view what, std::string* out) {
+  auto corrupt = [&](const std::string& why) {
+    return Status::Corruption("chunk " + std::string(what) + ": " + why);
+  };
+  auto raw_len = ChunkRecordRawLength(record);
+  if (!raw_len.ok()) return raw_len.status().WithContext("chunk " + std::string(what));
+  const uint8_t codec = static_cast<uint8_t>(record[1]);
+  std::string_view payload = record.substr(2);
+  uint64_t ignored;
+  GetVarint64(&payload, &ignored);
+  if (codec == format::kCodecRaw) {
+    if (payload.size() != *raw_len) return corrupt("raw payload length mismatch");
+    out->assign(payload);
+    return Status::Ok();
+  }
+  if (codec != format::kCodecZstd) return corrupt("unknown codec " + std::to_string(codec));
+  thread_local std::unique_ptr<ZSTD_DCtx, DCtxDeleter> dctx(ZSTD_createDCtx());
+  if (!dctx) return Status::Internal("out of memory for a zstd context");
+  out->resize(*raw_len);
+  const size_t n = ZSTD_decompressDCtx(dctx.get(), out->data(), out->size(), payload.data(), payload.size());
+  if (ZSTD_isError(n)) return corrupt(std::string("zstd: ") + ZSTD_getErrorName(n));
+  if (n != *raw_len) return corrupt("decompressed length mismatch");
+  return Status::Ok();
+}
+
+}  // namespace gpuckpt

@@ -1,0 +1,59 @@
+#include "core/store/chunk_hash.h"
+
+#include <openssl/evp.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+
+namespace gpuckpt {
+namespace {
+
+struct MdCtxDeleter {
+  void operator()(EVP_MD_CTX* ctx) const { EVP_MD_CTX_free(ctx); }
+};
+
+const EVP_MD* Sha256() {
+  // Fetched once: a per-call implicit fetch costs more than hashing a small
+  // chunk.
+  static EVP_MD* md = EVP_MD_fetch(nullptr, "SHA256", nullptr);
+  if (md == nullptr) std::abort();  // OpenSSL without SHA-256 cannot happen on a sane system
+  return md;
+}
+
+}  // namespace
+
+ChunkHash HashChunk(const uint8_t* data, size_t len) {
+  thread_local std::unique_ptr<EVP_MD_CTX, MdCtxDeleter> ctx(EVP_MD_CTX_new());
+  ChunkHash out;
+  unsigned int out_len = 0;
+  if (!ctx || EVP_DigestInit_ex(ctx.get(), Sha256(), nullptr) != 1 ||
+      EVP_DigestUpdate(ctx.get(), data, len) != 1 ||
+      EVP_DigestFinal_ex(ctx.get(), out.bytes.data(), &out_len) != 1 ||
+      out_len != out.bytes.size()) {
+    std::abort();  // only fails on allocation failure inside OpenSSL
+  }
+  return out;
+}
+
+std::string ChunkHash::Hex() const {
+  static constexpr char kDigits[] = "0123456789abcdef";
+  std::string s;
+  s.reserve(bytes.size() * 2);
+  for (uint8_t b : bytes) {
+    s.push_back(kDigits[b >> 4]);
+    s.push_back(kDigits[b & 15]);
+  }
+  return s;
+}
+
+Result<ChunkHash> ChunkHash::FromBytes(std::string_view raw) {
+  if (raw.size() != format::kChunkHashSize) {
+    return Status::Corruption("chunk hash of " + std::to_string(raw.size()) + " bytes, expected 32");
+  }
+  ChunkHash h;
+  std::memcpy(h.bytes.data(), raw.data(), raw.size());
+  return h;
+}
+
+}  // namespace gpuckpt

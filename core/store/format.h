@@ -1,0 +1,54 @@
+// Constants of the persistent store format; the grammar is in FORMAT.md
+// beside this file. Every record starts with a version byte; fields are
+// only ever added.
+#ifndef GPUCKPT_CORE_STORE_FORMAT_H_
+#define GPUCKPT_CORE_STORE_FORMAT_H_
+
+#include <cstddef>
+#include <cstdint>
+
+namespace gpuckpt::format {
+
+// Version of the store as a whole, kept in the meta column family. A store
+// with a higher version is refused rather than misread.
+inline constexpr uint32_t kStoreVersion = 1;
+
+// Column families.
+inline constexpr char kMetaFamily[] = "default";
+inline constexpr char kChunksFamily[] = "chunks";
+// Per chunk: its raw and stored length. Small, so existence checks, stats
+// and gc scan it instead of the chunk data.
+inline constexpr char kChunkMetaFamily[] = "chunk_meta";
+inline constexpr char kSnapshotsFamily[] = "snapshots";
+inline constexpr char kFilesFamily[] = "files";
+inline constexpr char kExtentsFamily[] = "extents";
+
+// Keys in the meta family.
+inline constexpr char kMetaStoreVersionKey[] = "store_version";
+inline constexpr char kMetaNextSnapshotKey[] = "next_snapshot_key";
+
+// Record versions (first byte of each value).
+inline constexpr uint8_t kChunkRecordVersion = 1;
+inline constexpr uint8_t kSnapshotRecordVersion = 1;
+inline constexpr uint8_t kFileRecordVersion = 1;
+inline constexpr uint8_t kExtentRecordVersion = 1;
+inline constexpr uint8_t kChunkMetaRecordVersion = 1;
+
+// Codec byte of a chunk record.
+inline constexpr uint8_t kCodecRaw = 0;
+inline constexpr uint8_t kCodecZstd = 1;
+
+inline constexpr size_t kChunkHashSize = 32;  // SHA-256
+
+// Largest chunk a reader accepts; protects against a corrupt length field
+// making us allocate gigabytes.
+inline constexpr uint32_t kMaxChunkSize = 64u << 20;
+
+// Name of the flock()ed file that keeps a second process out of a store.
+inline constexpr char kLockFileName[] = "LOCK.gpuckpt";
+// RocksDB's own files live in this subdirectory of the store.
+inline constexpr char kDbDirName[] = "db";
+
+}  // namespace gpuckpt::format
+
+#endif  // GPUCKPT_CORE_STORE_FORMAT_H_

@@ -1,0 +1,203 @@
+#include "core/store/store_db.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <rocksdb/cache.h>
+#include <rocksdb/filter_policy.h>
+#include <rocksdb/table.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <string>
+
+#include "core/store/format.h"
+
+namespace gpuckpt {
+namespace {
+
+bool DirectoryIsEmpty(const std::string& dir) {
+  DIR* d = opendir(dir.c_str());
+  if (d == nullptr) return false;
+  bool empty = true;
+  while (dirent* e = readdir(d)) {
+    std::string_view name = e->d_name;
+    if (name != "." && name != "..") {
+      empty = false;
+      break;
+    }
+  }
+  closedir(d);
+  return empty;
+}
+
+rocksdb::ColumnFamilyOptions ChunkFamilyOptions(const std::shared_ptr<rocksdb::Cache>& cache) {
+  rocksdb::ColumnFamilyOptions o;
+  // Chunk values are large and already compressed by us: keep them in blob
+  // files, so compactions move 40-byte references instead of the data.
+  o.enable_blob_files = true;
+  o.min_blob_size = 2048;  // tiny records (zero chunks compress to ~20 bytes) stay inline
+  o.blob_file_size = 256ull << 20;
+  o.blob_compression_type = rocksdb::kNoCompression;
+  o.compression = rocksdb::kNoCompression;
+  // Deleted chunks' space in blob files comes back when compaction relocates
+  // the live ones.
+  o.enable_blob_garbage_collection = true;
+  o.write_buffer_size = 64ull << 20;
+  rocksdb::BlockBasedTableOptions t;
+  t.filter_policy.reset(rocksdb::NewBloomFilterPolicy(10));
+  t.block_cache = cache;
+  o.table_factory.reset(rocksdb::NewBlockBasedTableFactory(t));
+  return o;
+}
+
+rocksdb::ColumnFamilyOptions ChunkMetaFamilyOptions(const std::shared_ptr<rocksdb::Cache>& cache) {
+  rocksdb::ColumnFamilyOptions o;
+  o.write_buffer_size = 16ull << 20;
+  o.compression = rocksdb::kNoCompression;  // keys are hashes
+  rocksdb::BlockBasedTableOptions t;
+  // Looked up once per ingested chunk: most lookups of a first checkpoint
+  // miss, and a bloom filter answers a miss without I/O.
+  t.filter_policy.reset(rocksdb::NewBloomFilterPolicy(10));
+  t.block_cache = cache;
+  o.table_factory.reset(rocksdb::NewBlockBasedTableFactory(t));
+  return o;
+}
+
+rocksdb::ColumnFamilyOptions IndexFamilyOptions(const std::shared_ptr<rocksdb::Cache>& cache) {
+  rocksdb::ColumnFamilyOptions o;
+  o.write_buffer_size = 32ull << 20;
+  o.compression = rocksdb::kNoCompression;  // values are hashes: incompressible
+  rocksdb::BlockBasedTableOptions t;
+  t.block_cache = cache;
+  o.table_factory.reset(rocksdb::NewBlockBasedTableFactory(t));
+  return o;
+}
+
+}  // namespace
+
+Status FromRocks(const rocksdb::Status& s, std::string_view context) {
+  if (s.ok()) return Status::Ok();
+  std::string m(context);
+  m += ": ";
+  m += s.ToString();
+  if (s.IsNotFound()) return Status::NotFound(std::move(m));
+  if (s.IsCorruption()) return Status::Corruption(std::move(m));
+  if (s.IsNoSpace()) return Status::NoSpace(std::move(m));
+  if (s.IsBusy() || s.IsTryAgain()) return Status::Busy(std::move(m));
+  if (s.IsInvalidArgument()) return Status::InvalidArgument(std::move(m));
+  if (s.IsNotSupported()) return Status::Unavailable(std::move(m));
+  return Status::IOError(std::move(m));
+}
+
+Result<std::unique_ptr<StoreDb>> StoreDb::Open(const std::string& dir, bool create_if_missing,
+                                               size_t block_cache_bytes) {
+  std::unique_ptr<StoreDb> store(new StoreDb());
+  store->dir_ = dir;
+  const std::string db_dir = dir + "/" + format::kDbDirName;
+
+  struct stat st {};
+  if (stat(dir.c_str(), &st) != 0) {
+    if (errno != ENOENT || !create_if_missing) return StatusFromErrno(errno, "store " + dir);
+    if (mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
+      return StatusFromErrno(errno, "creating store " + dir);
+    }
+  } else if (!S_ISDIR(st.st_mode)) {
+    return Status::InvalidArgument("store " + dir + " is not a directory");
+  }
+  struct stat db_st {};
+  const bool has_db = stat(db_dir.c_str(), &db_st) == 0;
+  if (!has_db) {
+    if (!create_if_missing) return Status::NotFound("no gpuckpt store in " + dir);
+    // Never scatter our files into somebody's unrelated directory.
+    if (!DirectoryIsEmpty(dir)) {
+      return Status::InvalidArgument(dir + " is not a gpuckpt store and is not empty");
+    }
+  }
+
+  const std::string lock_path = dir + "/" + format::kLockFileName;
+  store->lock_fd_ = open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+  if (store->lock_fd_ < 0) return StatusFromErrno(errno, "opening " + lock_path);
+  if (flock(store->lock_fd_, LOCK_EX | LOCK_NB) != 0) {
+    const int err = errno;
+    if (err != EWOULDBLOCK) return StatusFromErrno(err, "locking " + lock_path);
+    char buf[32] = {};
+    const ssize_t n = pread(store->lock_fd_, buf, sizeof(buf) - 1, 0);
+    std::string holder = n > 0 ? std::string(buf, static_cast<size_t>(n)) : "unknown";
+    while (!holder.empty() && (holder.back() == '\n' || holder.back() == ' ')) holder.pop_back();
+    return Status::Busy("store " + dir + " is in use by process " + holder +
+                        " (a running gpuckptfs or gpuckpt); stop it or use another --store");
+  }
+  // The holder's pid, for the message above; the flock is what counts.
+  const std::string pid = std::to_string(getpid()) + "\n";
+  if (ftruncate(store->lock_fd_, 0) != 0 ||
+      pwrite(store->lock_fd_, pid.data(), pid.size(), 0) != static_cast<ssize_t>(pid.size())) {
+    return StatusFromErrno(errno, "writing " + lock_path);
+  }
+
+  auto cache = rocksdb::NewLRUCache(block_cache_bytes);
+  rocksdb::DBOptions db_options;
+  db_options.create_if_missing = create_if_missing;
+  db_options.create_missing_column_families = true;
+  db_options.max_background_jobs = 2;
+  db_options.bytes_per_sync = 1 << 20;
+  db_options.keep_log_file_num = 4;
+  db_options.max_total_wal_size = 256ull << 20;
+
+  std::vector<rocksdb::ColumnFamilyDescriptor> families = {
+      {format::kMetaFamily, IndexFamilyOptions(cache)},
+      {format::kChunksFamily, ChunkFamilyOptions(cache)},
+      {format::kChunkMetaFamily, ChunkMetaFamilyOptions(cache)},
+      {format::kSnapshotsFamily, IndexFamilyOptions(cache)},
+      {format::kFilesFamily, IndexFamilyOptions(cache)},
+      {format::kExtentsFamily, IndexFamilyOptions(cache)},
+  };
+  rocksdb::DB* raw = nullptr;
+  rocksdb::Status s = rocksdb::DB::Open(db_options, db_dir, families, &store->handles_, &raw);
+  if (!s.ok()) return FromRocks(s, "opening the database of store " + dir);
+  store->db_.reset(raw);
+
+  std::string version;
+  s = raw->Get(rocksdb::ReadOptions(), store->meta(), format::kMetaStoreVersionKey, &version);
+  if (s.IsNotFound()) {
+    rocksdb::WriteOptions w;
+    w.sync = true;
+    s = raw->Put(w, store->meta(), format::kMetaStoreVersionKey,
+                 std::to_string(format::kStoreVersion));
+    if (!s.ok()) return FromRocks(s, "initialising store " + dir);
+  } else if (!s.ok()) {
+    return FromRocks(s, "reading the version of store " + dir);
+  } else {
+    char* end = nullptr;
+    const unsigned long v = std::strtoul(version.c_str(), &end, 10);
+    if (version.empty() || *end != '\0') {
+      return Status::Corruption("store " + dir + " has an unreadable version '" + version + "'");
+    }
+    if (v > format::kStoreVersion) {
+      return Status::Unavailable("store " + dir + " has format version " + version +
+                                 ", newer than this gpuckpt supports (" +
+                                 std::to_string(format::kStoreVersion) + ")");
+    }
+  }
+  return store;
+}
+
+StoreDb::~StoreDb() {
+  if (db_) {
+    for (auto* h : handles_) db_->DestroyColumnFamilyHandle(h);
+    handles_.clear();
+    db_->Close().PermitUncheckedError();
+    db_.reset();
+  }
+  if (lock_fd_ >= 0) close(lock_fd_);  // releases the flock
+}
+
+Status StoreDb::FlushAll() {
+  rocksdb::FlushOptions f;
+  f.wait = true;
+  f.allow_write_stall = true;
+  return FromRocks(db_->Flush(f, handles_), "flushing store " + dir_);
+}
+
+}  // namespace gpuckpt

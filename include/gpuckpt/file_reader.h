@@ -1,0 +1,36 @@
+// FileReader: random reads of one regular file of a snapshot.
+//
+// A read costs one seek in the file's extent index plus the chunks it
+// touches; chunks come from the Store's shared cache or from disk, where
+// they are decompressed and (by default) re-hashed: a chunk whose bytes do
+// not match its name fails the read with kCorruption, never returns wrong
+// data.
+//
+// Safe for concurrent use: Pread() may be called from several threads at
+// once. Borrows the Store, which must outlive it. A snapshot removed while a
+// reader is open makes later reads fail with kNotFound.
+#ifndef GPUCKPT_FILE_READER_H_
+#define GPUCKPT_FILE_READER_H_
+
+#include <cstddef>
+#include <cstdint>
+
+#include "gpuckpt/status.h"
+#include "gpuckpt/store_types.h"
+
+namespace gpuckpt {
+
+class FileReader {
+ public:
+  virtual ~FileReader() = default;
+
+  // Reads up to `len` bytes at `offset` into `buf`; returns the count, which
+  // is short only at end of file (0 at or past it).
+  virtual Result<size_t> Pread(uint64_t offset, size_t len, char* buf) = 0;
+
+  virtual const FileEntry& entry() const = 0;
+};
+
+}  // namespace gpuckpt
+
+#endif  // GPUCKPT_FILE_READER_H_

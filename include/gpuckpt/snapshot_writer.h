@@ -1,0 +1,49 @@
+// SnapshotWriter: builds one snapshot file by file and publishes it
+// atomically.
+//
+// Data is chunked, hashed and compressed on the Store's worker threads while
+// the caller goes on reading; chunks already in the store are never written
+// again. Nothing becomes visible before Commit() returns OK: the manifest is
+// the last record written (with a WAL sync), and a writer destroyed without
+// Commit() — or a process killed at any point — leaves only unreferenced
+// records that Gc() removes.
+//
+// Not safe for concurrent use: one thread drives a writer. Several writers
+// of one Store may run at once. Borrows the Store, which must outlive it.
+#ifndef GPUCKPT_SNAPSHOT_WRITER_H_
+#define GPUCKPT_SNAPSHOT_WRITER_H_
+
+#include <cstdint>
+#include <string>
+
+#include "gpuckpt/status.h"
+#include "gpuckpt/store_types.h"
+
+namespace gpuckpt {
+
+class SnapshotWriter {
+ public:
+  virtual ~SnapshotWriter() = default;
+
+  // Reads `fd` from its current position to EOF as the contents of regular
+  // file `meta.path` (meta.size is ignored; the bytes read decide). Does not
+  // close `fd`. Works on pipes and sockets as well as files.
+  virtual Status AddFile(const FileEntry& meta, int fd) = 0;
+
+  // Adds a directory or symlink entry (no data).
+  virtual Status AddEntry(const FileEntry& meta) = 0;
+
+  // Bytes read so far, for progress reports.
+  virtual uint64_t bytes_read() const = 0;
+
+  // Calls `progress(bytes_read, total)` from AddFile()'s thread as data is
+  // read (about every 64 MiB). `total` is the caller's estimate, 0 if none.
+  virtual void SetProgress(ProgressFn progress, uint64_t total) = 0;
+
+  // Waits for all chunks to be durable, then publishes the snapshot.
+  virtual Result<SnapshotInfo> Commit() = 0;
+};
+
+}  // namespace gpuckpt
+
+#endif  // GPUCKPT_SNAPSHOT_WRITER_H_

@@ -1,0 +1,131 @@
+// The gpuckpt store: every checkpoint (snapshot) as a manifest plus, per
+// file, an extent index into a deduplicated, compressed chunk store kept in
+// RocksDB. Start here; the formats are in core/store/FORMAT.md.
+//
+// A Store is opened on one directory by one process at a time (an flock()ed
+// lock file; a second opener gets kBusy naming the holder's pid). Within that
+// process a Store is safe for concurrent use from any number of threads:
+// readers, imports, deletions, garbage collection and fsck may overlap
+// (collection waits for imports in flight and vice versa; see Gc()).
+//
+// Objects handed out by a Store (SnapshotWriter, FileReader) borrow it: the
+// Store must outlive them.
+#ifndef GPUCKPT_STORE_H_
+#define GPUCKPT_STORE_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "gpuckpt/file_reader.h"
+#include "gpuckpt/snapshot_writer.h"
+#include "gpuckpt/status.h"
+#include "gpuckpt/store_types.h"
+
+namespace gpuckpt {
+
+struct StoreOptions {
+  // Create the store directory (mode 0700: images hold process memory) when
+  // it does not exist. Default: true.
+  bool create_if_missing = true;
+
+  // How data is cut into chunks; see ChunkingOptions. Default: as there.
+  ChunkingOptions chunking;
+
+  // zstd level for new chunks. Negative levels are zstd's fast modes. A chunk
+  // is stored raw when compression saves less than 1/32 of it, so
+  // incompressible memory costs one failed attempt, not a slower read.
+  // -1 was chosen on the benchmark in tests/bench: on CRIU page data it
+  // compresses zero-heavy and text pages nearly as well as level 1 at about
+  // twice the speed, which is what keeps import ahead of hashing on 2 cores.
+  // Default: -1.
+  int zstd_level = -1;
+
+  // Threads that hash and compress during an import, and fetch chunks during
+  // an export. 0 means one per online CPU. Default: 0.
+  unsigned worker_threads = 0;
+
+  // Upper bound on chunk bytes held in memory by one import or export
+  // (read but not yet written). This, plus the chunker's read buffer
+  // (max chunk size + 4 MiB) and RocksDB's write buffers (64 MiB per column
+  // family), bounds an import's memory whatever the file size.
+  // Default: 64 MiB.
+  uint64_t max_in_flight_bytes = 64ull << 20;
+
+  // Re-hash every chunk read from disk and fail with kCorruption when it does
+  // not match its name. Costs one SHA-256 per chunk read (about 1.5 GB/s per
+  // core with SHA extensions); turning it off trades detection of silent
+  // corruption for speed. Default: true.
+  bool verify_on_read = true;
+
+  // Bytes of decompressed, verified chunks kept for readers (LRU).
+  // Default: 64 MiB.
+  uint64_t chunk_cache_bytes = 64ull << 20;
+
+  // fsync (RocksDB WAL sync) before a snapshot becomes visible, and on
+  // delete. Without it a power loss can lose a snapshot that was reported
+  // done. Default: true.
+  bool sync = true;
+};
+
+class Store {
+ public:
+  // Opens (or creates) the store in `dir`. Errors: kBusy when another
+  // process holds it, kCorruption/kUnavailable for a damaged store or a
+  // format newer than this build, kPermissionDenied, kIOError.
+  static Result<std::unique_ptr<Store>> Open(const std::string& dir, const StoreOptions& options);
+
+  virtual ~Store() = default;
+
+  // Starts a new snapshot; see SnapshotWriter. The name is validated and
+  // reserved against other writers of this Store now, and checked again on
+  // Commit().
+  virtual Result<std::unique_ptr<SnapshotWriter>> BeginSnapshot(const SnapshotSpec& spec) = 0;
+
+  // Imports the tree under `src_dir` (regular files, directories, symlinks;
+  // symlinks are stored, never followed) as one snapshot. Nothing is
+  // visible unless all of it succeeded. A file that changes while it is read
+  // fails the import with kAborted.
+  virtual Result<SnapshotInfo> ImportDirectory(const std::string& src_dir, const SnapshotSpec& spec,
+                                               const ProgressFn& progress = nullptr) = 0;
+
+  // Writes snapshot `id` into `dest_dir`, which must not exist or be an empty
+  // directory. The tree is written beside it under a temporary name and
+  // renamed into place when complete, so `dest_dir` never holds half a
+  // snapshot. Ownership is restored when running as root.
+  virtual Status Export(const std::string& id, const std::string& dest_dir,
+                        const ProgressFn& progress = nullptr) = 0;
+
+  // All complete snapshots, oldest first.
+  virtual Result<std::vector<SnapshotInfo>> List() = 0;
+  virtual Result<SnapshotInfo> Get(const std::string& id) = 0;
+  // The files of a snapshot in path order.
+  virtual Result<std::vector<FileEntry>> ListFiles(const std::string& id) = 0;
+
+  // Opens one regular file of a snapshot for random reads.
+  virtual Result<std::unique_ptr<FileReader>> OpenFile(const std::string& id,
+                                                       const std::string& path) = 0;
+
+  // Deletes a snapshot. Its chunks stay until Gc() finds them unreferenced.
+  virtual Status Remove(const std::string& id) = 0;
+
+  // Mark and sweep: marks every chunk named by a visible snapshot's extent
+  // index, deletes the rest, and removes index records of snapshots that
+  // were never committed. Blocks new imports while it runs.
+  virtual Result<GcReport> Gc() = 0;
+
+  // Re-hashes every chunk and checks every extent of every snapshot points
+  // at a chunk that exists with the right length. Reports findings; repairs
+  // nothing.
+  virtual Result<FsckReport> Fsck() = 0;
+
+  virtual Result<StoreStats> Stats() = 0;
+
+  virtual const std::string& dir() const = 0;
+};
+
+}  // namespace gpuckpt
+
+#endif  // GPUCKPT_STORE_H_

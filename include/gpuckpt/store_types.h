@@ -1,0 +1,126 @@
+// Plain value types of the store's public API: options for chunking, what a
+// snapshot and a file look like from outside, and the reports of gc, fsck
+// and stats. No behaviour; safe to copy between threads.
+#ifndef GPUCKPT_STORE_TYPES_H_
+#define GPUCKPT_STORE_TYPES_H_
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace gpuckpt {
+
+// Content-defined chunking (FastCDC with normalized chunking). Chunk
+// boundaries decide what a repeated checkpoint costs: a boundary depends only
+// on the 64 bytes before it, so an insertion or a change disturbs the chunks
+// around it and the boundaries re-synchronise right after.
+//
+// CRIU's pages-*.img (and device memory images) are runs of 4 KiB pages
+// whose position in the file moves by whole pages between checkpoints. For
+// those files boundaries are only considered at page-aligned offsets: a
+// changed page then costs exactly the chunk that holds it, moved pages are
+// found again at once, and the chunker looks at 64 bytes per page instead of
+// every byte.
+struct ChunkSizes {
+  uint32_t min_size;
+  uint32_t avg_size;  // a power of two
+  uint32_t max_size;
+};
+
+struct ChunkingOptions {
+  // Sizes for files that are not page images. Defaults: 16/64/256 KiB.
+  // Metadata files are small; for the rest, 64 KiB keeps the per-chunk
+  // RocksDB cost (one lookup, one key) well below hashing cost.
+  ChunkSizes generic{16u << 10, 64u << 10, 256u << 10};
+
+  // Sizes for page images; all multiples of `page_size`. Defaults:
+  // 16/32/128 KiB. A changed page costs about one chunk, so the average
+  // bounds what a scattered change adds; 32 KiB keeps 0.03% changed pages
+  // (what an idle PyTorch process shows between two dumps) well under 1% of
+  // the dump, at 32K chunks per GiB.
+  ChunkSizes pages{16u << 10, 32u << 10, 128u << 10};
+
+  // Alignment of boundaries in page images. Default: 4096.
+  uint32_t page_size = 4096;
+
+  // File names (shell glob on the last path component) chunked as page
+  // images. Default: CRIU's page images.
+  std::vector<std::string> page_image_globs{"pages-*.img"};
+};
+
+// Called now and then during long operations with bytes done and bytes
+// expected (0 when unknown). Called from the operation's own thread.
+using ProgressFn = std::function<void(uint64_t done, uint64_t total)>;
+
+struct SnapshotSpec {
+  // The snapshot's id: 1-128 characters of [A-Za-z0-9._-], not starting
+  // with '.' or '-'. Empty: the store picks the next free number.
+  std::string name;
+  // Where the data came from, recorded in the manifest (e.g. the source
+  // directory or "pid 4242").
+  std::string source;
+  // A JSON object merged into manifest.json under "extra" (the engine puts
+  // pid, command, GPUs there). Empty means none.
+  std::string extra_json;
+};
+
+enum class FileType { kRegular, kDirectory, kSymlink };
+
+struct FileEntry {
+  std::string path;  // relative, '/'-separated, no "." or ".." components
+  FileType type = FileType::kRegular;
+  uint32_t mode = 0;  // permission bits only (07777)
+  uint32_t uid = 0;
+  uint32_t gid = 0;
+  uint64_t size = 0;  // logical bytes (regular files)
+  int64_t mtime_ns = 0;
+  std::string symlink_target;
+  uint64_t chunk_count = 0;
+  uint64_t new_bytes = 0;     // raw bytes of chunks this file added to the store
+  uint64_t stored_bytes = 0;  // compressed bytes of those chunks
+};
+
+struct SnapshotInfo {
+  std::string id;
+  uint64_t key = 0;  // internal number of the snapshot's index records
+  int64_t created_ns = 0;
+  std::string source;
+  std::string extra_json;  // "{}" when none
+  uint64_t file_count = 0;
+  uint64_t logical_bytes = 0;  // sum of file sizes
+  uint64_t chunk_count = 0;    // chunk references
+  uint64_t new_chunks = 0;     // chunks this snapshot added to the store
+  uint64_t new_bytes = 0;      // raw bytes of those chunks
+  uint64_t stored_bytes = 0;   // what those chunks take in the store (compressed)
+  double duration_s = 0;
+  ChunkingOptions chunking;  // what it was cut with (informational)
+};
+
+struct GcReport {
+  uint64_t chunks_kept = 0;
+  uint64_t chunks_deleted = 0;
+  uint64_t bytes_deleted = 0;  // stored (compressed) bytes
+  uint64_t orphan_records_deleted = 0;  // index records of never-committed snapshots
+};
+
+struct FsckReport {
+  uint64_t chunks_checked = 0;
+  uint64_t snapshots_checked = 0;
+  uint64_t extents_checked = 0;
+  std::vector<std::string> problems;  // one line each; empty when clean
+  bool clean() const { return problems.empty(); }
+};
+
+struct StoreStats {
+  uint64_t snapshot_count = 0;
+  uint64_t logical_bytes = 0;  // sum over snapshots
+  uint64_t chunk_count = 0;    // unique chunks in the store
+  uint64_t unique_bytes = 0;   // raw bytes of those chunks
+  uint64_t stored_bytes = 0;   // their compressed size
+  uint64_t disk_bytes = 0;     // what the store directory takes on disk
+};
+
+}  // namespace gpuckpt
+
+#endif  // GPUCKPT_STORE_TYPES_H_

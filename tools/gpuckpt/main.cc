@@ -1,0 +1,205 @@
+// gpuckpt: the command line of the gpuckpt store.
+//
+//   gpuckpt [--store DIR] import SRC_DIR [--name N]
+//   gpuckpt [--store DIR] export ID DEST_DIR
+//   gpuckpt [--store DIR] ls [--json]
+//   gpuckpt [--store DIR] rm ID
+//   gpuckpt [--store DIR] gc | fsck | stats [--json]
+//
+// Exit status: 0 success; 1 the operation failed (one line on stderr);
+// 2 bad usage; 3 fsck found problems (listed on stdout).
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include <cstdio>
+#include <iostream>
+#include <memory>
+#include <string>
+
+#include "gpuckpt/store.h"
+#include "tools/gpuckpt/progress.h"
+
+namespace gpuckpt {
+namespace {
+
+using nlohmann::json;
+
+constexpr int kExitFailure = 1;
+constexpr int kExitFsckProblems = 3;
+
+int Fail(const Status& s) {
+  std::fprintf(stderr, "gpuckpt: %s\n", s.ToString().c_str());
+  return kExitFailure;
+}
+
+json InfoToJson(const SnapshotInfo& i) {
+  json extra = json::parse(i.extra_json.empty() ? "{}" : i.extra_json, nullptr, false);
+  return json{{"id", i.id},
+              {"created_ns", i.created_ns},
+              {"source", i.source},
+              {"files", i.file_count},
+              {"logical_bytes", i.logical_bytes},
+              {"chunks", i.chunk_count},
+              {"new_chunks", i.new_chunks},
+              {"new_bytes", i.new_bytes},
+              {"stored_bytes", i.stored_bytes},
+              {"duration_s", i.duration_s},
+              {"extra", extra.is_discarded() ? json::object() : extra}};
+}
+
+std::string FormatTime(int64_t ns) {
+  const time_t secs = static_cast<time_t>(ns / 1000000000);
+  tm t{};
+  localtime_r(&secs, &t);
+  char buf[32];
+  std::strftime(buf, sizeof(buf), "%Y-%m-%d %H:%M:%S", &t);
+  return buf;
+}
+
+struct Globals {
+  std::string store_dir = "/var/lib/gpuckpt";
+  int zstd_level = StoreOptions{}.zstd_level;
+  unsigned threads = 0;
+};
+
+Result<std::unique_ptr<Store>> OpenStore(const Globals& g, bool create) {
+  StoreOptions o;
+  o.create_if_missing = create;
+  o.zstd_level = g.zstd_level;
+  o.worker_threads = g.threads;
+  return Store::Open(g.store_dir, o);
+}
+
+int Main(int argc, char** argv) {
+  CLI::App app{"gpuckpt: the deduplicated checkpoint store of gpuckptfs"};
+  app.require_subcommand(1);
+  Globals g;
+  app.add_option("--store", g.store_dir, "Store directory")->capture_default_str();
+  app.add_option("--zstd-level", g.zstd_level, "zstd level for new chunks (negative: fast modes)")
+      ->capture_default_str()
+      ->check(CLI::Range(-100, 22));
+  app.add_option("--threads", g.threads, "Worker threads (0: one per CPU)")->capture_default_str();
+
+  std::string src, name, id, dest;
+  bool as_json = false;
+
+  auto* import = app.add_subcommand("import", "Store a directory tree as a new snapshot; prints its id");
+  import->add_option("SRC_DIR", src, "Directory to import")->required();
+  import->add_option("--name", name, "Snapshot id (default: the next free number)");
+
+  auto* exp = app.add_subcommand("export", "Write a snapshot into a new directory");
+  exp->add_option("ID", id, "Snapshot id")->required();
+  exp->add_option("DEST_DIR", dest, "Destination (must not exist, or be empty)")->required();
+
+  auto* ls = app.add_subcommand("ls", "List snapshots");
+  ls->add_flag("--json", as_json, "JSON output");
+
+  auto* rm = app.add_subcommand("rm", "Delete a snapshot (its chunks go at the next gc)");
+  rm->add_option("ID", id, "Snapshot id")->required();
+
+  auto* gc = app.add_subcommand("gc", "Delete chunks no snapshot uses");
+  auto* fsck = app.add_subcommand("fsck", "Re-hash every chunk and check every snapshot's index");
+  auto* stats = app.add_subcommand("stats", "Sizes of the store");
+  stats->add_flag("--json", as_json, "JSON output");
+
+  CLI11_PARSE(app, argc, argv);
+
+  // Only import creates a store; everything else on a missing store is an
+  // error, not a new empty store.
+  auto store_or = OpenStore(g, /*create=*/import->parsed());
+  if (!store_or.ok()) return Fail(store_or.status());
+  Store& store = **store_or;
+
+  if (import->parsed()) {
+    ProgressBar bar("import");
+    SnapshotSpec spec;
+    spec.name = name;
+    auto info = store.ImportDirectory(src, spec, [&](uint64_t d, uint64_t t) { bar.Update(d, t); });
+    if (!info.ok()) return Fail(info.status());
+    std::printf("%s\n", info->id.c_str());
+    std::fprintf(stderr, "snapshot %s: %s logical, %s new, %s stored, %.2f s\n", info->id.c_str(),
+                 HumanBytes(info->logical_bytes).c_str(), HumanBytes(info->new_bytes).c_str(),
+                 HumanBytes(info->stored_bytes).c_str(), info->duration_s);
+    return 0;
+  }
+  if (exp->parsed()) {
+    ProgressBar bar("export");
+    Status s = store.Export(id, dest, [&](uint64_t d, uint64_t t) { bar.Update(d, t); });
+    if (!s.ok()) return Fail(s);
+    return 0;
+  }
+  if (ls->parsed()) {
+    auto list = store.List();
+    if (!list.ok()) return Fail(list.status());
+    if (as_json) {
+      json out = json::array();
+      for (const auto& i : *list) out.push_back(InfoToJson(i));
+      std::cout << out.dump(2) << "\n";
+    } else {
+      std::printf("%-24s %-19s %10s %10s %10s  %s\n", "ID", "CREATED", "LOGICAL", "NEW", "STORED",
+                  "SOURCE");
+      for (const auto& i : *list) {
+        std::printf("%-24s %-19s %10s %10s %10s  %s\n", i.id.c_str(), FormatTime(i.created_ns).c_str(),
+                    HumanBytes(i.logical_bytes).c_str(), HumanBytes(i.new_bytes).c_str(),
+                    HumanBytes(i.stored_bytes).c_str(), i.source.c_str());
+      }
+    }
+    return 0;
+  }
+  if (rm->parsed()) {
+    Status s = store.Remove(id);
+    if (!s.ok()) return Fail(s);
+    return 0;
+  }
+  if (gc->parsed()) {
+    auto r = store.Gc();
+    if (!r.ok()) return Fail(r.status());
+    std::printf("kept %llu chunks, deleted %llu chunks (%s), removed %llu unfinished snapshots\n",
+                static_cast<unsigned long long>(r->chunks_kept),
+                static_cast<unsigned long long>(r->chunks_deleted), HumanBytes(r->bytes_deleted).c_str(),
+                static_cast<unsigned long long>(r->orphan_records_deleted));
+    return 0;
+  }
+  if (fsck->parsed()) {
+    auto r = store.Fsck();
+    if (!r.ok()) return Fail(r.status());
+    for (const auto& p : r->problems) std::printf("%s\n", p.c_str());
+    std::fprintf(stderr, "checked %llu chunks, %llu snapshots, %llu extents: %s\n",
+                 static_cast<unsigned long long>(r->chunks_checked),
+                 static_cast<unsigned long long>(r->snapshots_checked),
+                 static_cast<unsigned long long>(r->extents_checked),
+                 r->clean() ? "clean" : (std::to_string(r->problems.size()) + " problems").c_str());
+    return r->clean() ? 0 : kExitFsckProblems;
+  }
+  if (stats->parsed()) {
+    auto r = store.Stats();
+    if (!r.ok()) return Fail(r.status());
+    if (as_json) {
+      json out = {{"snapshot_count", r->snapshot_count}, {"logical_bytes", r->logical_bytes},
+                  {"chunk_count", r->chunk_count},       {"unique_bytes", r->unique_bytes},
+                  {"stored_bytes", r->stored_bytes},     {"disk_bytes", r->disk_bytes}};
+      std::cout << out.dump(2) << "\n";
+    } else {
+      std::printf("snapshots     %llu\n", static_cast<unsigned long long>(r->snapshot_count));
+      std::printf("logical       %s\n", HumanBytes(r->logical_bytes).c_str());
+      std::printf("chunks        %llu\n", static_cast<unsigned long long>(r->chunk_count));
+      std::printf("unique        %s\n", HumanBytes(r->unique_bytes).c_str());
+      std::printf("stored        %s\n", HumanBytes(r->stored_bytes).c_str());
+      std::printf("on disk       %s\n", HumanBytes(r->disk_bytes).c_str());
+    }
+    return 0;
+  }
+  return 2;
+}
+
+}  // namespace
+}  // namespace gpuckpt
+
+int main(int argc, char** argv) {
+  try {
+    return gpuckpt::Main(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "gpuckpt: internal error: %s\n", e.what());
+    return 1;
+  }
+}
