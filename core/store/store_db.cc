@@ -45,6 +45,7 @@ rocksdb::ColumnFamilyOptions ChunkFamilyOptions(const std::shared_ptr<rocksdb::C
   // the live ones.
   o.enable_blob_garbage_collection = true;
   o.write_buffer_size = 64ull << 20;
+  o.max_write_buffer_number = 4;
   rocksdb::BlockBasedTableOptions t;
   t.filter_policy.reset(rocksdb::NewBloomFilterPolicy(10));
   t.block_cache = cache;
@@ -140,7 +141,7 @@ Result<std::unique_ptr<StoreDb>> StoreDb::Open(const std::string& dir, bool crea
   rocksdb::DBOptions db_options;
   db_options.create_if_missing = create_if_missing;
   db_options.create_missing_column_families = true;
-  db_options.max_background_jobs = 2;
+  db_options.max_background_jobs = 4;
   db_options.bytes_per_sync = 1 << 20;
   db_options.keep_log_file_num = 4;
   db_options.max_total_wal_size = 256ull << 20;

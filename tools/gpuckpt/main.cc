@@ -15,6 +15,7 @@
 #include <iostream>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "gpuckpt/store.h"
 #include "tools/gpuckpt/progress.h"
@@ -60,6 +61,9 @@ struct Globals {
   std::string store_dir = "/var/lib/gpuckpt";
   int zstd_level = StoreOptions{}.zstd_level;
   unsigned threads = 0;
+  std::vector<uint32_t> generic_sizes;
+  std::vector<uint32_t> page_sizes;
+  bool page_aware = true;
 };
 
 Result<std::unique_ptr<Store>> OpenStore(const Globals& g, bool create) {
@@ -67,6 +71,13 @@ Result<std::unique_ptr<Store>> OpenStore(const Globals& g, bool create) {
   o.create_if_missing = create;
   o.zstd_level = g.zstd_level;
   o.worker_threads = g.threads;
+  if (g.generic_sizes.size() == 3) {
+    o.chunking.generic = ChunkSizes{g.generic_sizes[0], g.generic_sizes[1], g.generic_sizes[2]};
+  }
+  if (g.page_sizes.size() == 3) {
+    o.chunking.pages = ChunkSizes{g.page_sizes[0], g.page_sizes[1], g.page_sizes[2]};
+  }
+  if (!g.page_aware) o.chunking.page_image_globs.clear();
   return Store::Open(g.store_dir, o);
 }
 
@@ -79,6 +90,16 @@ int Main(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::Range(-100, 22));
   app.add_option("--threads", g.threads, "Worker threads (0: one per CPU)")->capture_default_str();
+  app.add_option("--chunk-sizes", g.generic_sizes,
+                 "MIN,AVG,MAX bytes of chunks of ordinary files (default 16K,64K,256K)")
+      ->delimiter(',')
+      ->expected(3);
+  app.add_option("--page-chunk-sizes", g.page_sizes,
+                 "MIN,AVG,MAX bytes of chunks of page images (default 16K,32K,128K)")
+      ->delimiter(',')
+      ->expected(3);
+  app.add_flag("!--no-page-aware", g.page_aware,
+               "Chunk page images (pages-*.img) like ordinary files, not at page boundaries");
 
   std::string src, name, id, dest;
   bool as_json = false;
