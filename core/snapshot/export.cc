@@ -111,7 +111,7 @@ Status StoreImpl::Export(const std::string& id, const std::string& dest_dir_in,
 
     // Chunks are fetched, decompressed and verified on the workers, each
     // writing its piece in place.
-    WorkQueue queue(options_.worker_threads, options_.max_in_flight_bytes);
+    WorkQueue queue(options_.read_threads, options_.max_in_flight_bytes);
     const std::string lower = keys::ExtentKey(info.key, index, 0);
     const std::string upper = keys::FileKey(info.key, index + 1);
     rocksdb::Slice upper_slice(upper);
@@ -131,7 +131,7 @@ Status StoreImpl::Export(const std::string& id, const std::string& dest_dir_in,
       }
       expect += x.length;
       submit_status = queue.Submit(x.length, [this, x, fd, &path, &done](unsigned) -> Status {
-        GPUCKPT_ASSIGN_OR_RETURN(auto chunk, chunk_store_.Read(x.hash, x.length));
+        GPUCKPT_ASSIGN_OR_RETURN(auto chunk, chunk_store_->Read(x.hash, x.seq, x.length));
         GPUCKPT_RETURN_IF_ERROR(WriteAll(fd, chunk->data(), chunk->size(), x.offset, path));
         done.fetch_add(x.length, std::memory_order_relaxed);
         return Status::Ok();
@@ -170,7 +170,7 @@ Status StoreImpl::Export(const std::string& id, const std::string& dest_dir_in,
 
   // Durable before visible: one syncfs() of the destination's filesystem
   // instead of an fsync per file.
-  {
+  if (options_.sync_export) {
     const int dfd = open(tmp.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (dfd < 0) return StatusFromErrno(errno, "opening " + tmp);
     const int rc = syncfs(dfd);

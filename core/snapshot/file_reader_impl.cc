@@ -45,7 +45,7 @@ Result<size_t> FileReaderImpl::Pread(uint64_t offset, size_t len, char* buf) {
         Extent e, DecodeExtentRecord(keys::ExtentOffsetOf(it->key().ToStringView()),
                                      it->value().ToStringView()));
     if (e.offset > pos || e.offset + e.length <= pos) return MissingExtent(pos);
-    GPUCKPT_ASSIGN_OR_RETURN(auto chunk, store_->chunks().Read(e.hash, e.length));
+    GPUCKPT_ASSIGN_OR_RETURN(auto chunk, store_->chunks().Read(e.hash, e.seq, e.length));
     const size_t in_chunk = static_cast<size_t>(pos - e.offset);
     const size_t n = std::min<size_t>(len - done, chunk->size() - in_chunk);
     std::memcpy(buf + done, chunk->data() + in_chunk, n);

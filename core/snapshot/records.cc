@@ -191,9 +191,10 @@ Result<FileEntry> DecodeFileRecord(std::string_view record) {
   }
 }
 
-std::string EncodeExtentRecord(const ChunkHash& hash, uint64_t length) {
+std::string EncodeExtentRecord(const ChunkHash& hash, uint64_t seq, uint64_t length) {
   std::string record(1, static_cast<char>(format::kExtentRecordVersion));
   record.append(hash.view());
+  PutVarint64(&record, seq);
   PutVarint64(&record, length);
   return record;
 }
@@ -207,7 +208,7 @@ Result<Extent> DecodeExtentRecord(uint64_t offset, std::string_view record) {
   e.offset = offset;
   GPUCKPT_ASSIGN_OR_RETURN(e.hash, ChunkHash::FromBytes(record.substr(1, format::kChunkHashSize)));
   std::string_view rest = record.substr(1 + format::kChunkHashSize);
-  if (!GetVarint64(&rest, &e.length) || e.length == 0 || e.length > format::kMaxChunkSize) {
+  if (!GetVarint64(&rest, &e.seq) || !GetVarint64(&rest, &e.length) || e.length == 0 || e.length > format::kMaxChunkSize) {
     return Status::Corruption("extent at offset " + std::to_string(offset) + " has a bad length");
   }
   return e;

@@ -33,8 +33,9 @@ struct Extent {
   uint64_t offset = 0;
   uint64_t length = 0;
   ChunkHash hash;
+  uint64_t seq = 0;  // key of the chunk record
 };
-std::string EncodeExtentRecord(const ChunkHash& hash, uint64_t length);
+std::string EncodeExtentRecord(const ChunkHash& hash, uint64_t seq, uint64_t length);
 // `offset` comes from the key.
 Result<Extent> DecodeExtentRecord(uint64_t offset, std::string_view record);
 

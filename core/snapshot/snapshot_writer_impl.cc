@@ -8,7 +8,6 @@
 #include <cstring>
 
 #include "core/snapshot/records.h"
-#include "core/store/chunk_codec.h"
 #include "core/store/keys.h"
 
 namespace gpuckpt {
@@ -39,7 +38,6 @@ SnapshotWriterImpl::SnapshotWriterImpl(StoreImpl* store, SnapshotSpec spec, uint
       gc_guard_(store->LockAgainstGc()),
       spec_(std::move(spec)),
       key_(key),
-      writer_id_(store->NewWriterId()),
       generic_(generic),
       pages_(pages),
       start_(std::chrono::steady_clock::now()) {
@@ -50,11 +48,6 @@ SnapshotWriterImpl::SnapshotWriterImpl(StoreImpl* store, SnapshotSpec spec, uint
 
 SnapshotWriterImpl::~SnapshotWriterImpl() {
   if (queue_) queue_->Finish().PermitUnchecked();
-  // Claims of batches never written must not outlive us, or other writers
-  // would skip chunks nobody stores.
-  for (auto& b : batches_) {
-    for (const auto& h : b->claimed) store_->inflight().Release(h);
-  }
   if (!committed_) store_->ReleaseName(spec_.name);
   // Records written under key_ by an uncommitted writer are invisible; Gc()
   // removes them.
@@ -159,61 +152,20 @@ Status SnapshotWriterImpl::AddFile(const FileEntry& meta, int fd) {
 Status SnapshotWriterImpl::ProcessChunk(unsigned worker, uint32_t file_index, uint64_t offset,
                                         const std::vector<uint8_t>& data) {
   const ChunkHash hash = HashChunk(data.data(), data.size());
+  GPUCKPT_ASSIGN_OR_RETURN(auto put, store_->chunks().Put(hash, data.data(), data.size(),
+                                                          store_->options().zstd_level));
   Batch* b = batches_[worker].get();
-
-  bool store_it = false;
-  bool claimed = false;
-  switch (store_->inflight().TryClaim(hash, writer_id_)) {
-    case InflightChunks::Claim::kOwnedBySameWriter:
-      break;  // one of our own workers is storing it
-    case InflightChunks::Claim::kClaimed: {
-      auto present = store_->chunks().Contains(hash);
-      if (!present.ok()) {
-        store_->inflight().Release(hash);
-        return present.status();
-      }
-      store_it = !*present;
-      if (store_it) {
-        claimed = true;
-      } else {
-        store_->inflight().Release(hash);
-      }
-      break;
-    }
-    case InflightChunks::Claim::kOwnedByOtherWriter: {
-      // Another writer may still abort; storing it ourselves too (the same
-      // bytes under the same key) is the rare price of not waiting for it.
-      GPUCKPT_ASSIGN_OR_RETURN(bool present, store_->chunks().Contains(hash));
-      store_it = !present;
-      break;
-    }
-  }
-
-  uint64_t stored = 0;
-  if (store_it) {
-    std::string record;
-    EncodeChunkRecord(data.data(), data.size(), store_->options().zstd_level, &record);
-    stored = record.size();
-    if (claimed) b->claimed.push_back(hash);
-    const rocksdb::Slice key(hash.view().data(), hash.view().size());
-    auto s = b->batch.Put(store_->db()->chunks(), key, record);
-    if (s.ok()) {
-      s = b->batch.Put(store_->db()->chunk_meta(), key,
-                       EncodeChunkMeta(ChunkMeta{data.size(), record.size()}));
-    }
-    if (!s.ok()) return FromRocks(s, "batching chunk " + hash.Hex());
-  }
   auto s = b->batch.Put(store_->db()->extents(), keys::ExtentKey(key_, file_index, offset),
-                        EncodeExtentRecord(hash, data.size()));
+                        EncodeExtentRecord(hash, put.seq, data.size()));
   if (!s.ok()) return FromRocks(s, "batching extent");
   {
     std::lock_guard lock(totals_mu_);
     FileTotals& t = totals_[file_index];
     ++t.chunks;
-    if (store_it) {
+    if (put.added) {
       ++t.new_chunks;
       t.new_bytes += data.size();
-      t.stored_bytes += stored;
+      t.stored_bytes += put.stored_bytes;
     }
   }
   if (b->batch.GetDataSize() >= kBatchBytes) return WriteBatch(b);
@@ -225,10 +177,9 @@ Status SnapshotWriterImpl::WriteBatch(Batch* b) {
   // Bulk data skips the WAL (it would write every byte twice); Commit()
   // flushes the memtables before publishing, which makes it durable.
   w.disableWAL = true;
-  Status s = FromRocks(store_->db()->db()->Write(w, &b->batch), "writing chunks of snapshot '" + spec_.name + "'");
+  Status s = FromRocks(store_->db()->db()->Write(w, &b->batch),
+                       "writing the index of snapshot '" + spec_.name + "'");
   b->batch.Clear();
-  for (const auto& h : b->claimed) store_->inflight().Release(h);
-  b->claimed.clear();
   return s;
 }
 

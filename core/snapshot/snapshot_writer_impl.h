@@ -1,10 +1,10 @@
 // SnapshotWriterImpl: the pipeline behind SnapshotWriter.
 //
-// The calling thread reads and cuts chunks; a WorkQueue hashes each chunk,
-// decides whether the store already has it, compresses the new ones and
-// writes chunk and extent records in per-worker batches (without RocksDB's
-// WAL: Commit() flushes the memtables, which syncs their files, before the
-// manifest goes in with a synced WAL write). Memory: the read buffer
+// The calling thread reads and cuts chunks; a WorkQueue hashes each chunk
+// and hands it to ChunkStore::Put (which stores it unless it is there), and
+// writes the extents in per-worker batches (without RocksDB's WAL: Commit()
+// flushes the memtables, which syncs their files, before the manifest goes
+// in with a synced WAL write). Memory: the read buffer
 // (max chunk + 4 MiB) plus StoreOptions::max_in_flight_bytes of chunks plus
 // one batch (about 1 MiB) per worker.
 #ifndef GPUCKPT_CORE_SNAPSHOT_SNAPSHOT_WRITER_IMPL_H_
@@ -46,8 +46,7 @@ class SnapshotWriterImpl final : public SnapshotWriter {
 
  private:
   struct Batch {
-    rocksdb::WriteBatch batch;
-    std::vector<ChunkHash> claimed;  // released once the batch is written
+    rocksdb::WriteBatch batch;  // extents
   };
   struct FileTotals {
     uint64_t chunks = 0;
@@ -67,7 +66,6 @@ class SnapshotWriterImpl final : public SnapshotWriter {
   std::shared_lock<std::shared_mutex> gc_guard_;
   SnapshotSpec spec_;
   uint64_t key_;
-  uint64_t writer_id_;
   Chunker generic_;
   Chunker pages_;
   std::chrono::steady_clock::time_point start_;

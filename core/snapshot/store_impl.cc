@@ -42,16 +42,23 @@ Result<std::unique_ptr<Store>> Store::Open(const std::string& dir, const StoreOp
     return Status::InvalidArgument("zstd level must be between -100 and 22");
   }
   GPUCKPT_ASSIGN_OR_RETURN(auto db, StoreDb::Open(dir, options.create_if_missing, 32u << 20));
-  return std::unique_ptr<Store>(new StoreImpl(std::move(db), options));
+  auto cache = std::make_unique<ChunkCache>(options.chunk_cache_bytes);
+  GPUCKPT_ASSIGN_OR_RETURN(auto chunks, ChunkStore::Open(db.get(), cache.get(), options.verify_on_read));
+  return std::unique_ptr<Store>(
+      new StoreImpl(std::move(db), std::move(cache), std::move(chunks), options));
 }
 
-StoreImpl::StoreImpl(std::unique_ptr<StoreDb> db, const StoreOptions& options)
+StoreImpl::StoreImpl(std::unique_ptr<StoreDb> db, std::unique_ptr<ChunkCache> cache,
+                     std::unique_ptr<ChunkStore> chunks, const StoreOptions& options)
     : db_(std::move(db)),
       options_(options),
-      cache_(options.chunk_cache_bytes),
-      chunk_store_(db_.get(), &cache_, options.verify_on_read) {}
+      cache_(std::move(cache)),
+      chunk_store_(std::move(chunks)) {}
 
-StoreImpl::~StoreImpl() = default;
+StoreImpl::~StoreImpl() {
+  // The chunk store borrows the database: it goes first.
+  chunk_store_.reset();
+}
 
 Result<uint64_t> StoreImpl::AllocateSnapshotKey() {
   std::lock_guard lock(key_mu_);
@@ -228,7 +235,7 @@ Result<GcReport> StoreImpl::Gc() {
 
   // Mark: every chunk named by an extent of a live snapshot. Extents of
   // other keys belong to writers that never committed: swept below.
-  std::unordered_set<ChunkHash, ChunkHashHasher> marked;
+  std::unordered_set<uint64_t> marked;  // chunk sequence numbers
   std::vector<uint64_t> orphan_keys;
   {
     std::unique_ptr<rocksdb::Iterator> it(db_->db()->NewIterator(rocksdb::ReadOptions(), db_->extents()));
@@ -246,7 +253,7 @@ Result<GcReport> StoreImpl::Gc() {
         continue;
       }
       GPUCKPT_ASSIGN_OR_RETURN(Extent e, DecodeExtentRecord(keys::ExtentOffsetOf(key), it->value().ToStringView()));
-      marked.insert(e.hash);
+      marked.insert(e.seq);
     }
     GPUCKPT_RETURN_IF_ERROR(FromRocks(it->status(), "scanning extents"));
   }
@@ -275,17 +282,20 @@ Result<GcReport> StoreImpl::Gc() {
     std::unique_ptr<rocksdb::Iterator> it(db_->db()->NewIterator(rocksdb::ReadOptions(), db_->chunk_meta()));
     for (it->SeekToFirst(); it->Valid(); it->Next()) {
       auto hash = ChunkHash::FromBytes(it->key().ToStringView());
-      if (hash.ok() && marked.count(*hash) != 0) {
+      auto meta = DecodeChunkMeta(it->value().ToStringView());
+      if (!hash.ok() || !meta.ok()) {
+        return Status::Corruption("malformed chunk meta record; run fsck");
+      }
+      if (marked.count(meta->seq) != 0) {
         ++report.chunks_kept;
         continue;
       }
       ++report.chunks_deleted;
-      auto meta = DecodeChunkMeta(it->value().ToStringView());
-      if (meta.ok()) report.bytes_deleted += meta->stored_length;
-      auto s = batch.Delete(db_->chunks(), it->key());
+      report.bytes_deleted += meta->stored_length;
+      auto s = batch.Delete(db_->chunks(), ChunkSeqKey(meta->seq));
       if (s.ok()) s = batch.Delete(db_->chunk_meta(), it->key());
       if (!s.ok()) return FromRocks(s, "batching chunk deletion");
-      if (hash.ok()) cache_.Erase(*hash);
+      cache_->Erase(*hash);
       if (batch.GetDataSize() > (4u << 20)) {
         rocksdb::WriteOptions w;
         GPUCKPT_RETURN_IF_ERROR(FromRocks(db_->db()->Write(w, &batch), "deleting chunks"));
@@ -294,8 +304,8 @@ Result<GcReport> StoreImpl::Gc() {
     }
     GPUCKPT_RETURN_IF_ERROR(FromRocks(it->status(), "scanning chunk meta records"));
   }
-  // A chunk record without its meta record (possible only through damage)
-  // would never be swept above; fsck reports it.
+  // A chunk record without a meta record (possible only through damage) is
+  // never swept above; fsck reports it.
   rocksdb::WriteOptions w;
   w.sync = options_.sync;
   GPUCKPT_RETURN_IF_ERROR(FromRocks(db_->db()->Write(w, &batch), "deleting chunks"));
@@ -314,41 +324,55 @@ Result<GcReport> StoreImpl::Gc() {
 
 Result<FsckReport> StoreImpl::Fsck() {
   FsckReport report;
-  // Every chunk: decodes and matches its name. Remember lengths for the
-  // extent check.
-  std::unordered_map<ChunkHash, uint64_t, ChunkHashHasher> lengths;
+  // Every chunk record: decodes, and its bytes hash to the name it carries.
+  // Remember each good chunk's length by sequence number for the extents.
+  std::unordered_map<uint64_t, std::pair<ChunkHash, uint64_t>> chunks;  // seq -> hash, length
+  std::unordered_set<uint64_t> bad;
   {
     std::unique_ptr<rocksdb::Iterator> it(db_->db()->NewIterator(rocksdb::ReadOptions(), db_->chunks()));
     for (it->SeekToFirst(); it->Valid(); it->Next()) {
       ++report.chunks_checked;
-      auto hash = ChunkHash::FromBytes(it->key().ToStringView());
-      if (!hash.ok()) {
+      if (it->key().size() != 8) {
         report.problems.push_back("chunk key of " + std::to_string(it->key().size()) + " bytes");
         continue;
       }
-      auto len = ChunkStore::Check(*hash, it->value().ToStringView());
-      if (!len.ok()) {
-        report.problems.push_back(len.status().message());
-        lengths[*hash] = UINT64_MAX;  // present but bad
+      const uint64_t seq = keys::GetBigEndian(it->key().ToStringView(), 8);
+      auto checked = ChunkStore::Check(it->value().ToStringView(), seq);
+      if (!checked.ok()) {
+        report.problems.push_back(checked.status().message());
+        bad.insert(seq);
         continue;
       }
-      lengths[*hash] = *len;
-      std::string meta_record;
-      rocksdb::Status ms = db_->db()->Get(rocksdb::ReadOptions(), db_->chunk_meta(), it->key(), &meta_record);
-      auto meta = ms.ok() ? DecodeChunkMeta(meta_record) : Result<ChunkMeta>(Status::NotFound("no meta record"));
-      if (!meta.ok() || meta->raw_length != *len || meta->stored_length != it->value().size()) {
-        report.problems.push_back("chunk " + hash->Hex() + ": meta record missing or inconsistent");
-      }
+      chunks[seq] = *checked;
     }
     if (!it->status().ok()) report.problems.push_back("scanning chunks: " + it->status().ToString());
   }
   {
-    // Meta records whose chunk is gone would make imports skip data.
+    // Meta records: each names an existing chunk with its length; every
+    // chunk has one. A meta record without its chunk would make imports
+    // skip data they need.
+    std::unordered_set<uint64_t> with_meta;
     std::unique_ptr<rocksdb::Iterator> it(db_->db()->NewIterator(rocksdb::ReadOptions(), db_->chunk_meta()));
     for (it->SeekToFirst(); it->Valid(); it->Next()) {
       auto hash = ChunkHash::FromBytes(it->key().ToStringView());
-      if (hash.ok() && lengths.count(*hash) == 0) {
-        report.problems.push_back("chunk " + hash->Hex() + " has a meta record but no data");
+      auto meta = DecodeChunkMeta(it->value().ToStringView());
+      if (!hash.ok() || !meta.ok()) {
+        report.problems.push_back("malformed chunk meta record");
+        continue;
+      }
+      with_meta.insert(meta->seq);
+      auto found = chunks.find(meta->seq);
+      if (found == chunks.end()) {
+        if (bad.count(meta->seq) == 0) {
+          report.problems.push_back("chunk " + hash->Hex() + " has a meta record but no data");
+        }
+      } else if (found->second.first != *hash || found->second.second != meta->raw_length) {
+        report.problems.push_back("chunk " + hash->Hex() + ": meta record disagrees with its data");
+      }
+    }
+    for (const auto& [seq, chunk] : chunks) {
+      if (with_meta.count(seq) == 0) {
+        report.problems.push_back("chunk " + chunk.first.Hex() + " has no meta record");
       }
     }
   }
@@ -374,34 +398,38 @@ Result<FsckReport> StoreImpl::Fsck() {
       r.iterate_upper_bound = &upper_slice;
       std::unique_ptr<rocksdb::Iterator> it(db_->db()->NewIterator(r, db_->extents()));
       uint64_t expect = 0;
-      bool bad = false;
-      for (it->Seek(lower); it->Valid() && !bad; it->Next()) {
+      bool broken = false;
+      for (it->Seek(lower); it->Valid() && !broken; it->Next()) {
         ++report.extents_checked;
         const uint64_t offset = keys::ExtentOffsetOf(it->key().ToStringView());
         auto e = DecodeExtentRecord(offset, it->value().ToStringView());
         if (!e.ok()) {
           report.problems.push_back(where + ": " + e.status().message());
-          bad = true;
+          broken = true;
           break;
         }
         if (e->offset != expect) {
           report.problems.push_back(where + ": extent at " + std::to_string(e->offset) +
                                     ", expected " + std::to_string(expect));
-          bad = true;
+          broken = true;
           break;
         }
-        auto found = lengths.find(e->hash);
-        if (found == lengths.end()) {
-          report.problems.push_back(where + ": chunk " + e->hash.Hex() + " at offset " +
-                                    std::to_string(offset) + " is missing");
-        } else if (found->second != UINT64_MAX && found->second != e->length) {
-          report.problems.push_back(where + ": chunk " + e->hash.Hex() + " has length " +
-                                    std::to_string(found->second) + ", extent says " +
-                                    std::to_string(e->length));
+        auto found = chunks.find(e->seq);
+        if (found == chunks.end()) {
+          if (bad.count(e->seq) == 0) {
+            report.problems.push_back(where + ": chunk " + e->hash.Hex() + " at offset " +
+                                      std::to_string(offset) + " is missing");
+          } else {
+            report.problems.push_back(where + ": damaged chunk " + e->hash.Hex() + " at offset " +
+                                      std::to_string(offset));
+          }
+        } else if (found->second.first != e->hash || found->second.second != e->length) {
+          report.problems.push_back(where + ": extent at offset " + std::to_string(offset) +
+                                    " disagrees with chunk " + std::to_string(e->seq));
         }
         expect += e->length;
       }
-      if (!bad && expect != entry.size) {
+      if (!broken && expect != entry.size) {
         report.problems.push_back(where + ": extents cover " + std::to_string(expect) +
                                   " bytes, the file has " + std::to_string(entry.size));
       }

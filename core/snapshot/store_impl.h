@@ -15,7 +15,6 @@
 #include <shared_mutex>
 #include <string>
 
-#include "core/snapshot/inflight_chunks.h"
 #include "core/store/chunk_cache.h"
 #include "core/store/chunk_store.h"
 #include "core/store/store_db.h"
@@ -25,7 +24,8 @@ namespace gpuckpt {
 
 class StoreImpl final : public Store {
  public:
-  StoreImpl(std::unique_ptr<StoreDb> db, const StoreOptions& options);
+  StoreImpl(std::unique_ptr<StoreDb> db, std::unique_ptr<ChunkCache> cache,
+            std::unique_ptr<ChunkStore> chunks, const StoreOptions& options);
   ~StoreImpl() override;
 
   Result<std::unique_ptr<SnapshotWriter>> BeginSnapshot(const SnapshotSpec& spec) override;
@@ -46,9 +46,8 @@ class StoreImpl final : public Store {
 
   // For the snapshot writer.
   StoreDb* db() const { return db_.get(); }
-  const ChunkStore& chunks() const { return chunk_store_; }
+  ChunkStore& chunks() const { return *chunk_store_; }
   const StoreOptions& options() const { return options_; }
-  InflightChunks& inflight() { return inflight_; }
   // Publishes a committed writer's manifest; fails if the name was taken
   // meanwhile.
   Status Publish(const SnapshotInfo& info);
@@ -57,7 +56,6 @@ class StoreImpl final : public Store {
 
   // Held by a writer for its whole life: Gc waits for it.
   std::shared_lock<std::shared_mutex> LockAgainstGc() { return std::shared_lock(gc_mu_); }
-  uint64_t NewWriterId() { return next_writer_id_++; }
 
   // Files of snapshot `key` with their index numbers, in index order.
   Result<std::vector<std::pair<uint32_t, FileEntry>>> ReadFileRecords(uint64_t key);
@@ -67,10 +65,8 @@ class StoreImpl final : public Store {
 
   std::unique_ptr<StoreDb> db_;
   StoreOptions options_;
-  ChunkCache cache_;
-  ChunkStore chunk_store_;
-  InflightChunks inflight_;
-  std::atomic<uint64_t> next_writer_id_{1};
+  std::unique_ptr<ChunkCache> cache_;
+  std::unique_ptr<ChunkStore> chunk_store_;  // borrows db_ and cache_
 
   std::shared_mutex gc_mu_;
   std::mutex names_mu_;  // after gc_mu_

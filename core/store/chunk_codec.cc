@@ -40,13 +40,15 @@ bool GetVarint64(std::string_view* in, uint64_t* v) {
   return false;
 }
 
-void EncodeChunkRecord(const uint8_t* data, size_t len, int zstd_level, std::string* record) {
+void EncodeChunkRecord(const uint8_t* data, size_t len, const ChunkHash& hash, int zstd_level,
+                       std::string* record) {
   thread_local std::unique_ptr<ZSTD_CCtx, CCtxDeleter> cctx(ZSTD_createCCtx());
   record->clear();
   record->push_back(static_cast<char>(format::kChunkRecordVersion));
   const size_t codec_pos = record->size();
   record->push_back(static_cast<char>(format::kCodecZstd));
   PutVarint64(record, len);
+  record->append(hash.view());
   const size_t header = record->size();
   // Only worth it when it saves at least 1/32: below that the read-side
   // decompression costs more than the bytes saved.
@@ -68,6 +70,7 @@ void EncodeChunkRecord(const uint8_t* data, size_t len, int zstd_level, std::str
 
 std::string EncodeChunkMeta(const ChunkMeta& meta) {
   std::string record(1, static_cast<char>(format::kChunkMetaRecordVersion));
+  PutVarint64(&record, meta.seq);
   PutVarint64(&record, meta.raw_length);
   PutVarint64(&record, meta.stored_length);
   return record;
@@ -79,7 +82,8 @@ Result<ChunkMeta> DecodeChunkMeta(std::string_view record) {
     return Status::Corruption("chunk meta record with unknown version");
   }
   record.remove_prefix(1);
-  if (!GetVarint64(&record, &meta.raw_length) || !GetVarint64(&record, &meta.stored_length)) {
+  if (!GetVarint64(&record, &meta.seq) || !GetVarint64(&record, &meta.raw_length) ||
+      !GetVarint64(&record, &meta.stored_length)) {
     return Status::Corruption("malformed chunk meta record");
   }
   return meta;
@@ -99,7 +103,8 @@ Result<uint64_t> ChunkRecordRawLength(std::string_view record) {
   return raw_len;
 }
 
-Status DecodeChunkRecord(std::string_view record, std::string_view what, std::string* out) {
+Status DecodeChunkRecord(std::string_view record, std::string_view what, std::string* out,
+                         ChunkHash* hash) {
   auto corrupt = [&](const std::string& why) {
     return Status::Corruption("chunk " + std::string(what) + ": " + why);
   };
@@ -109,6 +114,11 @@ Status DecodeChunkRecord(std::string_view record, std::string_view what, std::st
   std::string_view payload = record.substr(2);
   uint64_t ignored;
   GetVarint64(&payload, &ignored);
+  if (payload.size() < format::kChunkHashSize) return corrupt("record too short for its hash");
+  auto stored_hash = ChunkHash::FromBytes(payload.substr(0, format::kChunkHashSize));
+  if (!stored_hash.ok()) return corrupt("bad hash");
+  *hash = *stored_hash;
+  payload.remove_prefix(format::kChunkHashSize);
   if (codec == format::kCodecRaw) {
     if (payload.size() != *raw_len) return corrupt("raw payload length mismatch");
     out->assign(payload);

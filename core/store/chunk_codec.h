@@ -1,6 +1,9 @@
 // Chunk records: how one chunk's bytes are kept as a RocksDB value.
 //
-//   record := version:u8 codec:u8 raw_length:varint64 payload
+//   record := version:u8 codec:u8 raw_length:varint64 hash:32 payload
+//
+// The hash is kept in the record so that fsck can check a chunk read in
+// key (sequence) order without another lookup.
 //
 // codec 0 stores the payload raw, codec 1 as one zstd frame. Encoding keeps
 // a chunk raw when zstd saves less than 1/32 of it, so incompressible memory
@@ -14,24 +17,29 @@
 #include <string>
 #include <string_view>
 
+#include "core/store/chunk_hash.h"
 #include "gpuckpt/status.h"
 
 namespace gpuckpt {
 
-// Appends the record for `data` to `*record` (which it clears first).
-void EncodeChunkRecord(const uint8_t* data, size_t len, int zstd_level, std::string* record);
+// Writes the record for `data`, named `hash`, into `*record`.
+void EncodeChunkRecord(const uint8_t* data, size_t len, const ChunkHash& hash, int zstd_level,
+                       std::string* record);
 
-// Decodes `record` into `*out`. kCorruption on any inconsistency (unknown
-// version or codec, bad length, zstd error); `what` names the chunk in the
-// message.
-Status DecodeChunkRecord(std::string_view record, std::string_view what, std::string* out);
+// Decodes `record` into `*out` and the hash it claims into `*hash`.
+// kCorruption on any inconsistency (unknown version or codec, bad length,
+// zstd error); `what` names the chunk in the message. Does not re-hash.
+Status DecodeChunkRecord(std::string_view record, std::string_view what, std::string* out,
+                         ChunkHash* hash);
 
 // The raw length a record declares, without decoding it.
 Result<uint64_t> ChunkRecordRawLength(std::string_view record);
 
 // Chunk meta records (column family chunk_meta):
-//   meta := version:u8 raw_length:varint64 stored_length:varint64
+//   meta := version:u8 seq:varint64 raw_length:varint64 stored_length:varint64
+// `seq` is the chunk's key in the chunks family.
 struct ChunkMeta {
+  uint64_t seq = 0;
   uint64_t raw_length = 0;
   uint64_t stored_length = 0;  // size of the chunk record
 };

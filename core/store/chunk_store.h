@@ -1,18 +1,36 @@
-// ChunkStore: reads and checks chunks of the chunks column family.
+// ChunkStore: the deduplicated chunks of a store.
 //
-// Reading a chunk fetches its record, decodes it and (when verifying)
-// re-hashes the bytes: a chunk whose bytes do not match its name is
-// kCorruption, never returned. Writes are not here: the snapshot writer
-// batches chunk records together with its extents.
+// Chunks are named by their SHA-256 (chunk_meta family: hash -> sequence
+// number and sizes) and kept under a sequence number given in the order
+// they arrive (chunks family: seq -> record). Ingest order is file order,
+// so RocksDB's blob files hold the chunks of a checkpoint in the order they
+// are read back: a sequential read of a file is a (mostly) sequential read
+// of the disk.
+//
+// Put() stores a chunk unless one with its hash exists: a chunk is written
+// once, whatever process, snapshot or file it comes from. Concurrent Put()s
+// of the same hash wait for each other (for one compression and one small
+// write), so the second finds the first's record.
+//
+// Reading re-hashes (when verify_on_read): a chunk whose bytes do not match
+// its name is kCorruption, never returned.
 //
 // Thread-safe. Borrows the StoreDb and the ChunkCache, which must outlive it.
+// Chunk records are written without RocksDB's WAL: they are durable after
+// StoreDb::FlushAll(), which a snapshot does before it is published.
 #ifndef GPUCKPT_CORE_STORE_CHUNK_STORE_H_
 #define GPUCKPT_CORE_STORE_CHUNK_STORE_H_
 
+#include <atomic>
+#include <condition_variable>
 #include <memory>
+#include <mutex>
+#include <optional>
 #include <string>
+#include <unordered_set>
 
 #include "core/store/chunk_cache.h"
+#include "core/store/chunk_codec.h"
 #include "core/store/chunk_hash.h"
 #include "core/store/store_db.h"
 #include "gpuckpt/status.h"
@@ -21,28 +39,53 @@ namespace gpuckpt {
 
 class ChunkStore {
  public:
-  ChunkStore(StoreDb* db, ChunkCache* cache, bool verify_on_read)
-      : db_(db), cache_(cache), verify_(verify_on_read) {}
+  // Reads the last sequence number in use.
+  static Result<std::unique_ptr<ChunkStore>> Open(StoreDb* db, ChunkCache* cache,
+                                                  bool verify_on_read);
 
-  // Whether a chunk named `hash` is stored.
-  Result<bool> Contains(const ChunkHash& hash) const;
+  struct PutResult {
+    uint64_t seq = 0;
+    bool added = false;         // false: the store already had it
+    uint64_t stored_bytes = 0;  // size of the new record (0 when not added)
+  };
+  Result<PutResult> Put(const ChunkHash& hash, const uint8_t* data, size_t len, int zstd_level);
 
-  // The raw bytes of chunk `hash`, which must be `expected_len` long
-  // (from the extent that names it). Served from the cache when there.
-  Result<std::shared_ptr<const std::string>> Read(const ChunkHash& hash,
+  // The meta record of chunk `hash`, if stored.
+  Result<std::optional<ChunkMeta>> Lookup(const ChunkHash& hash) const;
+
+  // The raw bytes of chunk `hash` stored under `seq`, which must be
+  // `expected_len` long (from the extent that names it). Served from the
+  // cache when there.
+  Result<std::shared_ptr<const std::string>> Read(const ChunkHash& hash, uint64_t seq,
                                                   uint64_t expected_len) const;
 
   // Decodes and re-hashes a stored record regardless of verify_on_read
-  // (fsck). Returns the raw length.
-  static Result<uint64_t> Check(const ChunkHash& hash, std::string_view record);
+  // (fsck). Returns the hash and the raw length.
+  static Result<std::pair<ChunkHash, uint64_t>> Check(std::string_view record, uint64_t seq);
 
   ChunkCache* cache() const { return cache_; }
 
  private:
+  ChunkStore(StoreDb* db, ChunkCache* cache, bool verify_on_read, uint64_t next_seq)
+      : db_(db), cache_(cache), verify_(verify_on_read), next_seq_(next_seq) {}
+
+  // Holds `hash` for the caller until Release(); waits while someone else
+  // holds it.
+  void Claim(const ChunkHash& hash);
+  void Release(const ChunkHash& hash);
+
   StoreDb* db_;
   ChunkCache* cache_;
   bool verify_;
+  std::atomic<uint64_t> next_seq_;
+
+  std::mutex claims_mu_;
+  std::condition_variable claims_cv_;
+  std::unordered_set<ChunkHash, ChunkHashHasher> claims_;  // guarded by claims_mu_
 };
+
+// Key of a chunk record: seq as 8 big-endian bytes.
+std::string ChunkSeqKey(uint64_t seq);
 
 }  // namespace gpuckpt
 

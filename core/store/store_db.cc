@@ -145,6 +145,11 @@ Result<std::unique_ptr<StoreDb>> StoreDb::Open(const std::string& dir, bool crea
   db_options.bytes_per_sync = 1 << 20;
   db_options.keep_log_file_num = 4;
   db_options.max_total_wal_size = 256ull << 20;
+  // Chunks, their meta records and extents are written without the WAL and
+  // made durable by a flush before a snapshot is published. Atomic flush
+  // keeps the families consistent with each other at every flush, so a
+  // crash never leaves a meta record whose chunk was lost.
+  db_options.atomic_flush = true;
 
   std::vector<rocksdb::ColumnFamilyDescriptor> families = {
       {format::kMetaFamily, IndexFamilyOptions(cache)},

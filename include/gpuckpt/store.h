@@ -43,9 +43,20 @@ struct StoreOptions {
   // Default: -1.
   int zstd_level = -1;
 
-  // Threads that hash and compress during an import, and fetch chunks during
-  // an export. 0 means one per online CPU. Default: 0.
+  // Threads that hash and compress during an import. 0 means one per online
+  // CPU. Default: 0.
   unsigned worker_threads = 0;
+
+  // Threads that fetch, decompress and verify chunks during an export.
+  // Reads of a cold store block on the disk, so more threads than cores
+  // keep the disk busy: on the 2-core benchmark machine 8 threads read a
+  // cold store 1.5x faster than 2. Default: 8.
+  unsigned read_threads = 8;
+
+  // Export: syncfs() the destination before renaming it into place, so a
+  // power loss cannot leave a complete-looking tree with missing data.
+  // Default: true.
+  bool sync_export = true;
 
   // Upper bound on chunk bytes held in memory by one import or export
   // (read but not yet written). This, plus the chunker's read buffer

@@ -526,6 +526,22 @@ Status FlipChunkByte(const std::string& store_dir, const std::string& hash_hex, 
   return Status::NotFound("no chunk " + hash_hex);
 }
 
+Status DeleteChunkData(const std::string& store_dir, const std::string& hash_hex) {
+  RawDb raw;
+  GPUCKPT_RETURN_IF_ERROR(OpenRaw(store_dir, &raw));
+  std::unique_ptr<rocksdb::Iterator> it(raw.db->NewIterator(rocksdb::ReadOptions(), raw.handles[1]));
+  for (it->SeekToFirst(); it->Valid(); it->Next()) {
+    if (HexOf(it->key().ToStringView()) != hash_hex) continue;
+    const std::string key = it->key().ToString();
+    it.reset();
+    rocksdb::WriteOptions w;
+    w.sync = true;
+    rocksdb::Status s = raw.db->Delete(w, raw.handles[1], key);
+    return s.ok() ? Status::Ok() : Status::IOError(s.ToString());
+  }
+  return Status::NotFound("no chunk " + hash_hex);
+}
+
 std::vector<std::string> ListDir(const std::string& dir) {
   std::vector<std::string> out;
   ListDirInto(dir, "", &out);

@@ -146,6 +146,10 @@ Result<std::vector<StoredChunk>> ListStoredChunks(const std::string& store_dir);
 // `store_dir` (the store must not be open).
 Status FlipChunkByte(const std::string& store_dir, const std::string& hash_hex, size_t payload_offset);
 
+// Deletes the data record (not the meta record) of chunk `hash_hex` of the
+// closed store at `store_dir`: a chunk lost by damage.
+Status DeleteChunkData(const std::string& store_dir, const std::string& hash_hex);
+
 // Paths (relative) of all entries under `dir`, sorted, e.g. to check that a
 // failed export left nothing behind.
 std::vector<std::string> ListDir(const std::string& dir);

@@ -64,6 +64,7 @@ struct Globals {
   std::vector<uint32_t> generic_sizes;
   std::vector<uint32_t> page_sizes;
   bool page_aware = true;
+  bool no_sync = false;
 };
 
 Result<std::unique_ptr<Store>> OpenStore(const Globals& g, bool create) {
@@ -78,6 +79,7 @@ Result<std::unique_ptr<Store>> OpenStore(const Globals& g, bool create) {
     o.chunking.pages = ChunkSizes{g.page_sizes[0], g.page_sizes[1], g.page_sizes[2]};
   }
   if (!g.page_aware) o.chunking.page_image_globs.clear();
+  o.sync_export = !g.no_sync;
   return Store::Open(g.store_dir, o);
 }
 
@@ -111,6 +113,9 @@ int Main(int argc, char** argv) {
   auto* exp = app.add_subcommand("export", "Write a snapshot into a new directory");
   exp->add_option("ID", id, "Snapshot id")->required();
   exp->add_option("DEST_DIR", dest, "Destination (must not exist, or be empty)")->required();
+  exp->add_flag("--no-sync", g.no_sync,
+                "Don't sync the destination before renaming it into place (faster; a power loss "
+                "soon after may leave files incomplete)");
 
   auto* ls = app.add_subcommand("ls", "List snapshots");
   ls->add_flag("--json", as_json, "JSON output");
