@@ -4,6 +4,7 @@
 
 #include "core/store/chunk_codec.h"
 #include "core/store/format.h"
+#include "gpuckpt/store.h"
 
 namespace gpuckpt {
 namespace {
@@ -90,6 +91,8 @@ std::string SnapshotInfoToJson(const SnapshotInfo& info, int indent) {
   };
   return j.dump(indent);
 }
+
+std::string SnapshotManifestJson(const SnapshotInfo& info) { return SnapshotInfoToJson(info, 2) + "\n"; }
 
 std::string EncodeSnapshotRecord(const SnapshotInfo& info) {
   json j = json::parse(SnapshotInfoToJson(info));

@@ -137,6 +137,11 @@ class Store {
   virtual const std::string& dir() const = 0;
 };
 
+// The manifest of a snapshot as users see it (`manifest.json`, `gpuckpt ls
+// --json`): pretty-printed JSON, ending in a newline. Format in
+// core/store/FORMAT.md.
+std::string SnapshotManifestJson(const SnapshotInfo& info);
+
 }  // namespace gpuckpt
 
 #endif  // GPUCKPT_STORE_H_

@@ -17,16 +17,32 @@ namespace {
 using testing::RandomBytes;
 using testing::Rng;
 
+ChunkHash HashOf(const std::string& data) {
+  return HashChunk(reinterpret_cast<const uint8_t*>(data.data()), data.size());
+}
+
 std::string Encode(const std::string& data, int level = -1) {
   std::string record;
-  EncodeChunkRecord(reinterpret_cast<const uint8_t*>(data.data()), data.size(), level, &record);
+  EncodeChunkRecord(reinterpret_cast<const uint8_t*>(data.data()), data.size(), HashOf(data), level,
+                    &record);
   return record;
 }
 
+// Version, codec, raw length, hash: everything before the payload.
 size_t HeaderSize(uint64_t raw_len) {
   std::string v;
   PutVarint64(&v, raw_len);
-  return 2 + v.size();
+  return 2 + v.size() + format::kChunkHashSize;
+}
+
+// The record without version, codec and length: hash and payload.
+std::string Body(const std::string& record, uint64_t raw_len) {
+  return record.substr(HeaderSize(raw_len) - format::kChunkHashSize);
+}
+
+Status Decode(std::string_view record, std::string* out, ChunkHash* hash = nullptr) {
+  ChunkHash ignored;
+  return DecodeChunkRecord(record, "test", out, hash != nullptr ? hash : &ignored);
 }
 
 TEST(ChunkCodecTest, RandomDataIsStoredRaw) {
@@ -37,8 +53,10 @@ TEST(ChunkCodecTest, RandomDataIsStoredRaw) {
   EXPECT_EQ(uint8_t(record[1]), format::kCodecRaw);
   EXPECT_EQ(record.size(), HeaderSize(data.size()) + data.size());
   std::string out;
-  ASSERT_OK(DecodeChunkRecord(record, "test", &out));
+  ChunkHash hash;
+  ASSERT_OK(Decode(record, &out, &hash));
   EXPECT_EQ(out, data);
+  EXPECT_EQ(hash, HashOf(data)) << "the record carries its chunk's name";
 }
 
 TEST(ChunkCodecTest, ZerosAreCompressedWithZstd) {
@@ -48,7 +66,7 @@ TEST(ChunkCodecTest, ZerosAreCompressedWithZstd) {
     EXPECT_EQ(uint8_t(record[1]), format::kCodecZstd) << "level " << level;
     EXPECT_LT(record.size(), 1024u) << "level " << level;
     std::string out = "garbage that must be replaced";
-    ASSERT_OK(DecodeChunkRecord(record, "test", &out));
+    ASSERT_OK(Decode(record, &out));
     EXPECT_EQ(out, data);
     auto len = ChunkRecordRawLength(record);
     ASSERT_OK(len);
@@ -68,7 +86,7 @@ TEST(ChunkCodecTest, EmptyAndOneByteChunksRoundTrip) {
   for (const std::string& data : {std::string(), std::string(1, 'a')}) {
     const std::string record = Encode(data);
     std::string out = "x";
-    ASSERT_OK(DecodeChunkRecord(record, "test", &out));
+    ASSERT_OK(Decode(record, &out));
     EXPECT_EQ(out, data);
   }
 }
@@ -79,7 +97,7 @@ TEST(ChunkCodecTest, TruncatedRecordsAreCorruption) {
     const std::string record = Encode(data);
     for (size_t len = 0; len < record.size(); ++len) {
       std::string out;
-      Status s = DecodeChunkRecord(std::string_view(record).substr(0, len), "cut", &out);
+      Status s = Decode(std::string_view(record).substr(0, len), &out);
       ASSERT_CODE(s, StatusCode::kCorruption) << "codec " << int(record[1]) << ", cut to " << len
                                               << " of " << record.size() << " bytes";
     }
@@ -93,28 +111,28 @@ TEST(ChunkCodecTest, DamagedHeadersAreCorruption) {
 
   std::string bad_version = record;
   bad_version[0] = 2;
-  EXPECT_CODE(DecodeChunkRecord(bad_version, "v", &out), StatusCode::kCorruption);
+  EXPECT_CODE(Decode(bad_version, &out), StatusCode::kCorruption);
 
   std::string bad_codec = record;
   bad_codec[1] = 7;
-  EXPECT_CODE(DecodeChunkRecord(bad_codec, "c", &out), StatusCode::kCorruption);
+  EXPECT_CODE(Decode(bad_codec, &out), StatusCode::kCorruption);
 
   // A raw chunk whose declared length does not match its payload.
   std::string raw = Encode(RandomBytes(1000, 5));
   raw.push_back('x');
-  EXPECT_CODE(DecodeChunkRecord(raw, "r", &out), StatusCode::kCorruption);
+  EXPECT_CODE(Decode(raw, &out), StatusCode::kCorruption);
 
   // A zstd chunk that declares a different length than its frame holds.
   std::string longer(1, char(format::kChunkRecordVersion));
   longer.push_back(char(format::kCodecZstd));
   PutVarint64(&longer, zeros.size() + 1);
-  longer.append(record.substr(HeaderSize(zeros.size())));
-  EXPECT_CODE(DecodeChunkRecord(longer, "l", &out), StatusCode::kCorruption);
+  longer.append(Body(record, zeros.size()));
+  EXPECT_CODE(Decode(longer, &out), StatusCode::kCorruption);
   std::string shorter(1, char(format::kChunkRecordVersion));
   shorter.push_back(char(format::kCodecZstd));
   PutVarint64(&shorter, zeros.size() - 1);
-  shorter.append(record.substr(HeaderSize(zeros.size())));
-  EXPECT_CODE(DecodeChunkRecord(shorter, "s", &out), StatusCode::kCorruption);
+  shorter.append(Body(record, zeros.size()));
+  EXPECT_CODE(Decode(shorter, &out), StatusCode::kCorruption);
 }
 
 TEST(ChunkCodecTest, HugeDeclaredLengthIsRefusedBeforeAllocating) {
@@ -126,7 +144,7 @@ TEST(ChunkCodecTest, HugeDeclaredLengthIsRefusedBeforeAllocating) {
     PutVarint64(&record, uint64_t{1} << 40);
     record += "tiny";
     std::string out;
-    EXPECT_CODE(DecodeChunkRecord(record, "huge", &out), StatusCode::kCorruption);
+    EXPECT_CODE(Decode(record, &out), StatusCode::kCorruption);
     EXPECT_LT(out.capacity(), 1u << 20);
     EXPECT_CODE(ChunkRecordRawLength(record), StatusCode::kCorruption);
   }
@@ -136,12 +154,12 @@ TEST(ChunkCodecTest, HugeDeclaredLengthIsRefusedBeforeAllocating) {
   PutVarint64(&record, uint64_t{format::kMaxChunkSize} + 1);
   record += "tiny";
   std::string out;
-  EXPECT_CODE(DecodeChunkRecord(record, "limit", &out), StatusCode::kCorruption);
+  EXPECT_CODE(Decode(record, &out), StatusCode::kCorruption);
   // A varint that never ends.
   std::string endless(1, char(format::kChunkRecordVersion));
   endless.push_back(char(format::kCodecRaw));
   endless.append(12, char(0xff));
-  EXPECT_CODE(DecodeChunkRecord(endless, "endless", &out), StatusCode::kCorruption);
+  EXPECT_CODE(Decode(endless, &out), StatusCode::kCorruption);
 }
 
 TEST(ChunkCodecTest, GarbledRecordsNeverCrashOrReturnTheWrongLength) {
@@ -156,7 +174,7 @@ TEST(ChunkCodecTest, GarbledRecordsNeverCrashOrReturnTheWrongLength) {
     std::string bad = record;
     bad[i] = static_cast<char>(bad[i] ^ (1u << rng.Uniform(0, 7)));
     std::string out;
-    Status s = DecodeChunkRecord(bad, "flip", &out);
+    Status s = Decode(bad, &out);
     if (s.ok()) {
       auto len = ChunkRecordRawLength(bad);
       ASSERT_OK(len);
@@ -176,11 +194,13 @@ TEST(ChunkCodecTest, GarbledRecordsNeverCrashOrReturnTheWrongLength) {
       garbage.push_back(char(rng.Uniform(0, 1)));
       PutVarint64(&garbage, rng.Uniform(0, 1u << 16));
       garbage += RandomBytes(rng.Uniform(0, 200), 5000 + i);
-      if (rng.Next() % 4 == 0) garbage += record.substr(HeaderSize(compressible.size()));
+      if (rng.Next() % 4 == 0) garbage += Body(record, compressible.size());
     }
     std::string out;
-    Status s = DecodeChunkRecord(garbage, "garbage", &out);
-    if (!s.ok()) EXPECT_CODE(s, StatusCode::kCorruption);
+    Status s = Decode(garbage, &out);
+    if (!s.ok()) {
+      EXPECT_CODE(s, StatusCode::kCorruption);
+    }
   }
 }
 
@@ -189,7 +209,9 @@ TEST(ChunkCodecTest, DecodedRecordMatchesTheChunkHash) {
   const std::string data = std::string(10000, 'z') + RandomBytes(10000, 8);
   const ChunkHash h = HashChunk(reinterpret_cast<const uint8_t*>(data.data()), data.size());
   std::string out;
-  ASSERT_OK(DecodeChunkRecord(Encode(data), "h", &out));
+  ChunkHash carried;
+  ASSERT_OK(Decode(Encode(data), &out, &carried));
+  EXPECT_EQ(carried, h);
   EXPECT_EQ(HashChunk(reinterpret_cast<const uint8_t*>(out.data()), out.size()), h);
   EXPECT_EQ(h.Hex().size(), 64u);
   EXPECT_CODE(ChunkHash::FromBytes("short"), StatusCode::kCorruption);
@@ -199,10 +221,11 @@ TEST(ChunkCodecTest, DecodedRecordMatchesTheChunkHash) {
 }
 
 TEST(ChunkCodecTest, ChunkMetaRoundTripsAndRejectsDamage) {
-  const ChunkMeta meta{123456, 789};
+  const ChunkMeta meta{1ull << 40, 123456, 789};
   const std::string record = EncodeChunkMeta(meta);
   auto back = DecodeChunkMeta(record);
   ASSERT_OK(back);
+  EXPECT_EQ(back->seq, meta.seq);
   EXPECT_EQ(back->raw_length, meta.raw_length);
   EXPECT_EQ(back->stored_length, meta.stored_length);
   EXPECT_CODE(DecodeChunkMeta(""), StatusCode::kCorruption);

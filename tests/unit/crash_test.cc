@@ -131,7 +131,9 @@ TEST(CrashTest, ImportKilledAtRandomPointsLeavesNoPartialSnapshot) {
       EXPECT_EQ(committed.count(info.id), 1u) << "unexpected snapshot '" << info.id << "'";
     }
     EXPECT_EQ(list.size(), committed.size() + (present ? 1 : 0)) << "a committed snapshot vanished";
-    if (!was_killed) EXPECT_TRUE(present) << "an import that exited 0 is not listed";
+    if (!was_killed) {
+      EXPECT_TRUE(present) << "an import that exited 0 is not listed";
+    }
     if (present) {
       // Complete and byte-identical, or not there at all.
       EXPECT_TRUE(testing::ExportMatches(*store, id, work, tmp.path()));

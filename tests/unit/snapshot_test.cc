@@ -134,9 +134,15 @@ TEST_F(SnapshotTest, FilesAtChunkSizeBoundsRoundTripByExportAndPread) {
     const FileEntry& e = by_path[f.name];
     EXPECT_EQ(e.size, f.data.size());
     const ChunkSizes& sizes = f.page_image ? chunking.pages : chunking.generic;
-    if (f.data.empty()) EXPECT_EQ(e.chunk_count, 0u);
-    if (!f.data.empty() && f.data.size() <= sizes.min_size) EXPECT_EQ(e.chunk_count, 1u);
-    if (f.data.size() > sizes.max_size) EXPECT_GE(e.chunk_count, 2u);
+    if (f.data.empty()) {
+      EXPECT_EQ(e.chunk_count, 0u);
+    }
+    if (!f.data.empty() && f.data.size() <= sizes.min_size) {
+      EXPECT_EQ(e.chunk_count, 1u);
+    }
+    if (f.data.size() > sizes.max_size) {
+      EXPECT_GE(e.chunk_count, 2u);
+    }
 
     ASSERT_OK_AND_ASSIGN(auto reader, store->OpenFile("bounds", f.name));
     EXPECT_EQ(reader->entry().size, f.data.size());
@@ -188,7 +194,9 @@ TEST_F(SnapshotTest, DirectoriesSymlinksModesAndOwnersRoundTrip) {
   ASSERT_EQ(symlink("does/not/exist", (src + "/dangling").c_str()), 0);
   ASSERT_EQ(symlink("a/b", (src + "/dir-link").c_str()), 0);
   const bool root = geteuid() == 0;
-  if (root) ASSERT_EQ(lchown((src + "/private").c_str(), 1234, 5678), 0);
+  if (root) {
+    ASSERT_EQ(lchown((src + "/private").c_str(), 1234, 5678), 0);
+  }
   // Directory mtimes last: creating entries changed them.
   const timespec old_times[2] = {{1000000000, 123456789}, {1000000000, 123456789}};
   ASSERT_EQ(utimensat(AT_FDCWD, (src + "/a/b").c_str(), old_times, 0), 0);

@@ -3,6 +3,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <rocksdb/db.h>
+#include <rocksdb/write_batch.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -12,6 +13,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <memory>
 
 #include "core/store/chunk_codec.h"
@@ -224,6 +226,28 @@ std::string HexOf(std::string_view bytes) {
     out.push_back(kHex[c & 15]);
   }
   return out;
+}
+
+// The parts of a chunk record (see core/store/chunk_codec.h):
+// version codec raw_length:varint hash:32 payload.
+struct RecordParts {
+  uint8_t codec = 0xff;
+  std::string hash_hex;
+  size_t payload_offset = 0;  // where the payload starts in the record
+  bool ok = false;
+};
+
+RecordParts ParseRecord(std::string_view record) {
+  RecordParts p;
+  if (record.size() < 3) return p;
+  p.codec = static_cast<uint8_t>(record[1]);
+  std::string_view rest = record.substr(2);
+  uint64_t raw_len = 0;
+  if (!GetVarint64(&rest, &raw_len) || rest.size() < format::kChunkHashSize) return p;
+  p.hash_hex = HexOf(rest.substr(0, format::kChunkHashSize));
+  p.payload_offset = record.size() - rest.size() + format::kChunkHashSize;
+  p.ok = true;
+  return p;
 }
 
 }  // namespace
@@ -491,9 +515,11 @@ Result<std::vector<StoredChunk>> ListStoredChunks(const std::string& store_dir) 
   std::vector<StoredChunk> out;
   std::unique_ptr<rocksdb::Iterator> it(raw.db->NewIterator(rocksdb::ReadOptions(), raw.handles[1]));
   for (it->SeekToFirst(); it->Valid(); it->Next()) {
+    const RecordParts parts = ParseRecord(it->value().ToStringView());
     StoredChunk c;
-    c.hash_hex = HexOf(it->key().ToStringView());
-    c.codec = it->value().size() > 1 ? static_cast<uint8_t>(it->value()[1]) : 0xff;
+    c.key = it->key().ToString();
+    c.hash_hex = parts.hash_hex;
+    c.codec = parts.codec;
     c.record_size = it->value().size();
     out.push_back(std::move(c));
   }
@@ -501,45 +527,65 @@ Result<std::vector<StoredChunk>> ListStoredChunks(const std::string& store_dir) 
   return out;
 }
 
-Status FlipChunkByte(const std::string& store_dir, const std::string& hash_hex, size_t payload_offset) {
+namespace {
+
+// Applies `change` to the record of chunk `hash_hex` (found by the hash the
+// record carries) in the closed store at `store_dir`, and writes it back
+// (or deletes it when `change` returns false).
+Status ChangeChunkRecord(const std::string& store_dir, const std::string& hash_hex,
+                         const std::function<Status(std::string* record, const RecordParts&, bool* keep)>& change) {
   RawDb raw;
   GPUCKPT_RETURN_IF_ERROR(OpenRaw(store_dir, &raw));
   std::unique_ptr<rocksdb::Iterator> it(raw.db->NewIterator(rocksdb::ReadOptions(), raw.handles[1]));
   for (it->SeekToFirst(); it->Valid(); it->Next()) {
-    if (HexOf(it->key().ToStringView()) != hash_hex) continue;
+    const RecordParts parts = ParseRecord(it->value().ToStringView());
+    if (!parts.ok || parts.hash_hex != hash_hex) continue;
     std::string record = it->value().ToString();
-    std::string_view rest(record);
-    rest.remove_prefix(2);
-    uint64_t raw_len = 0;
-    if (!GetVarint64(&rest, &raw_len)) return Status::Corruption("bad record");
-    const size_t header = record.size() - rest.size();
-    if (payload_offset >= rest.size()) return Status::InvalidArgument("offset past the payload");
-    record[header + payload_offset] = static_cast<char>(record[header + payload_offset] ^ 0x01);
     const std::string key = it->key().ToString();
     it.reset();
+    bool keep = true;
+    GPUCKPT_RETURN_IF_ERROR(change(&record, parts, &keep));
     rocksdb::WriteOptions w;
     w.sync = true;
-    rocksdb::Status s = raw.db->Put(w, raw.handles[1], key, record);
-    if (!s.ok()) return Status::IOError(s.ToString());
-    return Status::Ok();
+    rocksdb::Status s = keep ? raw.db->Put(w, raw.handles[1], key, record)
+                             : raw.db->Delete(w, raw.handles[1], key);
+    return s.ok() ? Status::Ok() : Status::IOError(s.ToString());
   }
+  if (!it->status().ok()) return Status::IOError(it->status().ToString());
   return Status::NotFound("no chunk " + hash_hex);
 }
 
+}  // namespace
+
+Status FlipChunkByte(const std::string& store_dir, const std::string& hash_hex, size_t payload_offset) {
+  return ChangeChunkRecord(store_dir, hash_hex, [&](std::string* record, const RecordParts& parts, bool*) {
+    const size_t at = parts.payload_offset + payload_offset;
+    if (at >= record->size()) return Status::InvalidArgument("offset past the payload");
+    (*record)[at] = static_cast<char>((*record)[at] ^ 0x01);
+    return Status::Ok();
+  });
+}
+
 Status DeleteChunkData(const std::string& store_dir, const std::string& hash_hex) {
+  return ChangeChunkRecord(store_dir, hash_hex, [](std::string*, const RecordParts&, bool* keep) {
+    *keep = false;
+    return Status::Ok();
+  });
+}
+
+Status SwapChunkRecords(const std::string& store_dir, const std::string& key_a, const std::string& key_b) {
   RawDb raw;
   GPUCKPT_RETURN_IF_ERROR(OpenRaw(store_dir, &raw));
-  std::unique_ptr<rocksdb::Iterator> it(raw.db->NewIterator(rocksdb::ReadOptions(), raw.handles[1]));
-  for (it->SeekToFirst(); it->Valid(); it->Next()) {
-    if (HexOf(it->key().ToStringView()) != hash_hex) continue;
-    const std::string key = it->key().ToString();
-    it.reset();
-    rocksdb::WriteOptions w;
-    w.sync = true;
-    rocksdb::Status s = raw.db->Delete(w, raw.handles[1], key);
-    return s.ok() ? Status::Ok() : Status::IOError(s.ToString());
-  }
-  return Status::NotFound("no chunk " + hash_hex);
+  std::string a, b;
+  rocksdb::Status s = raw.db->Get(rocksdb::ReadOptions(), raw.handles[1], key_a, &a);
+  if (s.ok()) s = raw.db->Get(rocksdb::ReadOptions(), raw.handles[1], key_b, &b);
+  rocksdb::WriteBatch batch;
+  if (s.ok()) s = batch.Put(raw.handles[1], key_a, b);
+  if (s.ok()) s = batch.Put(raw.handles[1], key_b, a);
+  rocksdb::WriteOptions w;
+  w.sync = true;
+  if (s.ok()) s = raw.db->Write(w, &batch);
+  return s.ok() ? Status::Ok() : Status::IOError(s.ToString());
 }
 
 std::vector<std::string> ListDir(const std::string& dir) {

@@ -133,9 +133,11 @@ int RunCli(const std::vector<std::string>& args, std::string* out = nullptr,
            std::string* err = nullptr);
 std::string CliPath();
 
-// The chunk records of a closed store, by hex hash: codec byte and record
-// size. Opens the store's RocksDB directly.
+// The chunk records of a closed store, in key order: the RocksDB key, the
+// hash the record carries (hex), codec byte and record size. Opens the
+// store's RocksDB directly.
 struct StoredChunk {
+  std::string key;
   std::string hash_hex;
   uint8_t codec = 0;
   size_t record_size = 0;
@@ -149,6 +151,10 @@ Status FlipChunkByte(const std::string& store_dir, const std::string& hash_hex, 
 // Deletes the data record (not the meta record) of chunk `hash_hex` of the
 // closed store at `store_dir`: a chunk lost by damage.
 Status DeleteChunkData(const std::string& store_dir, const std::string& hash_hex);
+
+// Swaps the records stored under two chunk keys (from ListStoredChunks):
+// each record intact, but under the wrong key.
+Status SwapChunkRecords(const std::string& store_dir, const std::string& key_a, const std::string& key_b);
 
 // Paths (relative) of all entries under `dir`, sorted, e.g. to check that a
 // failed export left nothing behind.

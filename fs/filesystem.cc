@@ -1,0 +1,311 @@
+#define FUSE_USE_VERSION 312
+#include "fs/filesystem.h"
+
+#include <fuse3/fuse_lowlevel.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "fs/inode_table.h"
+#include "fs/store_view.h"
+
+namespace gpuckpt {
+namespace {
+
+// Kernel caches of names and attributes. Everything under checkpoints/ is
+// immutable once published, so this only bounds how long a new checkpoint
+// takes to show in a cached listing.
+constexpr double kCacheSeconds = 1.0;
+
+class Filesystem {
+ public:
+  explicit Filesystem(Store* store) : store_(store), view_(store) {}
+
+  static Filesystem* From(fuse_req_t req) { return static_cast<Filesystem*>(fuse_req_userdata(req)); }
+
+  Result<fuse_entry_param> DoLookup(fuse_ino_t parent, const char* name) {
+    GPUCKPT_ASSIGN_OR_RETURN(NodeId dir, Node(parent));
+    GPUCKPT_ASSIGN_OR_RETURN(NodeId child, view_.Child(dir, name));
+    GPUCKPT_ASSIGN_OR_RETURN(struct stat st, view_.Attributes(child));
+    fuse_entry_param e{};
+    e.ino = inodes_.Ref(child);
+    st.st_ino = e.ino;
+    e.attr = st;
+    e.attr_timeout = kCacheSeconds;
+    e.entry_timeout = kCacheSeconds;
+    return e;
+  }
+
+  Result<struct stat> DoGetattr(fuse_ino_t ino) {
+    GPUCKPT_ASSIGN_OR_RETURN(NodeId node, Node(ino));
+    GPUCKPT_ASSIGN_OR_RETURN(struct stat st, view_.Attributes(node));
+    st.st_ino = ino;
+    return st;
+  }
+
+  Result<std::string> DoReadlink(fuse_ino_t ino) {
+    GPUCKPT_ASSIGN_OR_RETURN(NodeId node, Node(ino));
+    return view_.SymlinkTarget(node);
+  }
+
+  // A directory's listing is taken at opendir and served from the handle,
+  // so offsets stay valid however long the reader takes.
+  struct DirHandle {
+    std::vector<std::pair<std::string, struct stat>> entries;
+  };
+  Result<std::unique_ptr<DirHandle>> DoOpendir(fuse_ino_t ino) {
+    GPUCKPT_ASSIGN_OR_RETURN(NodeId node, Node(ino));
+    GPUCKPT_ASSIGN_OR_RETURN(auto children, view_.Children(node));
+    auto h = std::make_unique<DirHandle>();
+    struct stat self {};
+    self.st_mode = S_IFDIR;
+    self.st_ino = ino;
+    h->entries.push_back({".", self});
+    h->entries.push_back({"..", self});
+    for (auto& [name, id] : children) {
+      struct stat st {};
+      auto attrs = view_.Attributes(id);
+      st.st_mode = attrs.ok() ? attrs->st_mode : S_IFREG;
+      // Without a lookup there is no inode number yet; readdir's d_ino is
+      // informational, but must not be 0 (some tools skip such entries).
+      st.st_ino = std::hash<std::string>{}(id.snapshot + "/" + id.path + std::to_string(int(id.kind))) | 1;
+      h->entries.push_back({name, st});
+    }
+    return h;
+  }
+
+  struct FileHandle {
+    std::unique_ptr<FileReader> reader;  // image files
+    std::string content;                 // generated files
+  };
+  Result<std::unique_ptr<FileHandle>> DoOpen(fuse_ino_t ino, int flags) {
+    if ((flags & O_ACCMODE) != O_RDONLY || (flags & O_TRUNC)) {
+      return Status(StatusCode::kPermissionDenied, "checkpoints are read-only");
+    }
+    GPUCKPT_ASSIGN_OR_RETURN(NodeId node, Node(ino));
+    auto h = std::make_unique<FileHandle>();
+    if (node.kind == NodeKind::kImageEntry) {
+      GPUCKPT_ASSIGN_OR_RETURN(h->reader, view_.OpenImage(node));
+    } else {
+      GPUCKPT_ASSIGN_OR_RETURN(h->content, view_.GeneratedContent(node));
+    }
+    return h;
+  }
+
+  Result<size_t> DoRead(FileHandle* h, off_t offset, size_t size, std::vector<char>* buf) {
+    if (offset < 0) return Status::InvalidArgument("negative offset");
+    if (h->reader) {
+      buf->resize(size);
+      return h->reader->Pread(static_cast<uint64_t>(offset), size, buf->data());
+    }
+    const size_t off = static_cast<size_t>(offset);
+    if (off >= h->content.size()) return size_t{0};
+    const size_t n = std::min(size, h->content.size() - off);
+    buf->assign(h->content.data() + off, h->content.data() + off + n);
+    return n;
+  }
+
+  Result<struct statvfs> DoStatfs() {
+    struct statvfs st {};
+    if (statvfs(store_->dir().c_str(), &st) != 0) return StatusFromErrno(errno, "statfs " + store_->dir());
+    return st;
+  }
+
+  InodeTable& inodes() { return inodes_; }
+
+ private:
+  Result<NodeId> Node(fuse_ino_t ino) {
+    auto node = inodes_.Get(ino);
+    if (!node) return Status::NotFound("stale inode " + std::to_string(ino));
+    return *node;
+  }
+
+  Store* store_;
+  StoreView view_;
+  InodeTable inodes_;
+};
+
+// Every callback goes through here: exceptions never cross into libfuse
+// (C code), and errors reply through the one Status -> errno mapping.
+template <typename Fn>
+void Guard(fuse_req_t req, Fn&& fn) {
+  try {
+    fn();
+  } catch (const std::exception& e) {
+    fuse_reply_err(req, EIO);
+  }
+}
+
+void ReplyError(fuse_req_t req, const Status& s) { fuse_reply_err(req, ErrnoFromStatus(s)); }
+
+void OpLookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
+  Guard(req, [&] {
+    auto e = Filesystem::From(req)->DoLookup(parent, name);
+    if (!e.ok()) return ReplyError(req, e.status());
+    fuse_reply_entry(req, &*e);
+  });
+}
+
+void OpForget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup) {
+  Filesystem::From(req)->inodes().Forget(ino, nlookup);
+  fuse_reply_none(req);
+}
+
+void OpForgetMulti(fuse_req_t req, size_t count, fuse_forget_data* forgets) {
+  auto& inodes = Filesystem::From(req)->inodes();
+  for (size_t i = 0; i < count; ++i) inodes.Forget(forgets[i].ino, forgets[i].nlookup);
+  fuse_reply_none(req);
+}
+
+void OpGetattr(fuse_req_t req, fuse_ino_t ino, fuse_file_info*) {
+  Guard(req, [&] {
+    auto st = Filesystem::From(req)->DoGetattr(ino);
+    if (!st.ok()) return ReplyError(req, st.status());
+    fuse_reply_attr(req, &*st, kCacheSeconds);
+  });
+}
+
+void OpReadlink(fuse_req_t req, fuse_ino_t ino) {
+  Guard(req, [&] {
+    auto target = Filesystem::From(req)->DoReadlink(ino);
+    if (!target.ok()) return ReplyError(req, target.status());
+    fuse_reply_readlink(req, target->c_str());
+  });
+}
+
+void OpOpendir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
+  Guard(req, [&] {
+    auto h = Filesystem::From(req)->DoOpendir(ino);
+    if (!h.ok()) return ReplyError(req, h.status());
+    fi->fh = reinterpret_cast<uint64_t>(h->get());
+    if (fuse_reply_open(req, fi) == 0) h->release();  // the handle now belongs to the kernel
+  });
+}
+
+void OpReaddir(fuse_req_t req, fuse_ino_t, size_t size, off_t offset, fuse_file_info* fi) {
+  Guard(req, [&] {
+    auto* h = reinterpret_cast<Filesystem::DirHandle*>(fi->fh);
+    std::vector<char> buf(size);
+    size_t used = 0;
+    for (size_t i = static_cast<size_t>(std::max<off_t>(offset, 0)); i < h->entries.size(); ++i) {
+      const auto& [name, st] = h->entries[i];
+      const size_t n = fuse_add_direntry(req, buf.data() + used, size - used, name.c_str(), &st,
+                                         static_cast<off_t>(i + 1));
+      if (n > size - used) break;
+      used += n;
+    }
+    fuse_reply_buf(req, buf.data(), used);
+  });
+}
+
+void OpReleasedir(fuse_req_t req, fuse_ino_t, fuse_file_info* fi) {
+  delete reinterpret_cast<Filesystem::DirHandle*>(fi->fh);
+  fuse_reply_err(req, 0);
+}
+
+void OpOpen(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
+  Guard(req, [&] {
+    auto h = Filesystem::From(req)->DoOpen(ino, fi->flags);
+    if (!h.ok()) {
+      if (h.status().code() == StatusCode::kPermissionDenied) return (void)fuse_reply_err(req, EROFS);
+      return ReplyError(req, h.status());
+    }
+    fi->fh = reinterpret_cast<uint64_t>(h->get());
+    fi->keep_cache = 1;  // contents never change once published
+    if (fuse_reply_open(req, fi) == 0) h->release();
+  });
+}
+
+void OpRead(fuse_req_t req, fuse_ino_t, size_t size, off_t offset, fuse_file_info* fi) {
+  Guard(req, [&] {
+    auto* h = reinterpret_cast<Filesystem::FileHandle*>(fi->fh);
+    std::vector<char> buf;
+    auto n = Filesystem::From(req)->DoRead(h, offset, size, &buf);
+    if (!n.ok()) return ReplyError(req, n.status());
+    fuse_reply_buf(req, buf.data(), *n);
+  });
+}
+
+void OpRelease(fuse_req_t req, fuse_ino_t, fuse_file_info* fi) {
+  delete reinterpret_cast<Filesystem::FileHandle*>(fi->fh);
+  fuse_reply_err(req, 0);
+}
+
+void OpStatfs(fuse_req_t req, fuse_ino_t) {
+  Guard(req, [&] {
+    auto st = Filesystem::From(req)->DoStatfs();
+    if (!st.ok()) return ReplyError(req, st.status());
+    fuse_reply_statfs(req, &*st);
+  });
+}
+
+fuse_lowlevel_ops MakeOps() {
+  fuse_lowlevel_ops ops{};
+  ops.lookup = OpLookup;
+  ops.forget = OpForget;
+  ops.forget_multi = OpForgetMulti;
+  ops.getattr = OpGetattr;
+  ops.readlink = OpReadlink;
+  ops.opendir = OpOpendir;
+  ops.readdir = OpReaddir;
+  ops.releasedir = OpReleasedir;
+  ops.open = OpOpen;
+  ops.read = OpRead;
+  ops.release = OpRelease;
+  ops.statfs = OpStatfs;
+  return ops;
+}
+
+}  // namespace
+
+Status ServeFilesystem(Store* store, const MountOptions& options,
+                       const std::function<void()>& on_mounted) {
+  Filesystem fs(store);
+  static const fuse_lowlevel_ops ops = MakeOps();
+
+  std::vector<std::string> arg_strings = {"gpuckptfs", "-o",
+                                          "ro,default_permissions,fsname=gpuckpt,subtype=gpuckpt"};
+  if (options.allow_other) arg_strings.back() += ",allow_other";
+  if (options.debug) arg_strings.push_back("-d");
+  std::vector<char*> argv;
+  for (auto& a : arg_strings) argv.push_back(a.data());
+  fuse_args args = FUSE_ARGS_INIT(static_cast<int>(argv.size()), argv.data());
+
+  fuse_session* se = fuse_session_new(&args, &ops, sizeof(ops), &fs);
+  if (se == nullptr) return Status::Unavailable("could not create the FUSE session");
+  struct SessionCleanup {
+    fuse_session* se;
+    bool mounted = false;
+    bool handlers = false;
+    ~SessionCleanup() {
+      if (handlers) fuse_remove_signal_handlers(se);
+      if (mounted) fuse_session_unmount(se);
+      fuse_session_destroy(se);
+    }
+  } cleanup{se};
+
+  if (fuse_set_signal_handlers(se) != 0) return Status::Internal("could not install signal handlers");
+  cleanup.handlers = true;
+  if (fuse_session_mount(se, options.mountpoint.c_str()) != 0) {
+    return Status::Unavailable("could not mount on " + options.mountpoint +
+                               " (does it exist, and is /dev/fuse usable?)");
+  }
+  cleanup.mounted = true;
+  if (on_mounted) on_mounted();
+
+  fuse_loop_config* config = fuse_loop_cfg_create();
+  fuse_loop_cfg_set_clone_fd(config, 0);
+  fuse_loop_cfg_set_max_threads(config, 16);
+  const int rc = fuse_session_loop_mt(se, config);
+  fuse_loop_cfg_destroy(config);
+  if (rc < 0) return Status::IOError(std::string("FUSE session ended with ") + std::strerror(-rc));
+  return Status::Ok();
+}
+
+}  // namespace gpuckpt

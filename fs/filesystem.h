@@ -1,0 +1,37 @@
+// Filesystem: gpuckptfs's FUSE low-level operations over a StoreView.
+//
+// Translates between the kernel and the store, nothing more: each operation
+// is a DoX() returning a Result, and a callback that replies exactly once.
+// Read-only for now; the control files come with the checkpoint engine.
+// Multi-threaded: one Filesystem serves all of libfuse's worker threads.
+// Borrows the Store, which must outlive it.
+#ifndef GPUCKPT_FS_FILESYSTEM_H_
+#define GPUCKPT_FS_FILESYSTEM_H_
+
+#include <functional>
+#include <string>
+
+#include "gpuckpt/status.h"
+#include "gpuckpt/store.h"
+
+namespace gpuckpt {
+
+struct MountOptions {
+  std::string mountpoint = "/mnt/gpuckpt";
+  // Let other users than the mounting one into the mount; the kernel then
+  // checks the modes we report (default_permissions). Default: true.
+  bool allow_other = true;
+  bool debug = false;
+};
+
+// Mounts, calls `on_mounted` (the mount is then visible), serves until
+// unmounted or signalled (SIGINT, SIGTERM, SIGHUP), unmounts. Errors: the
+// mount failed (kUnavailable), or the session broke. Runs in the calling
+// process: daemonizing is the caller's business (it must happen before the
+// Store is opened, since RocksDB's threads do not survive fork()).
+Status ServeFilesystem(Store* store, const MountOptions& options,
+                       const std::function<void()>& on_mounted);
+
+}  // namespace gpuckpt
+
+#endif  // GPUCKPT_FS_FILESYSTEM_H_

@@ -1,0 +1,45 @@
+// InodeTable: the FUSE inode numbers of the nodes the kernel knows about.
+//
+// Each node gets a number on its first lookup and keeps it while the
+// kernel holds references (exact lookup counts: a forget that takes more
+// than was given is a bug, and aborts). The root is FUSE_ROOT_ID forever.
+// Numbers are never reused within a process, so the generation stays 0.
+//
+// Thread-safe (one mutex, held only for map operations).
+#ifndef GPUCKPT_FS_INODE_TABLE_H_
+#define GPUCKPT_FS_INODE_TABLE_H_
+
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <unordered_map>
+
+#include "fs/store_view.h"
+
+namespace gpuckpt {
+
+class InodeTable {
+ public:
+  InodeTable();
+
+  // The number of `node`, adding one lookup reference.
+  uint64_t Ref(const NodeId& node);
+  // Drops `count` lookup references.
+  void Forget(uint64_t ino, uint64_t count);
+  std::optional<NodeId> Get(uint64_t ino) const;
+
+ private:
+  struct Entry {
+    NodeId node;
+    uint64_t lookups = 0;
+  };
+  mutable std::mutex mu_;
+  uint64_t next_ino_;
+  std::unordered_map<uint64_t, Entry> by_ino_;
+  std::map<NodeId, uint64_t> by_node_;
+};
+
+}  // namespace gpuckpt
+
+#endif  // GPUCKPT_FS_INODE_TABLE_H_

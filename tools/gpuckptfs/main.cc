@@ -1,0 +1,134 @@
+// gpuckptfs: mounts the gpuckpt filesystem.
+//
+//   gpuckptfs [--store DIR] [--foreground] [MOUNTPOINT]
+//
+// Without --foreground it returns once the filesystem is mounted (exit 0),
+// or with exit 1 and one line on stderr when it could not be (store in use,
+// no such mount point, ...); the daemon then runs in the background until
+// `fusermount3 -u MOUNTPOINT`, SIGTERM or SIGINT.
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <string>
+
+#include "fs/filesystem.h"
+#include "gpuckpt/store.h"
+
+namespace gpuckpt {
+namespace {
+
+Status CheckMountpoint(const std::string& path) {
+  struct stat st {};
+  if (stat(path.c_str(), &st) != 0) return StatusFromErrno(errno, "mount point " + path);
+  if (!S_ISDIR(st.st_mode)) return Status::InvalidArgument("mount point " + path + " is not a directory");
+  return Status::Ok();
+}
+
+// Opens the store and serves; `ready` gets "" once mounted, or the error.
+int Serve(const std::string& store_dir, const MountOptions& mount, const std::function<void(const std::string&)>& ready) {
+  StoreOptions options;
+  auto store = Store::Open(store_dir, options);
+  if (!store.ok()) {
+    ready(store.status().ToString());
+    return 1;
+  }
+  bool reported = false;
+  Status s = ServeFilesystem(store->get(), mount, [&] {
+    reported = true;
+    ready("");
+  });
+  if (!s.ok()) {
+    if (!reported) ready(s.ToString());
+    else std::fprintf(stderr, "gpuckptfs: %s\n", s.ToString().c_str());
+    return 1;
+  }
+  return 0;
+}
+
+int Main(int argc, char** argv) {
+  CLI::App app{"gpuckptfs: checkpoints of processes as files"};
+  std::string store_dir = "/var/lib/gpuckpt";
+  MountOptions mount;
+  bool foreground = false;
+  app.add_option("--store", store_dir, "Store directory (created if missing)")->capture_default_str();
+  app.add_flag("-f,--foreground", foreground, "Stay in the foreground");
+  app.add_flag("-d,--debug", mount.debug, "Log every FUSE request (implies --foreground)");
+  app.add_option("MOUNTPOINT", mount.mountpoint, "Where to mount")->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
+  if (mount.debug) foreground = true;
+
+  if (Status s = CheckMountpoint(mount.mountpoint); !s.ok()) {
+    std::fprintf(stderr, "gpuckptfs: %s\n", s.ToString().c_str());
+    return 1;
+  }
+  if (foreground) {
+    return Serve(store_dir, mount, [](const std::string& error) {
+      if (!error.empty()) std::fprintf(stderr, "gpuckptfs: %s\n", error.c_str());
+    });
+  }
+
+  // Fork before opening the store (RocksDB's threads don't survive fork),
+  // and keep the parent until the child reports the mount up or failed.
+  int pipe_fds[2];
+  if (pipe2(pipe_fds, O_CLOEXEC) != 0) {
+    std::perror("gpuckptfs: pipe");
+    return 1;
+  }
+  const pid_t pid = fork();
+  if (pid < 0) {
+    std::perror("gpuckptfs: fork");
+    return 1;
+  }
+  if (pid > 0) {
+    close(pipe_fds[1]);
+    std::string message;
+    char buf[512];
+    ssize_t n;
+    while ((n = read(pipe_fds[0], buf, sizeof(buf))) > 0) message.append(buf, static_cast<size_t>(n));
+    if (message == "ok") return 0;
+    if (message.empty()) message = "the daemon exited before mounting";
+    std::fprintf(stderr, "gpuckptfs: %s\n", message.c_str());
+    int status = 0;
+    waitpid(pid, &status, 0);
+    return 1;
+  }
+  close(pipe_fds[0]);
+  setsid();
+  if (chdir("/") != 0) _exit(1);
+  const int report_fd = pipe_fds[1];
+  return Serve(store_dir, mount, [report_fd](const std::string& error) {
+    const std::string message = error.empty() ? "ok" : error;
+    if (write(report_fd, message.data(), message.size()) < 0) {
+      // The parent is gone; nothing to tell.
+    }
+    close(report_fd);
+    if (error.empty()) {
+      // Detach from the terminal only once nothing more needs saying.
+      const int null_fd = open("/dev/null", O_RDWR | O_CLOEXEC);
+      if (null_fd >= 0) {
+        dup2(null_fd, STDIN_FILENO);
+        dup2(null_fd, STDOUT_FILENO);
+        dup2(null_fd, STDERR_FILENO);
+        close(null_fd);
+      }
+    }
+  });
+}
+
+}  // namespace
+}  // namespace gpuckpt
+
+int main(int argc, char** argv) {
+  try {
+    return gpuckpt::Main(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "gpuckptfs: internal error: %s\n", e.what());
+    return 1;
+  }
+}
