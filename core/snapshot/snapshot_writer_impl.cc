@@ -102,21 +102,26 @@ Status SnapshotWriterImpl::AddFile(const FileEntry& meta, int fd) {
   const auto file_index = static_cast<uint32_t>(entries_.size() - 1);
   const Chunker& chunker = IsPageImage(e.path) ? pages_ : generic_;
 
-  std::vector<uint8_t> buf(kReadBlock + chunker.max_size());
-  size_t begin = 0;  // first byte not yet cut
-  size_t end = 0;    // one past the last byte read
-  uint64_t offset = 0;  // file offset of buf[begin]
+  // Data is read into shared blocks and handed to the workers as slices of
+  // them, so a byte is copied once (by read()) on its way to the hash. The
+  // uncut tail of a block (less than one max-size chunk) is carried into the
+  // next block.
+  const size_t block_size = kReadBlock + chunker.max_size();
+  auto block = std::make_shared<std::vector<uint8_t>>(block_size);
+  size_t begin = 0;     // first byte of `block` not yet cut
+  size_t end = 0;       // one past the last byte read into `block`
+  uint64_t offset = 0;  // file offset of block[begin]
   bool eof = false;
   for (;;) {
     if (!eof) {
-      // Keep room for a full read block after the uncut tail (which is
-      // always shorter than max_size, the buffer's slack).
-      if (begin > 0 && buf.size() - end < kReadBlock) {
-        std::memmove(buf.data(), buf.data() + begin, end - begin);
+      if (block_size - end < kReadBlock) {
+        auto next = std::make_shared<std::vector<uint8_t>>(block_size);
+        std::memcpy(next->data(), block->data() + begin, end - begin);
         end -= begin;
         begin = 0;
+        block = std::move(next);
       }
-      const ssize_t n = read(fd, buf.data() + end, buf.size() - end);
+      const ssize_t n = read(fd, block->data() + end, block_size - end);
       if (n < 0) {
         if (errno == EINTR) continue;
         return Fail(StatusFromErrno(errno, "reading '" + e.path + "'"));
@@ -130,14 +135,12 @@ Status SnapshotWriterImpl::AddFile(const FileEntry& meta, int fd) {
       }
     }
     while (begin < end) {
-      const size_t len = chunker.NextChunkLength(buf.data() + begin, end - begin, offset, eof);
+      const size_t len = chunker.NextChunkLength(block->data() + begin, end - begin, offset, eof);
       if (len == 0) break;
-      std::vector<uint8_t> chunk(buf.begin() + static_cast<ptrdiff_t>(begin),
-                                 buf.begin() + static_cast<ptrdiff_t>(begin + len));
       const uint64_t chunk_offset = offset;
-      Status s = queue_->Submit(len, [this, file_index, chunk_offset, data = std::move(chunk)](
-                                         unsigned worker) {
-        return ProcessChunk(worker, file_index, chunk_offset, data);
+      const uint8_t* data = block->data() + begin;
+      Status s = queue_->Submit(len, [this, file_index, chunk_offset, data, len, block](unsigned worker) {
+        return ProcessChunk(worker, file_index, chunk_offset, data, len);
       });
       if (!s.ok()) return Fail(s);
       begin += len;
@@ -150,13 +153,12 @@ Status SnapshotWriterImpl::AddFile(const FileEntry& meta, int fd) {
 }
 
 Status SnapshotWriterImpl::ProcessChunk(unsigned worker, uint32_t file_index, uint64_t offset,
-                                        const std::vector<uint8_t>& data) {
-  const ChunkHash hash = HashChunk(data.data(), data.size());
-  GPUCKPT_ASSIGN_OR_RETURN(auto put, store_->chunks().Put(hash, data.data(), data.size(),
-                                                          store_->options().zstd_level));
+                                        const uint8_t* data, size_t len) {
+  const ChunkHash hash = HashChunk(data, len);
+  GPUCKPT_ASSIGN_OR_RETURN(auto put, store_->chunks().Put(hash, data, len, store_->options().zstd_level));
   Batch* b = batches_[worker].get();
   auto s = b->batch.Put(store_->db()->extents(), keys::ExtentKey(key_, file_index, offset),
-                        EncodeExtentRecord(hash, put.seq, data.size()));
+                        EncodeExtentRecord(hash, put.seq, len));
   if (!s.ok()) return FromRocks(s, "batching extent");
   {
     std::lock_guard lock(totals_mu_);
@@ -164,7 +166,7 @@ Status SnapshotWriterImpl::ProcessChunk(unsigned worker, uint32_t file_index, ui
     ++t.chunks;
     if (put.added) {
       ++t.new_chunks;
-      t.new_bytes += data.size();
+      t.new_bytes += len;
       t.stored_bytes += put.stored_bytes;
     }
   }

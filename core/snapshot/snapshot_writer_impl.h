@@ -4,9 +4,10 @@
 // and hands it to ChunkStore::Put (which stores it unless it is there), and
 // writes the extents in per-worker batches (without RocksDB's WAL: Commit()
 // flushes the memtables, which syncs their files, before the manifest goes
-// in with a synced WAL write). Memory: the read buffer
-// (max chunk + 4 MiB) plus StoreOptions::max_in_flight_bytes of chunks plus
-// one batch (about 1 MiB) per worker.
+// in with a synced WAL write). Memory: chunks in flight are slices of
+// shared read blocks (4 MiB + max chunk), so at most
+// StoreOptions::max_in_flight_bytes plus two blocks are held, plus one
+// extent batch (about 1 MiB) per worker, whatever the size of the input.
 #ifndef GPUCKPT_CORE_SNAPSHOT_SNAPSHOT_WRITER_IMPL_H_
 #define GPUCKPT_CORE_SNAPSHOT_SNAPSHOT_WRITER_IMPL_H_
 
@@ -55,8 +56,8 @@ class SnapshotWriterImpl final : public SnapshotWriter {
     uint64_t new_chunks = 0;
   };
 
-  Status ProcessChunk(unsigned worker, uint32_t file_index, uint64_t offset,
-                      const std::vector<uint8_t>& data);
+  Status ProcessChunk(unsigned worker, uint32_t file_index, uint64_t offset, const uint8_t* data,
+                      size_t len);
   Status WriteBatch(Batch* b);
   Status AddEntryLocked(FileEntry entry);
   bool IsPageImage(const std::string& path) const;

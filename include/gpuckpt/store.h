@@ -59,9 +59,10 @@ struct StoreOptions {
   bool sync_export = true;
 
   // Upper bound on chunk bytes held in memory by one import or export
-  // (read but not yet written). This, plus the chunker's read buffer
-  // (max chunk size + 4 MiB) and RocksDB's write buffers (64 MiB per column
-  // family), bounds an import's memory whatever the file size.
+  // (read but not yet written). This, plus two read blocks (4 MiB + max
+  // chunk size each) and RocksDB's write buffers (at most 4 x 64 MiB for
+  // chunks, 4 x 32 MiB for each index family), bounds an import's memory
+  // whatever the file size: a 100 GiB file takes no more than a 1 GiB one.
   // Default: 64 MiB.
   uint64_t max_in_flight_bytes = 64ull << 20;
 
