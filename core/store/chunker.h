@@ -1,12 +1,12 @@
 // Chunker: finds content-defined chunk boundaries (FastCDC, normalized
 // chunking, gear hash).
 //
-// The fingerprint at a position is a function of the 64 bytes before it
-// only (a 64-bit gear hash shifts older bytes out), so equal content gives
-// equal boundaries wherever it sits. With `alignment` > 1 only offsets that
-// are multiples of it (in the file, not in the chunk) are candidates; the
-// fingerprint is then computed from the 64 bytes before each candidate
-// instead of rolled over every byte.
+// The fingerprint at a position is a function of the bytes just before it
+// only, so equal content gives equal boundaries wherever it sits: the 64
+// bytes before it (a rolling 64-bit gear hash shifts older bytes out), or,
+// with `alignment` > 1, the whole aligned unit (page) before it. In aligned
+// mode only offsets that are multiples of the alignment (in the file, not
+// in the chunk) are candidates.
 //
 // A Chunker is a value with no state beyond its parameters: safe to share
 // between threads.

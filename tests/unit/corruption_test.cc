@@ -80,7 +80,7 @@ class CorruptionTest : public ::testing::Test {
     auto store = Open();
     ASSERT_NE(store, nullptr);
     ASSERT_OK_AND_ASSIGN(auto reader, store->OpenFile("snap", path));
-    std::string buf(bad.length + 100, '\0');
+    std::string buf(std::max(bad.length, good.length) + 200, '\0');
     // Inside the chunk, and a range starting in a good chunk that runs into it.
     EXPECT_CODE(reader->Pread(bad.offset + 10, 100, buf.data()), StatusCode::kCorruption);
     if (bad.offset > 0) {
