@@ -245,8 +245,17 @@ void OpStatfs(fuse_req_t req, fuse_ino_t) {
   });
 }
 
+void OpInit(void*, fuse_conn_info* conn) {
+  // Sequential readers (cat, cp, CRIU's restore) get the kernel's
+  // read-ahead in large requests, served by several FUSE threads at once:
+  // that is what keeps a cold store's disk and our workers busy.
+  conn->max_readahead = 8u << 20;
+  conn->max_read = 0;  // no limit beyond the kernel's
+}
+
 fuse_lowlevel_ops MakeOps() {
   fuse_lowlevel_ops ops{};
+  ops.init = OpInit;
   ops.lookup = OpLookup;
   ops.forget = OpForget;
   ops.forget_multi = OpForgetMulti;

@@ -27,8 +27,8 @@ using testing::TempDir;
 
 class SnapshotTest : public ::testing::Test {
  protected:
-  std::unique_ptr<Store> Open() {
-    auto s = Store::Open(store_dir_, testing::TestOptions());
+  std::unique_ptr<Store> Open(const StoreOptions& options = testing::TestOptions()) {
+    auto s = Store::Open(store_dir_, options);
     EXPECT_TRUE(testing::IsOk(s));
     return s.ok() ? std::move(s).value() : nullptr;
   }
@@ -477,8 +477,14 @@ TEST_F(SnapshotTest, ReaderOfARemovedSnapshotFailsWithNotFound) {
 
 TEST_F(SnapshotTest, AbortedWriterLeavesNothingVisibleAndGcRemovesItsRecords) {
   const std::string src = tmp_.Sub("src");
-  testing::MakeCheckpointTree(src, 2, 4u << 20);
-  auto store = Open();
+  testing::MakeCheckpointTree(src, 2, 1u << 20);
+  // A writer keeps its extent records in 1 MiB batches per worker. Tiny
+  // chunks (about 150 bytes) make the abandoned writer below fill and write
+  // several of those, so it really leaves index records behind, as a large
+  // import does.
+  StoreOptions options = testing::TestOptions();
+  options.chunking.generic = {64, 128, 1024};
+  auto store = Open(options);
   ASSERT_NE(store, nullptr);
   ASSERT_OK(Import(*store, src, "kept"));
   const StoreStats before = StatsOf(*store);
@@ -609,7 +615,16 @@ TEST_F(SnapshotTest, CliImportExportListRemoveGcFsckStats) {
   EXPECT_TRUE(out.empty()) << out;
   ASSERT_EQ(testing::RunCli({"--store", store_dir_, "stats", "--json"}, &out, &err), 0) << err;
   EXPECT_NE(out.find("\"snapshot_count\": 1"), std::string::npos) << out;
-  EXPECT_EQ(testing::RunCli({"--store", store_dir_, "bogus"}, &out, &err), 2) << "usage error";
+}
+
+TEST_F(SnapshotTest, CliUsageErrorsExitWithStatus2) {
+  // As documented in tools/gpuckpt/main.cc: 2 means bad usage.
+  std::string out, err;
+  EXPECT_EQ(testing::RunCli({"--store", store_dir_, "bogus"}, &out, &err), 2) << err;
+  EXPECT_EQ(testing::RunCli({"--store", store_dir_}, &out, &err), 2) << err;
+  EXPECT_EQ(testing::RunCli({"--store", store_dir_, "export", "only-an-id"}, &out, &err), 2) << err;
+  EXPECT_EQ(testing::RunCli({"--store", store_dir_, "--zstd-level", "99", "ls"}, &out, &err), 2) << err;
+  EXPECT_NE(access(store_dir_.c_str(), F_OK), 0) << "a usage error touched the store";
 }
 
 }  // namespace

@@ -469,12 +469,28 @@ StoreOptions TestOptions() {
 }
 
 std::string CliPath() {
-  if (const char* env = std::getenv("GPUCKPT_CLI"); env != nullptr && *env != '\0') return env;
+  // The tests run a private copy: other work may rebuild the binary in the
+  // build tree while a test runs (exec would then fail with ETXTBSY or run
+  // a half-written file), and a copy under a 0755 temporary directory can be
+  // executed by any user.
+  static const TempDir* dir = new TempDir("gpuckpt-cli-copy");  // removed at exit below
+  static const std::string copy = [] {
+    std::string built;
+    if (const char* env = std::getenv("GPUCKPT_CLI"); env != nullptr && *env != '\0') {
+      built = env;
+    } else {
 #ifdef GPUCKPT_CLI_PATH
-  return GPUCKPT_CLI_PATH;
+      built = GPUCKPT_CLI_PATH;
 #else
-  return "gpuckpt";
+      built = "gpuckpt";
 #endif
+    }
+    const std::string path = dir->Sub("gpuckpt");
+    WriteFile(path, ReadFile(built), 0755);
+    std::atexit([] { delete dir; });
+    return path;
+  }();
+  return copy;
 }
 
 int RunCli(const std::vector<std::string>& args, std::string* out, std::string* err) {
