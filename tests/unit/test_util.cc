@@ -442,6 +442,16 @@ void MakeCheckpointTree(const std::string& dir, uint64_t seed, uint64_t approx_b
   WriteFile(dir + "/empty", "", 0444);
   ASSERT_EQ(symlink("sub/small.txt", (dir + "/link").c_str()), 0);
   chmod((dir + "/sub/deeper").c_str(), 0750);
+  // Fixed times, so that the same seed gives the same tree, times included
+  // (a test may regenerate a tree to compare an export with). Directories
+  // last, deepest first: setting a child's time does not touch its parent.
+  int64_t n = 0;
+  for (const char* path : {"pages-1.img", "core-1.img", "sub/mm.img", "sub/deeper/dev-mem.bin",
+                           "sub/small.txt", "empty", "sub/deeper", "sub"}) {
+    const timespec t = {static_cast<time_t>(1600000000 + seed * 1000), ++n * 1000001};
+    const timespec times[2] = {t, t};
+    ASSERT_EQ(utimensat(AT_FDCWD, (dir + "/" + path).c_str(), times, AT_SYMLINK_NOFOLLOW), 0) << path;
+  }
 }
 
 Result<SnapshotInfo> Import(Store& store, const std::string& src, const std::string& name) {
