@@ -32,6 +32,30 @@ std::string BaseName(const std::string& path) {
 
 }  // namespace
 
+std::shared_ptr<uint8_t[]> SnapshotWriterImpl::BlockPool::Get(size_t size) {
+  std::unique_ptr<uint8_t[]> block;
+  {
+    std::lock_guard lock(mu_);
+    if (size_ != size) {
+      free_.clear();  // a file with another chunker: other block size
+      size_ = size;
+    }
+    if (!free_.empty()) {
+      block = std::move(free_.back());
+      free_.pop_back();
+    }
+  }
+  // Uninitialised on purpose: read() fills what is used.
+  if (!block) block.reset(new uint8_t[size]);
+  return std::shared_ptr<uint8_t[]>(block.release(), [this, size](uint8_t* p) { Put(p, size); });
+}
+
+void SnapshotWriterImpl::BlockPool::Put(uint8_t* p, size_t size) {
+  std::unique_ptr<uint8_t[]> block(p);
+  std::lock_guard lock(mu_);
+  if (size == size_ && free_.size() < kMaxFree) free_.push_back(std::move(block));
+}
+
 SnapshotWriterImpl::SnapshotWriterImpl(StoreImpl* store, SnapshotSpec spec, uint64_t key,
                                        Chunker generic, Chunker pages)
     : store_(store),
@@ -107,7 +131,7 @@ Status SnapshotWriterImpl::AddFile(const FileEntry& meta, int fd) {
   // uncut tail of a block (less than one max-size chunk) is carried into the
   // next block.
   const size_t block_size = kReadBlock + chunker.max_size();
-  auto block = std::make_shared<std::vector<uint8_t>>(block_size);
+  std::shared_ptr<uint8_t[]> block = blocks_.Get(block_size);
   size_t begin = 0;     // first byte of `block` not yet cut
   size_t end = 0;       // one past the last byte read into `block`
   uint64_t offset = 0;  // file offset of block[begin]
@@ -115,13 +139,13 @@ Status SnapshotWriterImpl::AddFile(const FileEntry& meta, int fd) {
   for (;;) {
     if (!eof) {
       if (block_size - end < kReadBlock) {
-        auto next = std::make_shared<std::vector<uint8_t>>(block_size);
-        std::memcpy(next->data(), block->data() + begin, end - begin);
+        std::shared_ptr<uint8_t[]> next = blocks_.Get(block_size);
+        std::memcpy(next.get(), block.get() + begin, end - begin);
         end -= begin;
         begin = 0;
         block = std::move(next);
       }
-      const ssize_t n = read(fd, block->data() + end, block_size - end);
+      const ssize_t n = read(fd, block.get() + end, block_size - end);
       if (n < 0) {
         if (errno == EINTR) continue;
         return Fail(StatusFromErrno(errno, "reading '" + e.path + "'"));
@@ -135,10 +159,10 @@ Status SnapshotWriterImpl::AddFile(const FileEntry& meta, int fd) {
       }
     }
     while (begin < end) {
-      const size_t len = chunker.NextChunkLength(block->data() + begin, end - begin, offset, eof);
+      const size_t len = chunker.NextChunkLength(block.get() + begin, end - begin, offset, eof);
       if (len == 0) break;
       const uint64_t chunk_offset = offset;
-      const uint8_t* data = block->data() + begin;
+      const uint8_t* data = block.get() + begin;
       Status s = queue_->Submit(len, [this, file_index, chunk_offset, data, len, block](unsigned worker) {
         return ProcessChunk(worker, file_index, chunk_offset, data, len);
       });

@@ -56,6 +56,20 @@ class SnapshotWriterImpl final : public SnapshotWriter {
     uint64_t new_chunks = 0;
   };
 
+  // Read blocks are reused: a fresh 4 MiB allocation is an mmap() whose
+  // pages fault and get zeroed, which costs more than the read itself.
+  class BlockPool {
+   public:
+    std::shared_ptr<uint8_t[]> Get(size_t size);
+
+   private:
+    void Put(uint8_t* block, size_t size);
+    static constexpr size_t kMaxFree = 24;  // > max_in_flight_bytes / 4 MiB + 2
+    std::mutex mu_;
+    size_t size_ = 0;
+    std::vector<std::unique_ptr<uint8_t[]>> free_;
+  };
+
   Status ProcessChunk(unsigned worker, uint32_t file_index, uint64_t offset, const uint8_t* data,
                       size_t len);
   Status WriteBatch(Batch* b);
@@ -71,6 +85,7 @@ class SnapshotWriterImpl final : public SnapshotWriter {
   Chunker pages_;
   std::chrono::steady_clock::time_point start_;
 
+  BlockPool blocks_;  // before queue_: outlives the tasks holding blocks
   std::unique_ptr<WorkQueue> queue_;
   std::vector<std::unique_ptr<Batch>> batches_;  // one per worker, used only by it
 

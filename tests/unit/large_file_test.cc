@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <iostream>
 #include <thread>
 
 #include "gpuckpt/store.h"
@@ -96,6 +97,7 @@ TEST(LargeFileTest, OneGiBRoundTripsThroughImportPreadAndExport) {
   // (Generous: RocksDB's write buffers and sanitizer overhead count too.)
   rusage usage{};
   getrusage(RUSAGE_SELF, &usage);
+  std::cout << "[          ] peak RSS " << usage.ru_maxrss / 1024 << " MiB\n";
   EXPECT_LT(usage.ru_maxrss, 900 * 1024) << "peak RSS in KiB";
 }
 
