@@ -162,6 +162,24 @@ struct Walk {
 
 }  // namespace
 
+namespace {
+std::string CanonicalDir(const std::string& p) {
+  char* real = realpath(p.c_str(), nullptr);
+  std::string out = real != nullptr ? real : p;
+  free(real);
+  if (out.empty() || out.back() != '/') out += '/';
+  return out;
+}
+}  // namespace
+
+bool IsInside(const std::string& path, const std::string& dir) {
+  const std::string p = CanonicalDir(path);
+  const std::string d = CanonicalDir(dir);
+  return p.compare(0, d.size(), d) == 0;
+}
+
+bool PathsOverlap(const std::string& a, const std::string& b) { return IsInside(a, b) || IsInside(b, a); }
+
 Result<SnapshotInfo> StoreImpl::ImportDirectory(const std::string& src_dir, const SnapshotSpec& spec_in,
                                                 const ProgressFn& progress) {
   Fd root(open(src_dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
@@ -170,11 +188,13 @@ Result<SnapshotInfo> StoreImpl::ImportDirectory(const std::string& src_dir, cons
     return StatusFromErrno(errno, "source " + src_dir);
   }
   SnapshotSpec spec = spec_in;
-  if (spec.source.empty()) {
-    char* real = realpath(src_dir.c_str(), nullptr);
-    spec.source = real != nullptr ? real : src_dir;
-    free(real);
+  char* real = realpath(src_dir.c_str(), nullptr);
+  const std::string real_src = real != nullptr ? real : src_dir;
+  free(real);
+  if (PathsOverlap(real_src, dir())) {
+    return Status::InvalidArgument("source " + src_dir + " and the store " + dir() + " overlap");
   }
+  if (spec.source.empty()) spec.source = real_src;
   const uint64_t total = progress ? TotalBytes(root.get(), src_dir, 0) : 0;
   GPUCKPT_ASSIGN_OR_RETURN(auto writer, BeginSnapshot(spec));
   if (progress) writer->SetProgress(progress, total);

@@ -61,6 +61,9 @@ Status StoreImpl::Export(const std::string& id, const std::string& dest_dir_in,
   }
 
   const std::string parent = ParentOf(dest_dir);
+  if (IsInside(parent, dir())) {
+    return Status::InvalidArgument("destination " + dest_dir + " is inside the store " + dir());
+  }
   std::random_device rd;
   const std::string tmp = parent + "/." + std::filesystem::path(dest_dir).filename().string() +
                           ".gpuckpt-tmp-" + std::to_string(getpid()) + "-" + std::to_string(rd());

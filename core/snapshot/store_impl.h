@@ -22,6 +22,12 @@
 
 namespace gpuckpt {
 
+// Whether one of two existing paths contains the other (after resolving
+// symlinks): an import of the store into itself, or an export into it.
+bool PathsOverlap(const std::string& a, const std::string& b);
+// Whether existing `path` is `dir` or inside it (after resolving symlinks).
+bool IsInside(const std::string& path, const std::string& dir);
+
 class StoreImpl final : public Store {
  public:
   StoreImpl(std::unique_ptr<StoreDb> db, std::unique_ptr<ChunkCache> cache,
