@@ -85,6 +85,7 @@ Result<std::unique_ptr<Store>> OpenStore(const Globals& g, bool create) {
 
 int Main(int argc, char** argv) {
   CLI::App app{"gpuckpt: the deduplicated checkpoint store of gpuckptfs"};
+  app.set_version_flag("--version", GPUCKPT_VERSION);
   app.require_subcommand(1);
   Globals g;
   app.add_option("--store", g.store_dir, "Store directory")->capture_default_str();
@@ -128,7 +129,14 @@ int Main(int argc, char** argv) {
   auto* stats = app.add_subcommand("stats", "Sizes of the store");
   stats->add_flag("--json", as_json, "JSON output");
 
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    // --help and --version end here with 0; bad usage with 2 (CLI11's own
+    // codes are not documented for users).
+    const int rc = app.exit(e);
+    return rc == 0 ? 0 : 2;
+  }
 
   // Only import creates a store; everything else on a missing store is an
   // error, not a new empty store.

@@ -53,6 +53,7 @@ int Serve(const std::string& store_dir, const MountOptions& mount, const std::fu
 
 int Main(int argc, char** argv) {
   CLI::App app{"gpuckptfs: checkpoints of processes as files"};
+  app.set_version_flag("--version", GPUCKPT_VERSION);
   std::string store_dir = "/var/lib/gpuckpt";
   MountOptions mount;
   bool foreground = false;
@@ -60,7 +61,14 @@ int Main(int argc, char** argv) {
   app.add_flag("-f,--foreground", foreground, "Stay in the foreground");
   app.add_flag("-d,--debug", mount.debug, "Log every FUSE request (implies --foreground)");
   app.add_option("MOUNTPOINT", mount.mountpoint, "Where to mount")->capture_default_str();
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    // --help and --version end here with 0; bad usage with 2 (CLI11's own
+    // codes are not documented for users).
+    const int rc = app.exit(e);
+    return rc == 0 ? 0 : 2;
+  }
   if (mount.debug) foreground = true;
 
   if (Status s = CheckMountpoint(mount.mountpoint); !s.ok()) {
