@@ -16,6 +16,8 @@ namespace {
 // Bytes asked of read() at a time: large enough that syscalls don't show,
 // small enough to keep the pipeline fed early.
 constexpr size_t kReadBlock = 4u << 20;
+// Chunks handed to a worker at once.
+constexpr size_t kTaskBytes = 1u << 20;
 // A worker writes its batch when it holds this much.
 constexpr size_t kBatchBytes = 1u << 20;
 
@@ -158,18 +160,41 @@ Status SnapshotWriterImpl::AddFile(const FileEntry& meta, int fd) {
         progress_(total_read, progress_total_);
       }
     }
+    // Chunks go to the workers in groups of about kTaskBytes: one task per
+    // 16 KiB chunk would cost a thread wake-up per chunk.
+    struct Piece {
+      uint64_t file_offset;
+      const uint8_t* data;
+      size_t len;
+    };
+    std::vector<Piece> group;
+    size_t group_bytes = 0;
+    auto submit_group = [&]() -> Status {
+      if (group.empty()) return Status::Ok();
+      Status s = queue_->Submit(group_bytes, [this, file_index, pieces = std::move(group), block](
+                                                 unsigned worker) -> Status {
+        for (const Piece& p : pieces) {
+          GPUCKPT_RETURN_IF_ERROR(ProcessChunk(worker, file_index, p.file_offset, p.data, p.len));
+        }
+        return Status::Ok();
+      });
+      group = {};
+      group_bytes = 0;
+      return s;
+    };
     while (begin < end) {
       const size_t len = chunker.NextChunkLength(block.get() + begin, end - begin, offset, eof);
       if (len == 0) break;
-      const uint64_t chunk_offset = offset;
-      const uint8_t* data = block.get() + begin;
-      Status s = queue_->Submit(len, [this, file_index, chunk_offset, data, len, block](unsigned worker) {
-        return ProcessChunk(worker, file_index, chunk_offset, data, len);
-      });
-      if (!s.ok()) return Fail(s);
+      group.push_back(Piece{offset, block.get() + begin, len});
+      group_bytes += len;
       begin += len;
       offset += len;
+      if (group_bytes >= kTaskBytes) {
+        if (Status s = submit_group(); !s.ok()) return Fail(s);
+      }
     }
+    // The rest of this block's chunks, before the block may be replaced.
+    if (Status s = submit_group(); !s.ok()) return Fail(s);
     if (eof && begin == end) break;
   }
   entries_[file_index].size = offset;
