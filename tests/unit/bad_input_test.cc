@@ -1,14 +1,13 @@
 // Bad input gives a clear error of the right code and loses nothing already
 // stored: after every failure the earlier snapshot still exports
 // byte-identical, no new snapshot is visible, and fsck is clean.
+#include <dirent.h>
 #include <fcntl.h>
 #include <grp.h>
-#include <dirent.h>
+#include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
-
-#include <gtest/gtest.h>
 
 #include <atomic>
 #include <chrono>
@@ -78,7 +77,8 @@ class BadInputTest : public ::testing::Test {
 TEST_F(BadInputTest, MissingSourceDirectoryIsNotFound) {
   auto r = Import(*store_, tmp_.Sub("does-not-exist"), "x");
   EXPECT_CODE(r, StatusCode::kNotFound);
-  EXPECT_NE(r.status().message().find("does-not-exist"), std::string::npos) << r.status().ToString();
+  EXPECT_NE(r.status().message().find("does-not-exist"), std::string::npos)
+      << r.status().ToString();
   ExpectNothingLost();
 }
 
@@ -112,7 +112,8 @@ TEST_F(BadInputTest, UnreadableSourceFileIsPermissionDenied) {
     // chmod 000 holds for us.
     auto r = Import(*store_, src, "x");
     EXPECT_CODE(r, StatusCode::kPermissionDenied);
-    EXPECT_NE(r.status().message().find("b-locked.bin"), std::string::npos) << r.status().ToString();
+    EXPECT_NE(r.status().message().find("b-locked.bin"), std::string::npos)
+        << r.status().ToString();
     ExpectNothingLost();
     return;
   }
@@ -126,8 +127,8 @@ TEST_F(BadInputTest, UnreadableSourceFileIsPermissionDenied) {
     TempDir io("gpuckpt-io");
     const std::string err_path = io.Sub("err");
     const std::string cli = testing::CliPath();  // a copy that anybody may execute
-    const char* argv[] = {cli.c_str(), "--store", store_dir_.c_str(), "import", src.c_str(),
-                          "--name", "x", nullptr};
+    const char* argv[] = {
+        cli.c_str(), "--store", store_dir_.c_str(), "import", src.c_str(), "--name", "x", nullptr};
     const int err_fd = open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     ASSERT_GE(err_fd, 0);
     const pid_t pid = fork();
@@ -207,7 +208,8 @@ TEST_F(BadInputTest, InvalidSnapshotNameIsInvalidArgument) {
   for (const std::string& name :
        {std::string(".hidden"), std::string("-rf"), std::string("a/b"), std::string("a b"),
         std::string(".."), std::string("caf\xc3\xa9"), std::string(129, 'n'), std::string("x\n")}) {
-    EXPECT_CODE(Import(*store_, good_src_, name), StatusCode::kInvalidArgument) << "'" << name << "'";
+    EXPECT_CODE(Import(*store_, good_src_, name), StatusCode::kInvalidArgument)
+        << "'" << name << "'";
     SnapshotSpec spec;
     spec.name = name;
     EXPECT_CODE(store_->BeginSnapshot(spec), StatusCode::kInvalidArgument) << "'" << name << "'";
@@ -218,7 +220,8 @@ TEST_F(BadInputTest, InvalidSnapshotNameIsInvalidArgument) {
   SnapshotSpec spec;
   spec.name = "extra";
   spec.extra_json = "[1, 2]";
-  EXPECT_CODE(store_->BeginSnapshot(spec), StatusCode::kInvalidArgument) << "extra must be an object";
+  EXPECT_CODE(store_->BeginSnapshot(spec), StatusCode::kInvalidArgument)
+      << "extra must be an object";
   ExpectNothingLost();
 }
 
@@ -257,6 +260,33 @@ TEST_F(BadInputTest, ExportToANonEmptyDirectoryIsAlreadyExistsAndLeavesItAlone) 
   testing::MakeDirs(parent + "/empty");
   ASSERT_OK(store_->Export("good", parent + "/empty"));
   EXPECT_TRUE(testing::TreesEqual(good_src_, parent + "/empty"));
+  ExpectNothingLost();
+}
+
+TEST_F(BadInputTest, ImportOverlappingTheStoreIsInvalidArgument) {
+  // The store itself, a directory holding it (tmp_ holds the store and the
+  // good tree), and a symlink to the store.
+  ASSERT_EQ(symlink(store_dir_.c_str(), tmp_.Sub("store-link").c_str()), 0);
+  for (const std::string& src :
+       {store_dir_, tmp_.path(), tmp_.Sub("store-link"), store_dir_ + "/db"}) {
+    auto r = Import(*store_, src, "x");
+    EXPECT_CODE(r, StatusCode::kInvalidArgument) << src;
+  }
+  ExpectNothingLost();
+  // A sibling whose name merely starts with the store's is no overlap.
+  const std::string sibling = store_dir_ + "2";
+  testing::MakeDirs(sibling);
+  testing::WriteFile(sibling + "/f", "sibling");
+  ASSERT_OK(Import(*store_, sibling, "sibling"));
+  EXPECT_TRUE(ExportMatches(*store_, "sibling", sibling, tmp_.path()));
+  ASSERT_OK(store_->Remove("sibling"));
+  ExpectNothingLost();
+}
+
+TEST_F(BadInputTest, ExportIntoTheStoreIsInvalidArgument) {
+  EXPECT_CODE(store_->Export("good", store_dir_ + "/out"), StatusCode::kInvalidArgument);
+  EXPECT_CODE(store_->Export("good", store_dir_ + "/db/out"), StatusCode::kInvalidArgument);
+  EXPECT_NE(access((store_dir_ + "/out").c_str(), F_OK), 0);
   ExpectNothingLost();
 }
 

@@ -166,7 +166,8 @@ TEST(ChunkCodecTest, GarbledRecordsNeverCrashOrReturnTheWrongLength) {
   // A flipped byte in a zstd frame may still decode (zstd frames carry no
   // checksum here; the store's hash check catches that). What must hold: the
   // result is kCorruption, or exactly the declared length.
-  const std::string compressible = std::string(30000, 'a') + RandomBytes(2000, 6) + std::string(30000, 'b');
+  const std::string compressible =
+      std::string(30000, 'a') + RandomBytes(2000, 6) + std::string(30000, 'b');
   const std::string record = Encode(compressible);
   ASSERT_EQ(uint8_t(record[1]), format::kCodecZstd);
   Rng rng(7);

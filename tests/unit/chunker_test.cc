@@ -23,7 +23,7 @@ using testing::RandomBytes;
 using testing::Rng;
 
 const ChunkSizes kGeneric = ChunkingOptions().generic;  // 16/64/256 KiB
-const ChunkSizes kPages = ChunkingOptions().pages;  // 16/32/128 KiB
+const ChunkSizes kPages = ChunkingOptions().pages;      // 16/32/128 KiB
 constexpr uint32_t kPage = 4096;
 
 Chunker MakeChunker(const ChunkSizes& sizes, uint32_t alignment) {
@@ -196,8 +196,8 @@ TEST(ChunkerTest, NeverWaitsForMoreThanMaxSize) {
   for (auto [sizes, alignment] : {std::pair{kGeneric, 1u}, std::pair{kPages, kPage}}) {
     const Chunker c = MakeChunker(sizes, alignment);
     const std::string zeros(sizes.max_size, '\0');
-    const size_t n = c.NextChunkLength(reinterpret_cast<const uint8_t*>(zeros.data()), zeros.size(),
-                                       0, false);
+    const size_t n =
+        c.NextChunkLength(reinterpret_cast<const uint8_t*>(zeros.data()), zeros.size(), 0, false);
     EXPECT_GE(n, sizes.min_size);
     EXPECT_LE(n, sizes.max_size);
   }
@@ -226,13 +226,15 @@ TEST(ChunkerTest, StreamingGivesTheSameBoundariesAsOneBuffer) {
   for (int i = 0; i < n; ++i) {
     const std::string after = variant(i);
     size_t fresh = 0;
-    for (const auto& h : HashesOf(after, CutAll(c, after))) fresh += known.count(std::string(h.view())) == 0;
+    for (const auto& h : HashesOf(after, CutAll(c, after)))
+      fresh += known.count(std::string(h.view())) == 0;
     ++histogram[fresh];
     if ((fresh > most || fresh == 0) && worst.empty()) worst = "variant " + std::to_string(i);
   }
   if (worst.empty()) return ::testing::AssertionSuccess();
-  auto f = ::testing::AssertionFailure() << "bound of 1.." << most << " new chunks missed, first by "
-                                         << worst << "; new chunks: count of variants =";
+  auto f = ::testing::AssertionFailure()
+           << "bound of 1.." << most << " new chunks missed, first by " << worst
+           << "; new chunks: count of variants =";
   for (const auto& [fresh, count] : histogram) f << " " << fresh << ":" << count;
   return f;
 }

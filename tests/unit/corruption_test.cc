@@ -2,9 +2,8 @@
 // or zstd chunk fails Pread and Export with kCorruption and makes Fsck name
 // the chunk; a chunk record that went missing likewise. Data the damage does
 // not touch stays readable.
-#include <unistd.h>
-
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstring>
@@ -47,7 +46,8 @@ class CorruptionTest : public ::testing::Test {
     // Compressible: text with some noise, so its chunks are stored with zstd.
     std::string text;
     testing::Rng rng(2);
-    while (text.size() < (1u << 20)) text += "line " + std::to_string(rng.Uniform(0, 99)) + " of text\n";
+    while (text.size() < (1u << 20))
+      text += "line " + std::to_string(rng.Uniform(0, 99)) + " of text\n";
     text_ = text;
     bystander_ = testing::RandomBytes(1u << 20, 3);
     testing::WriteFile(src_ + "/victim.bin", victim_);
@@ -107,10 +107,11 @@ class CorruptionTest : public ::testing::Test {
 
     ASSERT_OK_AND_ASSIGN(FsckReport report, store->Fsck());
     ASSERT_FALSE(report.clean());
-    const bool named = std::any_of(report.problems.begin(), report.problems.end(),
-                                   [&](const std::string& p) { return p.find(bad.hex) != std::string::npos; });
-    EXPECT_TRUE(named) << "fsck does not name chunk " << bad.hex << "; first problem: "
-                       << report.problems[0];
+    const bool named =
+        std::any_of(report.problems.begin(), report.problems.end(),
+                    [&](const std::string& p) { return p.find(bad.hex) != std::string::npos; });
+    EXPECT_TRUE(named) << "fsck does not name chunk " << bad.hex
+                       << "; first problem: " << report.problems[0];
     store.reset();
 
     std::string out, err;

@@ -3,13 +3,12 @@
 // random offsets against the regenerated stream and by exporting it and
 // comparing the result block by block; 1 GiB is never held in memory.
 // Labelled "large" in ctest.
+#include <gtest/gtest.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
-#include <gtest/gtest.h>
-
+#include <cstdio>
 #include <cstring>
-#include <iostream>
 #include <thread>
 
 #include "gpuckpt/store.h"
@@ -83,10 +82,12 @@ TEST(LargeFileTest, OneGiBRoundTripsThroughImportPreadAndExport) {
     got.assign(len, '\0');
     auto n = (*reader)->Pread(offset, len, got.data());
     ASSERT_OK(n);
-    const size_t expect = offset >= kSize ? 0 : static_cast<size_t>(std::min<uint64_t>(len, kSize - offset));
+    const size_t expect =
+        offset >= kSize ? 0 : static_cast<size_t>(std::min<uint64_t>(len, kSize - offset));
     ASSERT_EQ(*n, expect) << "Pread(" << offset << ", " << len << ")";
     want = stream.Bytes(offset, expect);
-    ASSERT_EQ(std::memcmp(got.data(), want.data(), expect), 0) << "Pread(" << offset << ", " << len << ")";
+    ASSERT_EQ(std::memcmp(got.data(), want.data(), expect), 0)
+        << "Pread(" << offset << ", " << len << ")";
   }
   reader->reset();
 
@@ -97,7 +98,8 @@ TEST(LargeFileTest, OneGiBRoundTripsThroughImportPreadAndExport) {
   // (Generous: RocksDB's write buffers and sanitizer overhead count too.)
   rusage usage{};
   getrusage(RUSAGE_SELF, &usage);
-  std::cout << "[          ] peak RSS " << usage.ru_maxrss / 1024 << " MiB\n";
+  std::printf("[          ] peak RSS %ld MiB\n", usage.ru_maxrss / 1024);
+  std::fflush(stdout);
   EXPECT_LT(usage.ru_maxrss, 900 * 1024) << "peak RSS in KiB";
 }
 

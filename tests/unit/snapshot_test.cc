@@ -3,13 +3,15 @@
 // deduplication, remove + gc, aborted writers, the single-process lock, and
 // the CLI on top of it all.
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <gtest/gtest.h>
-
+#include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <map>
+#include <set>
 #include <thread>
 
 #include "core/store/chunker.h"
@@ -74,21 +76,25 @@ std::vector<uint64_t> BoundarySizes(const ChunkSizes& s) {
 
 // Reads [offset, offset+len) through `reader` and compares with `data`
 // (the whole file); the expected count is short past EOF.
-::testing::AssertionResult PreadMatches(FileReader& reader, const std::string& data, uint64_t offset,
-                                        size_t len) {
+::testing::AssertionResult PreadMatches(FileReader& reader, const std::string& data,
+                                        uint64_t offset, size_t len) {
   std::string buf(len + 16, '\x5a');
   auto n = reader.Pread(offset, len, buf.data());
-  if (!n.ok()) return ::testing::AssertionFailure() << "Pread(" << offset << ", " << len << "): " << n.status().ToString();
+  if (!n.ok())
+    return ::testing::AssertionFailure()
+           << "Pread(" << offset << ", " << len << "): " << n.status().ToString();
   const size_t expect = offset >= data.size() ? 0 : std::min<size_t>(len, data.size() - offset);
   if (*n != expect) {
-    return ::testing::AssertionFailure() << "Pread(" << offset << ", " << len << ") returned " << *n
-                                         << ", expected " << expect;
+    return ::testing::AssertionFailure()
+           << "Pread(" << offset << ", " << len << ") returned " << *n << ", expected " << expect;
   }
   if (expect > 0 && std::memcmp(buf.data(), data.data() + offset, expect) != 0) {
-    return ::testing::AssertionFailure() << "Pread(" << offset << ", " << len << ") returned wrong data";
+    return ::testing::AssertionFailure()
+           << "Pread(" << offset << ", " << len << ") returned wrong data";
   }
   if (buf[expect] != '\x5a') {
-    return ::testing::AssertionFailure() << "Pread(" << offset << ", " << len << ") wrote past its count";
+    return ::testing::AssertionFailure()
+           << "Pread(" << offset << ", " << len << ") wrote past its count";
   }
   return ::testing::AssertionSuccess();
 }
@@ -105,7 +111,8 @@ TEST_F(SnapshotTest, FilesAtChunkSizeBoundsRoundTripByExportAndPread) {
   std::vector<File> files;
   uint64_t seed = 100;
   for (uint64_t size : BoundarySizes(chunking.generic)) {
-    files.push_back({"generic-" + std::to_string(size) + ".bin", FileData(size, seed++, false), false});
+    files.push_back(
+        {"generic-" + std::to_string(size) + ".bin", FileData(size, seed++, false), false});
   }
   for (uint64_t size : BoundarySizes(chunking.pages)) {
     files.push_back({"pages-" + std::to_string(size) + ".img", FileData(size, seed++, true), true});
@@ -390,7 +397,8 @@ TEST_F(SnapshotTest, PageInsertedNearTheStartOfAPageImageStoresAtMostThreeNewChu
   const std::string before = testing::RandomBytes(64u << 20, 22);
   std::string after = before;
   after.insert(3 * 4096, testing::RandomBytes(4096, 23));
-  const uint64_t fresh = NewChunksOfSecondVersion(*store, tmp_, "pages-3.img", before, after, "ins");
+  const uint64_t fresh =
+      NewChunksOfSecondVersion(*store, tmp_, "pages-3.img", before, after, "ins");
   EXPECT_GE(fresh, 1u);
   EXPECT_LE(fresh, 3u);
 }
@@ -401,7 +409,8 @@ TEST_F(SnapshotTest, PageChangedInTheMiddleOfAPageImageStoresAtMostTwoNewChunks)
   const std::string before = testing::RandomBytes(64u << 20, 24);
   std::string after = before;
   after.replace(before.size() / 2 + 5 * 4096, 4096, testing::RandomBytes(4096, 25));
-  const uint64_t fresh = NewChunksOfSecondVersion(*store, tmp_, "pages-3.img", before, after, "chg");
+  const uint64_t fresh =
+      NewChunksOfSecondVersion(*store, tmp_, "pages-3.img", before, after, "chg");
   EXPECT_GE(fresh, 1u);
   EXPECT_LE(fresh, 2u);
 }
@@ -567,7 +576,69 @@ TEST_F(SnapshotTest, AutomaticNamesAreNumbersThatDoNotCollide) {
   }
   ASSERT_OK_AND_ASSIGN(auto list, store->List());
   EXPECT_EQ(list.size(), 4u);
-  for (size_t i = 1; i < list.size(); ++i) EXPECT_LT(list[i - 1].key, list[i].key) << "oldest first";
+  for (size_t i = 1; i < list.size(); ++i)
+    EXPECT_LT(list[i - 1].key, list[i].key) << "oldest first";
+}
+
+TEST_F(SnapshotTest, ConcurrentImportsOfSharedDataStoreEachChunkOnce) {
+  // Two imports at once that share most of their data, a reader of an
+  // older snapshot and a gc beside them: every chunk is stored and counted
+  // once, and everything reads back.
+  const std::string a = tmp_.Sub("a"), b = tmp_.Sub("b"), old = tmp_.Sub("old");
+  for (const auto& d : {a, b, old}) testing::MakeDirs(d);
+  const std::string shared = testing::RandomBytes(6u << 20, 41);
+  testing::WriteFile(a + "/shared.bin", shared);
+  testing::WriteFile(b + "/also-shared.bin", shared);
+  testing::WriteRandomFile(a + "/only-a.bin", 2u << 20, 42);
+  testing::WriteRandomFile(b + "/only-b.bin", 2u << 20, 43);
+  const std::string old_data = testing::RandomBytes(3u << 20, 44);
+  testing::WriteFile(old + "/old.bin", old_data);
+
+  auto store = Open();
+  ASSERT_NE(store, nullptr);
+  ASSERT_OK_AND_ASSIGN(SnapshotInfo old_info, Import(*store, old, "old"));
+  ASSERT_OK_AND_ASSIGN(auto reader, store->OpenFile("old", "old.bin"));
+
+  Result<SnapshotInfo> ia = Status::Internal("not run"), ib = Status::Internal("not run");
+  std::atomic<bool> done{false};
+  std::atomic<int> bad_reads{0};
+  std::thread reader_thread([&] {
+    Rng rng(45);
+    std::string buf;
+    while (!done.load()) {
+      const uint64_t off = rng.Uniform(0, old_data.size() - 1);
+      buf.assign(rng.Uniform(1, 300000), '\0');
+      auto n = reader->Pread(off, buf.size(), buf.data());
+      if (!n.ok() || std::memcmp(buf.data(), old_data.data() + off, *n) != 0) ++bad_reads;
+    }
+  });
+  std::thread ta([&] { ia = Import(*store, a, "a"); });
+  std::thread tb([&] { ib = Import(*store, b, "b"); });
+  auto gc = store->Gc();  // waits for the writers, or runs before them
+  ta.join();
+  tb.join();
+  done = true;
+  reader_thread.join();
+  ASSERT_OK(gc);
+  ASSERT_OK(ia);
+  ASSERT_OK(ib);
+  EXPECT_EQ(bad_reads.load(), 0);
+
+  // Unique chunks: old.bin's, shared.bin's once, and each only-*.bin's.
+  uint64_t unique = old_info.chunk_count;
+  ASSERT_OK_AND_ASSIGN(auto files_a, store->ListFiles("a"));
+  ASSERT_OK_AND_ASSIGN(auto files_b, store->ListFiles("b"));
+  for (const auto& f : files_a) unique += f.chunk_count;
+  for (const auto& f : files_b) {
+    if (f.path == "only-b.bin") unique += f.chunk_count;
+  }
+  EXPECT_EQ(ia->new_chunks + ib->new_chunks, unique - old_info.chunk_count);
+  const StoreStats stats = StatsOf(*store);
+  EXPECT_EQ(stats.chunk_count, unique);
+  EXPECT_TRUE(ExportMatches(*store, "a", a, tmp_.path()));
+  EXPECT_TRUE(ExportMatches(*store, "b", b, tmp_.path()));
+  EXPECT_TRUE(ExportMatches(*store, "old", old, tmp_.path()));
+  ExpectFsckClean(*store);
 }
 
 // --- one process per store ------------------------------------------------------------
@@ -596,7 +667,8 @@ TEST_F(SnapshotTest, CliImportExportListRemoveGcFsckStats) {
   EXPECT_EQ(testing::RunCli({"--store", store_dir_, "ls"}, &out, &err), 1);
   EXPECT_NE(access(store_dir_.c_str(), F_OK), 0);
 
-  ASSERT_EQ(testing::RunCli({"--store", store_dir_, "import", src, "--name", "cli"}, &out, &err), 0) << err;
+  ASSERT_EQ(testing::RunCli({"--store", store_dir_, "import", src, "--name", "cli"}, &out, &err), 0)
+      << err;
   EXPECT_EQ(out, "cli\n");
   ASSERT_EQ(testing::RunCli({"--store", store_dir_, "import", src}, &out, &err), 0) << err;
   const std::string auto_id = out.substr(0, out.find('\n'));
@@ -604,9 +676,12 @@ TEST_F(SnapshotTest, CliImportExportListRemoveGcFsckStats) {
   ASSERT_EQ(testing::RunCli({"--store", store_dir_, "ls", "--json"}, &out, &err), 0) << err;
   EXPECT_NE(out.find("\"id\": \"cli\""), std::string::npos) << out;
   EXPECT_NE(out.find("\"id\": \"" + auto_id + "\""), std::string::npos) << out;
-  ASSERT_EQ(testing::RunCli({"--store", store_dir_, "export", "cli", tmp_.Sub("out")}, &out, &err), 0) << err;
+  ASSERT_EQ(testing::RunCli({"--store", store_dir_, "export", "cli", tmp_.Sub("out")}, &out, &err),
+            0)
+      << err;
   EXPECT_TRUE(testing::TreesEqual(src, tmp_.Sub("out")));
-  EXPECT_EQ(testing::RunCli({"--store", store_dir_, "export", "nope", tmp_.Sub("out2")}, &out, &err), 1);
+  EXPECT_EQ(
+      testing::RunCli({"--store", store_dir_, "export", "nope", tmp_.Sub("out2")}, &out, &err), 1);
   EXPECT_NE(err.find("NotFound"), std::string::npos) << err;
   ASSERT_EQ(testing::RunCli({"--store", store_dir_, "rm", auto_id}, &out, &err), 0) << err;
   ASSERT_EQ(testing::RunCli({"--store", store_dir_, "gc"}, &out, &err), 0) << err;
@@ -623,7 +698,8 @@ TEST_F(SnapshotTest, CliUsageErrorsExitWithStatus2) {
   EXPECT_EQ(testing::RunCli({"--store", store_dir_, "bogus"}, &out, &err), 2) << err;
   EXPECT_EQ(testing::RunCli({"--store", store_dir_}, &out, &err), 2) << err;
   EXPECT_EQ(testing::RunCli({"--store", store_dir_, "export", "only-an-id"}, &out, &err), 2) << err;
-  EXPECT_EQ(testing::RunCli({"--store", store_dir_, "--zstd-level", "99", "ls"}, &out, &err), 2) << err;
+  EXPECT_EQ(testing::RunCli({"--store", store_dir_, "--zstd-level", "99", "ls"}, &out, &err), 2)
+      << err;
   EXPECT_NE(access(store_dir_.c_str(), F_OK), 0) << "a usage error touched the store";
 }
 

@@ -86,8 +86,8 @@ ssize_t FullRead(int fd, char* data, size_t len) {
     }
   } closer{fa, fb};
   if (fa < 0 || fb < 0) {
-    return ::testing::AssertionFailure() << "cannot open " << (fa < 0 ? a : b) << ": "
-                                         << std::strerror(errno);
+    return ::testing::AssertionFailure()
+           << "cannot open " << (fa < 0 ? a : b) << ": " << std::strerror(errno);
   }
   std::vector<char> ba(kBlock), bb(kBlock);
   uint64_t offset = 0;
@@ -99,8 +99,8 @@ ssize_t FullRead(int fd, char* data, size_t len) {
     if (std::memcmp(ba.data(), bb.data(), n) != 0) {
       size_t i = 0;
       while (ba[i] == bb[i]) ++i;
-      return ::testing::AssertionFailure() << b << " differs from " << a << " at offset "
-                                           << offset + i;
+      return ::testing::AssertionFailure()
+             << b << " differs from " << a << " at offset " << offset + i;
     }
     if (na != nb) {
       return ::testing::AssertionFailure() << b << " and " << a << " differ in length (first "
@@ -121,32 +121,34 @@ ssize_t FullRead(int fd, char* data, size_t len) {
     std::string e, a;
     for (const auto& n : exp_names) e += " " + n;
     for (const auto& n : act_names) a += " " + n;
-    return ::testing::AssertionFailure() << "directory '" << rel << "': expected [" << e
-                                         << " ], got [" << a << " ]";
+    return ::testing::AssertionFailure()
+           << "directory '" << rel << "': expected [" << e << " ], got [" << a << " ]";
   }
   for (const auto& name : exp_names) {
     const std::string path = Join(rel, name);
     const std::string ep = exp_root + "/" + path;
     const std::string ap = act_root + "/" + path;
-    struct stat es {}, as {};
+    struct stat es {
+    }, as{};
     if (lstat(ep.c_str(), &es) != 0 || lstat(ap.c_str(), &as) != 0) {
       return ::testing::AssertionFailure() << "cannot stat '" << path << "'";
     }
     if ((es.st_mode & S_IFMT) != (as.st_mode & S_IFMT)) {
-      return ::testing::AssertionFailure() << "'" << path << "' has type " << std::oct
-                                           << (as.st_mode & S_IFMT) << ", expected "
-                                           << (es.st_mode & S_IFMT);
+      return ::testing::AssertionFailure()
+             << "'" << path << "' has type " << std::oct << (as.st_mode & S_IFMT) << ", expected "
+             << (es.st_mode & S_IFMT);
     }
     if (!S_ISLNK(es.st_mode) && (es.st_mode & 07777) != (as.st_mode & 07777)) {
-      return ::testing::AssertionFailure() << "'" << path << "' has mode " << std::oct
-                                           << (as.st_mode & 07777) << ", expected "
-                                           << (es.st_mode & 07777);
+      return ::testing::AssertionFailure()
+             << "'" << path << "' has mode " << std::oct << (as.st_mode & 07777) << ", expected "
+             << (es.st_mode & 07777);
     }
     if (S_ISLNK(es.st_mode)) {
       char et[4096], at[4096];
       const ssize_t en = readlink(ep.c_str(), et, sizeof(et));
       const ssize_t an = readlink(ap.c_str(), at, sizeof(at));
-      if (en < 0 || an < 0 || std::string(et, static_cast<size_t>(en)) != std::string(at, static_cast<size_t>(an))) {
+      if (en < 0 || an < 0 ||
+          std::string(et, static_cast<size_t>(en)) != std::string(at, static_cast<size_t>(an))) {
         return ::testing::AssertionFailure() << "symlink '" << path << "' target differs";
       }
       continue;
@@ -154,16 +156,16 @@ ssize_t FullRead(int fd, char* data, size_t len) {
     const int64_t emt = int64_t{es.st_mtim.tv_sec} * 1000000000 + es.st_mtim.tv_nsec;
     const int64_t amt = int64_t{as.st_mtim.tv_sec} * 1000000000 + as.st_mtim.tv_nsec;
     if (emt != amt) {
-      return ::testing::AssertionFailure() << "'" << path << "' has mtime " << amt << " ns, expected "
-                                           << emt;
+      return ::testing::AssertionFailure()
+             << "'" << path << "' has mtime " << amt << " ns, expected " << emt;
     }
     if (S_ISDIR(es.st_mode)) {
       auto r = CompareTrees(exp_root, act_root, path);
       if (!r) return r;
     } else if (S_ISREG(es.st_mode)) {
       if (es.st_size != as.st_size) {
-        return ::testing::AssertionFailure() << "'" << path << "' is " << as.st_size
-                                             << " bytes, expected " << es.st_size;
+        return ::testing::AssertionFailure()
+               << "'" << path << "' is " << as.st_size << " bytes, expected " << es.st_size;
       }
       auto r = CompareFiles(ep, ap);
       if (!r) return r;
@@ -211,8 +213,8 @@ struct RawDb {
 Status OpenRaw(const std::string& store_dir, RawDb* raw) {
   rocksdb::DBOptions o;
   rocksdb::DB* db = nullptr;
-  rocksdb::Status s = rocksdb::DB::Open(o, store_dir + "/" + format::kDbDirName, AllFamilies(),
-                                        &raw->handles, &db);
+  rocksdb::Status s =
+      rocksdb::DB::Open(o, store_dir + "/" + format::kDbDirName, AllFamilies(), &raw->handles, &db);
   if (!s.ok()) return Status::IOError("opening the RocksDB of " + store_dir + ": " + s.ToString());
   raw->db.reset(db);
   return Status::Ok();
@@ -259,14 +261,14 @@ RecordParts ParseRecord(std::string_view record) {
 
 ::testing::AssertionResult HasCode(const Status& s, StatusCode code) {
   if (s.code() == code) return ::testing::AssertionSuccess() << s.ToString();
-  return ::testing::AssertionFailure() << "expected " << StatusCodeName(code) << ", got "
-                                       << s.ToString();
+  return ::testing::AssertionFailure()
+         << "expected " << StatusCodeName(code) << ", got " << s.ToString();
 }
 
 TempDir::TempDir(const std::string& prefix) {
   const char* base = std::getenv("TMPDIR");
-  std::string templ = std::string(base != nullptr && *base != '\0' ? base : "/var/tmp") + "/" +
-                      prefix + "-XXXXXX";
+  std::string templ =
+      std::string(base != nullptr && *base != '\0' ? base : "/var/tmp") + "/" + prefix + "-XXXXXX";
   if (mkdtemp(templ.data()) == nullptr) {
     ADD_FAILURE() << "mkdtemp " << templ << ": " << std::strerror(errno);
     std::abort();
@@ -369,8 +371,10 @@ std::string ReadFile(const std::string& path) {
 
 void MakeDirs(const std::string& path, mode_t mode) {
   size_t pos = 0;
-  while ((pos = path.find('/', pos + 1)) != std::string::npos) mkdir(path.substr(0, pos).c_str(), 0755);
-  ASSERT_TRUE(mkdir(path.c_str(), mode) == 0 || errno == EEXIST) << path << ": " << std::strerror(errno);
+  while ((pos = path.find('/', pos + 1)) != std::string::npos)
+    mkdir(path.substr(0, pos).c_str(), 0755);
+  ASSERT_TRUE(mkdir(path.c_str(), mode) == 0 || errno == EEXIST)
+      << path << ": " << std::strerror(errno);
   chmod(path.c_str(), mode);
 }
 
@@ -429,8 +433,8 @@ void MakeCheckpointTree(const std::string& dir, uint64_t seed, uint64_t approx_b
   WriteRandomFile(dir + "/core-1.img", unit * 2 + 12345, seed * 31 + 3, 0600);
   // Compressible text: words picked at random.
   {
-    static const char* kWords[] = {"tensor ", "cuda ", "page ", "checkpoint ", "dedup ",
-                                   "0x7f3a ", "\n",     "layer.", "weight ",     "bias "};
+    static const char* kWords[] = {"tensor ", "cuda ", "page ",  "checkpoint ", "dedup ",
+                                   "0x7f3a ", "\n",    "layer.", "weight ",     "bias "};
     Rng rng(seed * 31 + 4);
     std::string text;
     text.reserve(unit * 2 + 64);
@@ -450,7 +454,8 @@ void MakeCheckpointTree(const std::string& dir, uint64_t seed, uint64_t approx_b
                            "sub/small.txt", "empty", "sub/deeper", "sub"}) {
     const timespec t = {static_cast<time_t>(1600000000 + seed * 1000), ++n * 1000001};
     const timespec times[2] = {t, t};
-    ASSERT_EQ(utimensat(AT_FDCWD, (dir + "/" + path).c_str(), times, AT_SYMLINK_NOFOLLOW), 0) << path;
+    ASSERT_EQ(utimensat(AT_FDCWD, (dir + "/" + path).c_str(), times, AT_SYMLINK_NOFOLLOW), 0)
+        << path;
   }
 }
 
@@ -539,7 +544,8 @@ Result<std::vector<StoredChunk>> ListStoredChunks(const std::string& store_dir) 
   RawDb raw;
   GPUCKPT_RETURN_IF_ERROR(OpenRaw(store_dir, &raw));
   std::vector<StoredChunk> out;
-  std::unique_ptr<rocksdb::Iterator> it(raw.db->NewIterator(rocksdb::ReadOptions(), raw.handles[1]));
+  std::unique_ptr<rocksdb::Iterator> it(
+      raw.db->NewIterator(rocksdb::ReadOptions(), raw.handles[1]));
   for (it->SeekToFirst(); it->Valid(); it->Next()) {
     const RecordParts parts = ParseRecord(it->value().ToStringView());
     StoredChunk c;
@@ -558,11 +564,13 @@ namespace {
 // Applies `change` to the record of chunk `hash_hex` (found by the hash the
 // record carries) in the closed store at `store_dir`, and writes it back
 // (or deletes it when `change` returns false).
-Status ChangeChunkRecord(const std::string& store_dir, const std::string& hash_hex,
-                         const std::function<Status(std::string* record, const RecordParts&, bool* keep)>& change) {
+Status ChangeChunkRecord(
+    const std::string& store_dir, const std::string& hash_hex,
+    const std::function<Status(std::string* record, const RecordParts&, bool* keep)>& change) {
   RawDb raw;
   GPUCKPT_RETURN_IF_ERROR(OpenRaw(store_dir, &raw));
-  std::unique_ptr<rocksdb::Iterator> it(raw.db->NewIterator(rocksdb::ReadOptions(), raw.handles[1]));
+  std::unique_ptr<rocksdb::Iterator> it(
+      raw.db->NewIterator(rocksdb::ReadOptions(), raw.handles[1]));
   for (it->SeekToFirst(); it->Valid(); it->Next()) {
     const RecordParts parts = ParseRecord(it->value().ToStringView());
     if (!parts.ok || parts.hash_hex != hash_hex) continue;
@@ -573,8 +581,8 @@ Status ChangeChunkRecord(const std::string& store_dir, const std::string& hash_h
     GPUCKPT_RETURN_IF_ERROR(change(&record, parts, &keep));
     rocksdb::WriteOptions w;
     w.sync = true;
-    rocksdb::Status s = keep ? raw.db->Put(w, raw.handles[1], key, record)
-                             : raw.db->Delete(w, raw.handles[1], key);
+    rocksdb::Status s =
+        keep ? raw.db->Put(w, raw.handles[1], key, record) : raw.db->Delete(w, raw.handles[1], key);
     return s.ok() ? Status::Ok() : Status::IOError(s.ToString());
   }
   if (!it->status().ok()) return Status::IOError(it->status().ToString());
@@ -583,13 +591,16 @@ Status ChangeChunkRecord(const std::string& store_dir, const std::string& hash_h
 
 }  // namespace
 
-Status FlipChunkByte(const std::string& store_dir, const std::string& hash_hex, size_t payload_offset) {
-  return ChangeChunkRecord(store_dir, hash_hex, [&](std::string* record, const RecordParts& parts, bool*) {
-    const size_t at = parts.payload_offset + payload_offset;
-    if (at >= record->size()) return Status::InvalidArgument("offset past the payload");
-    (*record)[at] = static_cast<char>((*record)[at] ^ 0x01);
-    return Status::Ok();
-  });
+Status FlipChunkByte(const std::string& store_dir, const std::string& hash_hex,
+                     size_t payload_offset) {
+  return ChangeChunkRecord(store_dir, hash_hex,
+                           [&](std::string* record, const RecordParts& parts, bool*) {
+                             const size_t at = parts.payload_offset + payload_offset;
+                             if (at >= record->size())
+                               return Status::InvalidArgument("offset past the payload");
+                             (*record)[at] = static_cast<char>((*record)[at] ^ 0x01);
+                             return Status::Ok();
+                           });
 }
 
 Status DeleteChunkData(const std::string& store_dir, const std::string& hash_hex) {
@@ -599,7 +610,8 @@ Status DeleteChunkData(const std::string& store_dir, const std::string& hash_hex
   });
 }
 
-Status SwapChunkRecords(const std::string& store_dir, const std::string& key_a, const std::string& key_b) {
+Status SwapChunkRecords(const std::string& store_dir, const std::string& key_a,
+                        const std::string& key_b) {
   RawDb raw;
   GPUCKPT_RETURN_IF_ERROR(OpenRaw(store_dir, &raw));
   std::string a, b;

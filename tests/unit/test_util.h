@@ -43,7 +43,8 @@ template <typename T>
 ::testing::AssertionResult HasCode(const Status& s, StatusCode code);
 template <typename T>
 ::testing::AssertionResult HasCode(const Result<T>& r, StatusCode code) {
-  if (r.ok()) return ::testing::AssertionFailure() << "expected " << StatusCodeName(code) << ", got OK";
+  if (r.ok())
+    return ::testing::AssertionFailure() << "expected " << StatusCodeName(code) << ", got OK";
   return HasCode(r.status(), code);
 }
 
@@ -146,7 +147,8 @@ Result<std::vector<StoredChunk>> ListStoredChunks(const std::string& store_dir);
 
 // Flips one byte in the payload of chunk `hash_hex` of the closed store at
 // `store_dir` (the store must not be open).
-Status FlipChunkByte(const std::string& store_dir, const std::string& hash_hex, size_t payload_offset);
+Status FlipChunkByte(const std::string& store_dir, const std::string& hash_hex,
+                     size_t payload_offset);
 
 // Deletes the data record (not the meta record) of chunk `hash_hex` of the
 // closed store at `store_dir`: a chunk lost by damage.
@@ -154,7 +156,8 @@ Status DeleteChunkData(const std::string& store_dir, const std::string& hash_hex
 
 // Swaps the records stored under two chunk keys (from ListStoredChunks):
 // each record intact, but under the wrong key.
-Status SwapChunkRecords(const std::string& store_dir, const std::string& key_a, const std::string& key_b);
+Status SwapChunkRecords(const std::string& store_dir, const std::string& key_a,
+                        const std::string& key_b);
 
 // Paths (relative) of all entries under `dir`, sorted, e.g. to check that a
 // failed export left nothing behind.
