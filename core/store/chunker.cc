@@ -77,10 +77,14 @@ Chunker::Chunker(const ChunkSizes& sizes, uint32_t alignment) : sizes_(sizes), a
     mask_small_ = TopBits(bits + 2);
     mask_large_ = TopBits(bits - 2);
   } else {
-    // XXH3's bits are all equally good; take the low ones.
+    // One threshold, no normalization: each page boundary is judged on the
+    // page before it alone. A stricter-then-looser rule makes where a chunk
+    // ends depend on where it started, so one changed page could move the
+    // boundaries after it for several chunks; without it a changed or
+    // inserted page costs the chunks it touches and no more. XXH3's bits
+    // are all equally good; take the low ones.
     const int bits = std::countr_zero(sizes.avg_size / alignment);
-    mask_small_ = (uint64_t{1} << (bits + 1)) - 1;
-    mask_large_ = (uint64_t{1} << std::max(bits - 1, 1)) - 1;
+    mask_small_ = mask_large_ = (uint64_t{1} << bits) - 1;
   }
 }
 

@@ -19,9 +19,9 @@ namespace gpuckpt {
 // CRIU's pages-*.img (and device memory images) are runs of 4 KiB pages
 // whose position in the file moves by whole pages between checkpoints. For
 // those files boundaries are only considered at page-aligned offsets: a
-// changed page then costs exactly the chunk that holds it, moved pages are
-// found again at once, and the chunker looks at 64 bytes per page instead of
-// every byte.
+// changed page then costs the chunk that holds it (and at most the next),
+// moved pages are found again at once, and the chunker hashes each page
+// once instead of rolling over every byte.
 struct ChunkSizes {
   uint32_t min_size;
   uint32_t avg_size;  // a power of two
@@ -35,15 +35,16 @@ struct ChunkingOptions {
   ChunkSizes generic{16u << 10, 64u << 10, 256u << 10};
 
   // Sizes for page images; all multiples of `page_size`. Defaults:
-  // 8/16/64 KiB. A changed page costs the chunk that holds it, and often
-  // the next one (its hash decides the boundary after it), so the average
-  // size bounds what scattered changes add. Measured (tests/bench and two
-  // CRIU dumps of an idle 1 GiB process taken 3 s apart): with 32 KiB
+  // 4/16/64 KiB. Every page boundary is a candidate, judged on an XXH3 hash
+  // of the page before it with one fixed probability (no minimum beyond one
+  // page, no normalization), so a changed or inserted page costs the one or
+  // two chunks it touches and never shifts the boundaries after it. The
+  // average bounds what scattered changes add. Measured (tests/bench, and
+  // two CRIU dumps of an idle 1 GiB process taken 3 s apart): with 32 KiB
   // chunks the second checkpoint added 2.4% (synthetic, 0.74% of pages
-  // changed) and 2.7% (real, 0.12% changed) of its size; with 16 KiB, 1.5%
-  // and 1.2%, i.e. under 1% beyond the changed pages, for 64K chunks per
-  // GiB, which RocksDB handles without showing in the import time.
-  ChunkSizes pages{8u << 10, 16u << 10, 64u << 10};
+  // changed) and 2.9% (real, 0.12% changed) of its size; with 16 KiB, 1.5%
+  // and 1.4%, under 1% beyond the changed pages, for 64K chunks per GiB.
+  ChunkSizes pages{4u << 10, 16u << 10, 64u << 10};
 
   // Alignment of boundaries in page images. Default: 4096.
   uint32_t page_size = 4096;

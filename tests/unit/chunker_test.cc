@@ -23,7 +23,7 @@ using testing::RandomBytes;
 using testing::Rng;
 
 const ChunkSizes kGeneric = ChunkingOptions().generic;  // 16/64/256 KiB
-const ChunkSizes kPages = ChunkingOptions().pages;      // 16/32/128 KiB
+const ChunkSizes kPages = ChunkingOptions().pages;      // 4/16/64 KiB
 constexpr uint32_t kPage = 4096;
 
 Chunker MakeChunker(const ChunkSizes& sizes, uint32_t alignment) {

@@ -98,7 +98,7 @@ int Main(int argc, char** argv) {
       ->delimiter(',')
       ->expected(3);
   app.add_option("--page-chunk-sizes", g.page_sizes,
-                 "MIN,AVG,MAX bytes of chunks of page images (default 8K,16K,64K)")
+                 "MIN,AVG,MAX bytes of chunks of page images (default 4K,16K,64K)")
       ->delimiter(',')
       ->expected(3);
   app.add_flag("!--no-page-aware", g.page_aware,
