@@ -27,7 +27,9 @@ class Filesystem {
  public:
   explicit Filesystem(Store* store) : store_(store), view_(store) {}
 
-  static Filesystem* From(fuse_req_t req) { return static_cast<Filesystem*>(fuse_req_userdata(req)); }
+  static Filesystem* From(fuse_req_t req) {
+    return static_cast<Filesystem*>(fuse_req_userdata(req));
+  }
 
   Result<fuse_entry_param> DoLookup(fuse_ino_t parent, const char* name) {
     GPUCKPT_ASSIGN_OR_RETURN(NodeId dir, Node(parent));
@@ -74,7 +76,8 @@ class Filesystem {
       st.st_mode = attrs.ok() ? attrs->st_mode : S_IFREG;
       // Without a lookup there is no inode number yet; readdir's d_ino is
       // informational, but must not be 0 (some tools skip such entries).
-      st.st_ino = std::hash<std::string>{}(id.snapshot + "/" + id.path + std::to_string(int(id.kind))) | 1;
+      st.st_ino =
+          std::hash<std::string>{}(id.snapshot + "/" + id.path + std::to_string(int(id.kind))) | 1;
       h->entries.push_back({name, st});
     }
     return h;
@@ -113,7 +116,8 @@ class Filesystem {
 
   Result<struct statvfs> DoStatfs() {
     struct statvfs st {};
-    if (statvfs(store_->dir().c_str(), &st) != 0) return StatusFromErrno(errno, "statfs " + store_->dir());
+    if (statvfs(store_->dir().c_str(), &st) != 0)
+      return StatusFromErrno(errno, "statfs " + store_->dir());
     return st;
   }
 
@@ -213,7 +217,8 @@ void OpOpen(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   Guard(req, [&] {
     auto h = Filesystem::From(req)->DoOpen(ino, fi->flags);
     if (!h.ok()) {
-      if (h.status().code() == StatusCode::kPermissionDenied) return (void)fuse_reply_err(req, EROFS);
+      if (h.status().code() == StatusCode::kPermissionDenied)
+        return (void)fuse_reply_err(req, EROFS);
       return ReplyError(req, h.status());
     }
     fi->fh = reinterpret_cast<uint64_t>(h->get());
@@ -299,7 +304,8 @@ Status ServeFilesystem(Store* store, const MountOptions& options,
     }
   } cleanup{se};
 
-  if (fuse_set_signal_handlers(se) != 0) return Status::Internal("could not install signal handlers");
+  if (fuse_set_signal_handlers(se) != 0)
+    return Status::Internal("could not install signal handlers");
   cleanup.handlers = true;
   if (fuse_session_mount(se, options.mountpoint.c_str()) != 0) {
     return Status::Unavailable("could not mount on " + options.mountpoint +

@@ -33,10 +33,10 @@ enum class NodeKind {
   kRoot,
   kReadme,
   kCheckpointsDir,
-  kSnapshotDir,   // checkpoints/<id>
-  kManifest,      // checkpoints/<id>/manifest.json
-  kImagesDir,     // checkpoints/<id>/images
-  kImageEntry,    // checkpoints/<id>/images/<path>
+  kSnapshotDir,  // checkpoints/<id>
+  kManifest,     // checkpoints/<id>/manifest.json
+  kImagesDir,    // checkpoints/<id>/images
+  kImageEntry,   // checkpoints/<id>/images/<path>
 };
 
 struct NodeId {
@@ -66,8 +66,8 @@ class StoreView {
  private:
   struct SnapshotTree {
     SnapshotInfo info;
-    std::map<std::string, FileEntry> entries;                    // by path
-    std::map<std::string, std::vector<std::string>> children;   // dir path ("" = images/) -> names
+    std::map<std::string, FileEntry> entries;                  // by path
+    std::map<std::string, std::vector<std::string>> children;  // dir path ("" = images/) -> names
   };
   Result<std::shared_ptr<const SnapshotTree>> Tree(const std::string& id);
   Result<std::vector<std::string>> SnapshotIds();

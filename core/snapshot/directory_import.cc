@@ -102,7 +102,8 @@ struct Walk {
   uint64_t total;
 
   Status Dir(int dir_fd, const std::string& rel, int depth) {
-    if (depth > 256) return Status::InvalidArgument("directory tree under " + root + " is too deep");
+    if (depth > 256)
+      return Status::InvalidArgument("directory tree under " + root + " is too deep");
     GPUCKPT_ASSIGN_OR_RETURN(auto names, ReadNames(dir_fd, Join(root, rel)));
     for (const auto& name : names) {
       const std::string path = Join(rel, name);
@@ -122,7 +123,8 @@ struct Walk {
         std::vector<char> target(PATH_MAX + 1);
         const ssize_t n = readlinkat(dir_fd, name.c_str(), target.data(), target.size());
         if (n < 0) return StatusFromErrno(errno, shown);
-        if (static_cast<size_t>(n) >= target.size()) return Status::InvalidArgument(shown + ": symlink target too long");
+        if (static_cast<size_t>(n) >= target.size())
+          return Status::InvalidArgument(shown + ": symlink target too long");
         e.type = FileType::kSymlink;
         e.size = 0;
         e.symlink_target.assign(target.data(), static_cast<size_t>(n));
@@ -130,7 +132,8 @@ struct Walk {
       } else if (S_ISREG(st.st_mode)) {
         GPUCKPT_RETURN_IF_ERROR(File(dir_fd, name, shown, e, st));
       } else {
-        return Status::InvalidArgument(shown + " is not a regular file, directory or symlink; "
+        return Status::InvalidArgument(shown +
+                                       " is not a regular file, directory or symlink; "
                                        "snapshots hold only those");
       }
     }
@@ -178,13 +181,17 @@ bool IsInside(const std::string& path, const std::string& dir) {
   return p.compare(0, d.size(), d) == 0;
 }
 
-bool PathsOverlap(const std::string& a, const std::string& b) { return IsInside(a, b) || IsInside(b, a); }
+bool PathsOverlap(const std::string& a, const std::string& b) {
+  return IsInside(a, b) || IsInside(b, a);
+}
 
-Result<SnapshotInfo> StoreImpl::ImportDirectory(const std::string& src_dir, const SnapshotSpec& spec_in,
+Result<SnapshotInfo> StoreImpl::ImportDirectory(const std::string& src_dir,
+                                                const SnapshotSpec& spec_in,
                                                 const ProgressFn& progress) {
   Fd root(open(src_dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (root.get() < 0) {
-    if (errno == ENOTDIR) return Status::InvalidArgument("source " + src_dir + " is not a directory");
+    if (errno == ENOTDIR)
+      return Status::InvalidArgument("source " + src_dir + " is not a directory");
     return StatusFromErrno(errno, "source " + src_dir);
   }
   SnapshotSpec spec = spec_in;

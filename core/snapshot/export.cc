@@ -54,7 +54,8 @@ Status StoreImpl::Export(const std::string& id, const std::string& dest_dir_in,
   if (lstat(dest_dir.c_str(), &st) == 0) {
     std::error_code ec;
     if (!S_ISDIR(st.st_mode) || !std::filesystem::is_empty(dest_dir, ec)) {
-      return Status::AlreadyExists("destination " + dest_dir + " exists and is not an empty directory");
+      return Status::AlreadyExists("destination " + dest_dir +
+                                   " exists and is not an empty directory");
     }
   } else if (errno != ENOENT) {
     return StatusFromErrno(errno, "destination " + dest_dir);
@@ -110,7 +111,8 @@ Status StoreImpl::Export(const std::string& id, const std::string& dest_dir_in,
       int fd;
       ~CloseFd() { close(fd); }
     } close_fd{fd};
-    if (ftruncate(fd, static_cast<off_t>(e.size)) != 0) return StatusFromErrno(errno, "sizing " + path);
+    if (ftruncate(fd, static_cast<off_t>(e.size)) != 0)
+      return StatusFromErrno(errno, "sizing " + path);
 
     // Chunks are fetched, decompressed and verified on the workers, each
     // writing its piece in place.
@@ -124,12 +126,13 @@ Status StoreImpl::Export(const std::string& id, const std::string& dest_dir_in,
     uint64_t expect = 0;
     Status submit_status;
     for (it->Seek(lower); it->Valid(); it->Next()) {
-      GPUCKPT_ASSIGN_OR_RETURN(
-          Extent x, DecodeExtentRecord(keys::ExtentOffsetOf(it->key().ToStringView()),
-                                       it->value().ToStringView()));
+      GPUCKPT_ASSIGN_OR_RETURN(Extent x,
+                               DecodeExtentRecord(keys::ExtentOffsetOf(it->key().ToStringView()),
+                                                  it->value().ToStringView()));
       if (x.offset != expect) {
-        submit_status = Status::Corruption("snapshot '" + id + "' file '" + e.path +
-                                           "': gap in the extent index at " + std::to_string(expect));
+        submit_status =
+            Status::Corruption("snapshot '" + id + "' file '" + e.path +
+                               "': gap in the extent index at " + std::to_string(expect));
         break;
       }
       expect += x.length;
@@ -151,7 +154,8 @@ Status StoreImpl::Export(const std::string& id, const std::string& dest_dir_in,
     GPUCKPT_RETURN_IF_ERROR(finish);
     if (expect != e.size) {
       return Status::Corruption("snapshot '" + id + "' file '" + e.path + "': extents cover " +
-                                std::to_string(expect) + " of " + std::to_string(e.size) + " bytes");
+                                std::to_string(expect) + " of " + std::to_string(e.size) +
+                                " bytes");
     }
     if (as_root && fchown(fd, e.uid, e.gid) != 0) return StatusFromErrno(errno, "chown " + path);
     if (fchmod(fd, e.mode) != 0) return StatusFromErrno(errno, "chmod " + path);
@@ -165,7 +169,8 @@ Status StoreImpl::Export(const std::string& id, const std::string& dest_dir_in,
     const FileEntry& e = it->second;
     if (e.type != FileType::kDirectory) continue;
     const std::string path = tmp + "/" + e.path;
-    if (as_root && chown(path.c_str(), e.uid, e.gid) != 0) return StatusFromErrno(errno, "chown " + path);
+    if (as_root && chown(path.c_str(), e.uid, e.gid) != 0)
+      return StatusFromErrno(errno, "chown " + path);
     if (chmod(path.c_str(), e.mode) != 0) return StatusFromErrno(errno, "chmod " + path);
     timespec times[2] = {{0, UTIME_OMIT}, {e.mtime_ns / 1000000000, e.mtime_ns % 1000000000}};
     utimensat(AT_FDCWD, path.c_str(), times, AT_SYMLINK_NOFOLLOW);

@@ -30,7 +30,8 @@ Result<size_t> FileReaderImpl::Pread(uint64_t offset, size_t len, char* buf) {
   rocksdb::ReadOptions r;
   r.iterate_lower_bound = &lower_slice;
   r.iterate_upper_bound = &upper_slice;
-  std::unique_ptr<rocksdb::Iterator> it(store_->db()->db()->NewIterator(r, store_->db()->extents()));
+  std::unique_ptr<rocksdb::Iterator> it(
+      store_->db()->db()->NewIterator(r, store_->db()->extents()));
   // One seek: the extent starting at or before `offset`.
   it->SeekForPrev(keys::ExtentKey(snapshot_key_, file_index_, offset));
 
@@ -41,9 +42,9 @@ Result<size_t> FileReaderImpl::Pread(uint64_t offset, size_t len, char* buf) {
       return MissingExtent(offset + done);
     }
     const uint64_t pos = offset + done;
-    GPUCKPT_ASSIGN_OR_RETURN(
-        Extent e, DecodeExtentRecord(keys::ExtentOffsetOf(it->key().ToStringView()),
-                                     it->value().ToStringView()));
+    GPUCKPT_ASSIGN_OR_RETURN(Extent e,
+                             DecodeExtentRecord(keys::ExtentOffsetOf(it->key().ToStringView()),
+                                                it->value().ToStringView()));
     if (e.offset > pos || e.offset + e.length <= pos) return MissingExtent(pos);
     GPUCKPT_ASSIGN_OR_RETURN(auto chunk, store_->chunks().Read(e.hash, e.seq, e.length));
     const size_t in_chunk = static_cast<size_t>(pos - e.offset);

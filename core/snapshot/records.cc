@@ -13,9 +13,12 @@ using nlohmann::json;
 
 const char* FileTypeName(FileType t) {
   switch (t) {
-    case FileType::kRegular: return "file";
-    case FileType::kDirectory: return "dir";
-    case FileType::kSymlink: return "symlink";
+    case FileType::kRegular:
+      return "file";
+    case FileType::kDirectory:
+      return "dir";
+    case FileType::kSymlink:
+      return "symlink";
   }
   return "file";
 }
@@ -92,7 +95,9 @@ std::string SnapshotInfoToJson(const SnapshotInfo& info, int indent) {
   return j.dump(indent);
 }
 
-std::string SnapshotManifestJson(const SnapshotInfo& info) { return SnapshotInfoToJson(info, 2) + "\n"; }
+std::string SnapshotManifestJson(const SnapshotInfo& info) {
+  return SnapshotInfoToJson(info, 2) + "\n";
+}
 
 std::string EncodeSnapshotRecord(const SnapshotInfo& info) {
   json j = json::parse(SnapshotInfoToJson(info));
@@ -211,7 +216,8 @@ Result<Extent> DecodeExtentRecord(uint64_t offset, std::string_view record) {
   e.offset = offset;
   GPUCKPT_ASSIGN_OR_RETURN(e.hash, ChunkHash::FromBytes(record.substr(1, format::kChunkHashSize)));
   std::string_view rest = record.substr(1 + format::kChunkHashSize);
-  if (!GetVarint64(&rest, &e.seq) || !GetVarint64(&rest, &e.length) || e.length == 0 || e.length > format::kMaxChunkSize) {
+  if (!GetVarint64(&rest, &e.seq) || !GetVarint64(&rest, &e.length) || e.length == 0 ||
+      e.length > format::kMaxChunkSize) {
     return Status::Corruption("extent at offset " + std::to_string(offset) + " has a bad length");
   }
   return e;

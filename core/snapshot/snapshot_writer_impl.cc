@@ -92,7 +92,7 @@ bool SnapshotWriterImpl::IsPageImage(const std::string& path) const {
   return false;
 }
 
-Status SnapshotWriterImpl::AddEntryLocked(FileEntry entry) {
+Status SnapshotWriterImpl::AppendEntry(FileEntry entry) {
   GPUCKPT_RETURN_IF_ERROR(ValidateEntryPath(entry.path));
   if (!paths_.insert(entry.path).second) {
     return Status::InvalidArgument("path '" + entry.path + "' added twice to the snapshot");
@@ -114,7 +114,7 @@ Status SnapshotWriterImpl::AddEntry(const FileEntry& meta) {
   FileEntry e = meta;
   e.size = 0;
   e.chunk_count = e.new_bytes = e.stored_bytes = 0;
-  return AddEntryLocked(std::move(e));
+  return AppendEntry(std::move(e));
 }
 
 Status SnapshotWriterImpl::AddFile(const FileEntry& meta, int fd) {
@@ -124,7 +124,7 @@ Status SnapshotWriterImpl::AddFile(const FileEntry& meta, int fd) {
   e.type = FileType::kRegular;
   e.size = 0;
   e.chunk_count = e.new_bytes = e.stored_bytes = 0;
-  GPUCKPT_RETURN_IF_ERROR(AddEntryLocked(e));
+  GPUCKPT_RETURN_IF_ERROR(AppendEntry(e));
   const auto file_index = static_cast<uint32_t>(entries_.size() - 1);
   const Chunker& chunker = IsPageImage(e.path) ? pages_ : generic_;
 
@@ -154,7 +154,8 @@ Status SnapshotWriterImpl::AddFile(const FileEntry& meta, int fd) {
       }
       if (n == 0) eof = true;
       end += static_cast<size_t>(n);
-      const uint64_t total_read = bytes_read_.fetch_add(static_cast<uint64_t>(n)) + static_cast<uint64_t>(n);
+      const uint64_t total_read =
+          bytes_read_.fetch_add(static_cast<uint64_t>(n)) + static_cast<uint64_t>(n);
       if (progress_ && total_read - progress_reported_ >= (64u << 20)) {
         progress_reported_ = total_read;
         progress_(total_read, progress_total_);
@@ -171,13 +172,15 @@ Status SnapshotWriterImpl::AddFile(const FileEntry& meta, int fd) {
     size_t group_bytes = 0;
     auto submit_group = [&]() -> Status {
       if (group.empty()) return Status::Ok();
-      Status s = queue_->Submit(group_bytes, [this, file_index, pieces = std::move(group), block](
-                                                 unsigned worker) -> Status {
-        for (const Piece& p : pieces) {
-          GPUCKPT_RETURN_IF_ERROR(ProcessChunk(worker, file_index, p.file_offset, p.data, p.len));
-        }
-        return Status::Ok();
-      });
+      Status s = queue_->Submit(
+          group_bytes,
+          [this, file_index, pieces = std::move(group), block](unsigned worker) -> Status {
+            for (const Piece& p : pieces) {
+              GPUCKPT_RETURN_IF_ERROR(
+                  ProcessChunk(worker, file_index, p.file_offset, p.data, p.len));
+            }
+            return Status::Ok();
+          });
       group = {};
       group_bytes = 0;
       return s;
@@ -204,7 +207,8 @@ Status SnapshotWriterImpl::AddFile(const FileEntry& meta, int fd) {
 Status SnapshotWriterImpl::ProcessChunk(unsigned worker, uint32_t file_index, uint64_t offset,
                                         const uint8_t* data, size_t len) {
   const ChunkHash hash = HashChunk(data, len);
-  GPUCKPT_ASSIGN_OR_RETURN(auto put, store_->chunks().Put(hash, data, len, store_->options().zstd_level));
+  GPUCKPT_ASSIGN_OR_RETURN(auto put,
+                           store_->chunks().Put(hash, data, len, store_->options().zstd_level));
   Batch* b = batches_[worker].get();
   auto s = b->batch.Put(store_->db()->extents(), keys::ExtentKey(key_, file_index, offset),
                         EncodeExtentRecord(hash, put.seq, len));
@@ -276,7 +280,8 @@ Result<SnapshotInfo> SnapshotWriterImpl::Commit() {
   if (!s.ok()) return Fail(s);
 
   info.created_ns = NowNs();
-  info.duration_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  info.duration_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
   s = store_->Publish(info);
   if (!s.ok()) return Fail(s);
   committed_ = true;

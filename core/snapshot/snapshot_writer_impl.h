@@ -73,7 +73,7 @@ class SnapshotWriterImpl final : public SnapshotWriter {
   Status ProcessChunk(unsigned worker, uint32_t file_index, uint64_t offset, const uint8_t* data,
                       size_t len);
   Status WriteBatch(Batch* b);
-  Status AddEntryLocked(FileEntry entry);
+  Status AppendEntry(FileEntry entry);
   bool IsPageImage(const std::string& path) const;
   Status Fail(Status s);
 

@@ -43,7 +43,8 @@ Result<std::unique_ptr<Store>> Store::Open(const std::string& dir, const StoreOp
   }
   GPUCKPT_ASSIGN_OR_RETURN(auto db, StoreDb::Open(dir, options.create_if_missing, 32u << 20));
   auto cache = std::make_unique<ChunkCache>(options.chunk_cache_bytes);
-  GPUCKPT_ASSIGN_OR_RETURN(auto chunks, ChunkStore::Open(db.get(), cache.get(), options.verify_on_read));
+  GPUCKPT_ASSIGN_OR_RETURN(auto chunks,
+                           ChunkStore::Open(db.get(), cache.get(), options.verify_on_read));
   return std::unique_ptr<Store>(
       new StoreImpl(std::move(db), std::move(cache), std::move(chunks), options));
 }
@@ -100,7 +101,8 @@ Result<std::unique_ptr<SnapshotWriter>> StoreImpl::BeginSnapshot(const SnapshotS
       for (uint64_t n = key;; ++n) {
         std::string candidate = std::to_string(n);
         std::string ignored;
-        rocksdb::Status s = db_->db()->Get(rocksdb::ReadOptions(), db_->snapshots(), candidate, &ignored);
+        rocksdb::Status s =
+            db_->db()->Get(rocksdb::ReadOptions(), db_->snapshots(), candidate, &ignored);
         if (!s.ok() && !s.IsNotFound()) return FromRocks(s, "looking up snapshot names");
         if (s.IsNotFound() && reserved_names_.count(candidate) == 0) {
           spec.name = candidate;
@@ -110,7 +112,8 @@ Result<std::unique_ptr<SnapshotWriter>> StoreImpl::BeginSnapshot(const SnapshotS
     } else {
       GPUCKPT_RETURN_IF_ERROR(ValidateSnapshotName(spec.name));
       std::string ignored;
-      rocksdb::Status s = db_->db()->Get(rocksdb::ReadOptions(), db_->snapshots(), spec.name, &ignored);
+      rocksdb::Status s =
+          db_->db()->Get(rocksdb::ReadOptions(), db_->snapshots(), spec.name, &ignored);
       if (s.ok() || reserved_names_.count(spec.name) != 0) {
         return Status::AlreadyExists("snapshot '" + spec.name + "' already exists");
       }
@@ -147,16 +150,16 @@ Status StoreImpl::Publish(const SnapshotInfo& info) {
 
 Result<std::vector<SnapshotInfo>> StoreImpl::List() {
   std::vector<SnapshotInfo> out;
-  std::unique_ptr<rocksdb::Iterator> it(db_->db()->NewIterator(rocksdb::ReadOptions(), db_->snapshots()));
+  std::unique_ptr<rocksdb::Iterator> it(
+      db_->db()->NewIterator(rocksdb::ReadOptions(), db_->snapshots()));
   for (it->SeekToFirst(); it->Valid(); it->Next()) {
-    GPUCKPT_ASSIGN_OR_RETURN(SnapshotInfo info,
-                             DecodeSnapshotRecord(it->key().ToStringView(), it->value().ToStringView()));
+    GPUCKPT_ASSIGN_OR_RETURN(SnapshotInfo info, DecodeSnapshotRecord(it->key().ToStringView(),
+                                                                     it->value().ToStringView()));
     out.push_back(std::move(info));
   }
   GPUCKPT_RETURN_IF_ERROR(FromRocks(it->status(), "listing snapshots"));
-  std::stable_sort(out.begin(), out.end(), [](const SnapshotInfo& a, const SnapshotInfo& b) {
-    return a.key < b.key;
-  });
+  std::stable_sort(out.begin(), out.end(),
+                   [](const SnapshotInfo& a, const SnapshotInfo& b) { return a.key < b.key; });
   return out;
 }
 
@@ -194,17 +197,20 @@ Result<std::vector<FileEntry>> StoreImpl::ListFiles(const std::string& id) {
   std::vector<FileEntry> out;
   out.reserve(records.size());
   for (auto& [index, e] : records) out.push_back(std::move(e));
-  std::sort(out.begin(), out.end(), [](const FileEntry& a, const FileEntry& b) { return a.path < b.path; });
+  std::sort(out.begin(), out.end(),
+            [](const FileEntry& a, const FileEntry& b) { return a.path < b.path; });
   return out;
 }
 
-Result<std::unique_ptr<FileReader>> StoreImpl::OpenFile(const std::string& id, const std::string& path) {
+Result<std::unique_ptr<FileReader>> StoreImpl::OpenFile(const std::string& id,
+                                                        const std::string& path) {
   GPUCKPT_ASSIGN_OR_RETURN(SnapshotInfo info, Get(id));
   GPUCKPT_ASSIGN_OR_RETURN(auto records, ReadFileRecords(info.key));
   for (auto& [index, e] : records) {
     if (e.path != path) continue;
     if (e.type != FileType::kRegular) {
-      return Status::InvalidArgument("'" + path + "' in snapshot '" + id + "' is not a regular file");
+      return Status::InvalidArgument("'" + path + "' in snapshot '" + id +
+                                     "' is not a regular file");
     }
     return std::unique_ptr<FileReader>(new FileReaderImpl(this, id, info.key, index, std::move(e)));
   }
@@ -238,7 +244,8 @@ Result<GcReport> StoreImpl::Gc() {
   std::unordered_set<uint64_t> marked;  // chunk sequence numbers
   std::vector<uint64_t> orphan_keys;
   {
-    std::unique_ptr<rocksdb::Iterator> it(db_->db()->NewIterator(rocksdb::ReadOptions(), db_->extents()));
+    std::unique_ptr<rocksdb::Iterator> it(
+        db_->db()->NewIterator(rocksdb::ReadOptions(), db_->extents()));
     for (it->SeekToFirst(); it->Valid(); it->Next()) {
       const auto key = it->key().ToStringView();
       if (key.size() != keys::kExtentKeySize) return Status::Corruption("malformed extent key");
@@ -252,13 +259,15 @@ Result<GcReport> StoreImpl::Gc() {
         it->Prev();
         continue;
       }
-      GPUCKPT_ASSIGN_OR_RETURN(Extent e, DecodeExtentRecord(keys::ExtentOffsetOf(key), it->value().ToStringView()));
+      GPUCKPT_ASSIGN_OR_RETURN(
+          Extent e, DecodeExtentRecord(keys::ExtentOffsetOf(key), it->value().ToStringView()));
       marked.insert(e.seq);
     }
     GPUCKPT_RETURN_IF_ERROR(FromRocks(it->status(), "scanning extents"));
   }
   {
-    std::unique_ptr<rocksdb::Iterator> it(db_->db()->NewIterator(rocksdb::ReadOptions(), db_->files()));
+    std::unique_ptr<rocksdb::Iterator> it(
+        db_->db()->NewIterator(rocksdb::ReadOptions(), db_->files()));
     for (it->SeekToFirst(); it->Valid(); it->Next()) {
       const uint64_t snap = keys::SnapshotKeyOf(it->key().ToStringView());
       if (live_keys.count(snap) == 0 &&
@@ -273,13 +282,15 @@ Result<GcReport> StoreImpl::Gc() {
   rocksdb::WriteBatch batch;
   for (uint64_t k : orphan_keys) {
     auto s = batch.DeleteRange(db_->files(), keys::SnapshotPrefix(k), keys::SnapshotPrefix(k + 1));
-    if (s.ok()) s = batch.DeleteRange(db_->extents(), keys::SnapshotPrefix(k), keys::SnapshotPrefix(k + 1));
+    if (s.ok())
+      s = batch.DeleteRange(db_->extents(), keys::SnapshotPrefix(k), keys::SnapshotPrefix(k + 1));
     if (!s.ok()) return FromRocks(s, "batching orphan removal");
     ++report.orphan_records_deleted;
   }
   {
     // The sweep walks the small meta records, not the chunk data.
-    std::unique_ptr<rocksdb::Iterator> it(db_->db()->NewIterator(rocksdb::ReadOptions(), db_->chunk_meta()));
+    std::unique_ptr<rocksdb::Iterator> it(
+        db_->db()->NewIterator(rocksdb::ReadOptions(), db_->chunk_meta()));
     for (it->SeekToFirst(); it->Valid(); it->Next()) {
       auto hash = ChunkHash::FromBytes(it->key().ToStringView());
       auto meta = DecodeChunkMeta(it->value().ToStringView());
@@ -329,7 +340,8 @@ Result<FsckReport> StoreImpl::Fsck() {
   std::unordered_map<uint64_t, std::pair<ChunkHash, uint64_t>> chunks;  // seq -> hash, length
   std::unordered_set<uint64_t> bad;
   {
-    std::unique_ptr<rocksdb::Iterator> it(db_->db()->NewIterator(rocksdb::ReadOptions(), db_->chunks()));
+    std::unique_ptr<rocksdb::Iterator> it(
+        db_->db()->NewIterator(rocksdb::ReadOptions(), db_->chunks()));
     for (it->SeekToFirst(); it->Valid(); it->Next()) {
       ++report.chunks_checked;
       if (it->key().size() != 8) {
@@ -345,14 +357,16 @@ Result<FsckReport> StoreImpl::Fsck() {
       }
       chunks[seq] = *checked;
     }
-    if (!it->status().ok()) report.problems.push_back("scanning chunks: " + it->status().ToString());
+    if (!it->status().ok())
+      report.problems.push_back("scanning chunks: " + it->status().ToString());
   }
   {
     // Meta records: each names an existing chunk with its length; every
     // chunk has one. A meta record without its chunk would make imports
     // skip data they need.
     std::unordered_set<uint64_t> with_meta;
-    std::unique_ptr<rocksdb::Iterator> it(db_->db()->NewIterator(rocksdb::ReadOptions(), db_->chunk_meta()));
+    std::unique_ptr<rocksdb::Iterator> it(
+        db_->db()->NewIterator(rocksdb::ReadOptions(), db_->chunk_meta()));
     for (it->SeekToFirst(); it->Valid(); it->Next()) {
       auto hash = ChunkHash::FromBytes(it->key().ToStringView());
       auto meta = DecodeChunkMeta(it->value().ToStringView());
@@ -386,7 +400,8 @@ Result<FsckReport> StoreImpl::Fsck() {
     }
     if (files->size() != snap.file_count) {
       report.problems.push_back("snapshot '" + snap.id + "' has " + std::to_string(files->size()) +
-                                " file records, its manifest says " + std::to_string(snap.file_count));
+                                " file records, its manifest says " +
+                                std::to_string(snap.file_count));
     }
     for (const auto& [index, entry] : *files) {
       if (entry.type != FileType::kRegular) continue;
@@ -443,7 +458,8 @@ Result<StoreStats> StoreImpl::Stats() {
   GPUCKPT_ASSIGN_OR_RETURN(auto snapshots, List());
   stats.snapshot_count = snapshots.size();
   for (const auto& s : snapshots) stats.logical_bytes += s.logical_bytes;
-  std::unique_ptr<rocksdb::Iterator> it(db_->db()->NewIterator(rocksdb::ReadOptions(), db_->chunk_meta()));
+  std::unique_ptr<rocksdb::Iterator> it(
+      db_->db()->NewIterator(rocksdb::ReadOptions(), db_->chunk_meta()));
   for (it->SeekToFirst(); it->Valid(); it->Next()) {
     GPUCKPT_ASSIGN_OR_RETURN(ChunkMeta meta, DecodeChunkMeta(it->value().ToStringView()));
     ++stats.chunk_count;

@@ -128,7 +128,8 @@ Status DecodeChunkRecord(std::string_view record, std::string_view what, std::st
   thread_local std::unique_ptr<ZSTD_DCtx, DCtxDeleter> dctx(ZSTD_createDCtx());
   if (!dctx) return Status::Internal("out of memory for a zstd context");
   out->resize(*raw_len);
-  const size_t n = ZSTD_decompressDCtx(dctx.get(), out->data(), out->size(), payload.data(), payload.size());
+  const size_t n =
+      ZSTD_decompressDCtx(dctx.get(), out->data(), out->size(), payload.data(), payload.size());
   if (ZSTD_isError(n)) return corrupt(std::string("zstd: ") + ZSTD_getErrorName(n));
   if (n != *raw_len) return corrupt("decompressed length mismatch");
   return Status::Ok();

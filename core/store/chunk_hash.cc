@@ -49,7 +49,8 @@ std::string ChunkHash::Hex() const {
 
 Result<ChunkHash> ChunkHash::FromBytes(std::string_view raw) {
   if (raw.size() != format::kChunkHashSize) {
-    return Status::Corruption("chunk hash of " + std::to_string(raw.size()) + " bytes, expected 32");
+    return Status::Corruption("chunk hash of " + std::to_string(raw.size()) +
+                              " bytes, expected 32");
   }
   ChunkHash h;
   std::memcpy(h.bytes.data(), raw.data(), raw.size());

@@ -26,7 +26,8 @@ Result<std::unique_ptr<ChunkStore>> ChunkStore::Open(StoreDb* db, ChunkCache* ca
   // published, so the last key on disk is at least the highest sequence
   // anyone refers to. Numbers of chunks lost in a crash may be handed out
   // again: nothing durable names them.
-  std::unique_ptr<rocksdb::Iterator> it(db->db()->NewIterator(rocksdb::ReadOptions(), db->chunks()));
+  std::unique_ptr<rocksdb::Iterator> it(
+      db->db()->NewIterator(rocksdb::ReadOptions(), db->chunks()));
   it->SeekToLast();
   uint64_t next = 1;
   if (it->Valid()) {
@@ -53,15 +54,16 @@ void ChunkStore::Release(const ChunkHash& hash) {
 
 Result<std::optional<ChunkMeta>> ChunkStore::Lookup(const ChunkHash& hash) const {
   std::string value;
-  rocksdb::Status s = db_->db()->Get(rocksdb::ReadOptions(), db_->chunk_meta(), HashSlice(hash), &value);
+  rocksdb::Status s =
+      db_->db()->Get(rocksdb::ReadOptions(), db_->chunk_meta(), HashSlice(hash), &value);
   if (s.IsNotFound()) return std::optional<ChunkMeta>();
   if (!s.ok()) return FromRocks(s, "looking up chunk " + hash.Hex());
   GPUCKPT_ASSIGN_OR_RETURN(ChunkMeta meta, DecodeChunkMeta(value));
   return std::optional<ChunkMeta>(meta);
 }
 
-Result<ChunkStore::PutResult> ChunkStore::Put(const ChunkHash& hash, const uint8_t* data, size_t len,
-                                              int zstd_level) {
+Result<ChunkStore::PutResult> ChunkStore::Put(const ChunkHash& hash, const uint8_t* data,
+                                              size_t len, int zstd_level) {
   Claim(hash);
   struct Unclaim {
     ChunkStore* self;
@@ -78,7 +80,8 @@ Result<ChunkStore::PutResult> ChunkStore::Put(const ChunkHash& hash, const uint8
   rocksdb::WriteBatch batch;
   auto s = batch.Put(db_->chunks(), ChunkSeqKey(seq), record);
   if (s.ok()) {
-    s = batch.Put(db_->chunk_meta(), HashSlice(hash), EncodeChunkMeta(ChunkMeta{seq, len, record.size()}));
+    s = batch.Put(db_->chunk_meta(), HashSlice(hash),
+                  EncodeChunkMeta(ChunkMeta{seq, len, record.size()}));
   }
   if (!s.ok()) return FromRocks(s, "batching chunk " + hash.Hex());
   rocksdb::WriteOptions w;
@@ -100,16 +103,18 @@ Result<std::shared_ptr<const std::string>> ChunkStore::Read(const ChunkHash& has
     return hit;
   }
   rocksdb::PinnableSlice record;
-  rocksdb::Status s = db_->db()->Get(rocksdb::ReadOptions(), db_->chunks(), ChunkSeqKey(seq), &record);
-  if (s.IsNotFound()) return Status::Corruption("chunk " + hash.Hex() + " is missing from the store");
+  rocksdb::Status s =
+      db_->db()->Get(rocksdb::ReadOptions(), db_->chunks(), ChunkSeqKey(seq), &record);
+  if (s.IsNotFound())
+    return Status::Corruption("chunk " + hash.Hex() + " is missing from the store");
   if (!s.ok()) return FromRocks(s, "reading chunk " + hash.Hex());
   auto data = std::make_shared<std::string>();
   ChunkHash stored_hash;
-  GPUCKPT_RETURN_IF_ERROR(DecodeChunkRecord(std::string_view(record.data(), record.size()), hash.Hex(),
-                                            data.get(), &stored_hash));
+  GPUCKPT_RETURN_IF_ERROR(DecodeChunkRecord(std::string_view(record.data(), record.size()),
+                                            hash.Hex(), data.get(), &stored_hash));
   if (stored_hash != hash) {
-    return Status::Corruption("chunk record " + std::to_string(seq) + " holds " + stored_hash.Hex() +
-                              ", expected " + hash.Hex());
+    return Status::Corruption("chunk record " + std::to_string(seq) + " holds " +
+                              stored_hash.Hex() + ", expected " + hash.Hex());
   }
   if (data->size() != expected_len) return wrong_length(data->size());
   if (verify_ && HashChunk(reinterpret_cast<const uint8_t*>(data->data()), data->size()) != hash) {

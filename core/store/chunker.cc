@@ -1,13 +1,13 @@
 #include "core/store/chunker.h"
 
+#include <xxhash.h>
+
 #include <algorithm>
 #include <array>
 #include <bit>
 #include <string>
 
 #include "core/store/format.h"
-
-#include <xxhash.h>
 
 namespace gpuckpt {
 namespace {
@@ -56,18 +56,22 @@ Result<Chunker> Chunker::Create(const ChunkSizes& s, uint32_t alignment) {
                                    std::to_string(s.avg_size) + "/" + std::to_string(s.max_size) +
                                    " (alignment " + std::to_string(alignment) + "): " + why);
   };
-  if (alignment == 0 || !std::has_single_bit(alignment)) return invalid("alignment must be a power of two");
-  if (!(s.min_size <= s.avg_size && s.avg_size <= s.max_size)) return invalid("need min <= avg <= max");
+  if (alignment == 0 || !std::has_single_bit(alignment))
+    return invalid("alignment must be a power of two");
+  if (!(s.min_size <= s.avg_size && s.avg_size <= s.max_size))
+    return invalid("need min <= avg <= max");
   if (s.min_size < kWindow) return invalid("min must be at least 64 bytes");
   if (!std::has_single_bit(s.avg_size)) return invalid("avg must be a power of two");
   if (s.max_size > format::kMaxChunkSize) return invalid("max is above the 64 MiB limit");
   if (s.min_size % alignment || s.avg_size % alignment || s.max_size % alignment)
     return invalid("sizes must be multiples of the alignment");
-  if (alignment > 1 && s.avg_size / alignment < 2) return invalid("avg must be at least two alignment units");
+  if (alignment > 1 && s.avg_size / alignment < 2)
+    return invalid("avg must be at least two alignment units");
   return Chunker(s, alignment);
 }
 
-Chunker::Chunker(const ChunkSizes& sizes, uint32_t alignment) : sizes_(sizes), alignment_(alignment) {
+Chunker::Chunker(const ChunkSizes& sizes, uint32_t alignment)
+    : sizes_(sizes), alignment_(alignment) {
   // Normalized chunking: a stricter mask before the average size and a
   // looser one after it pull chunk sizes towards the average. Rolling mode
   // uses FastCDC's level 2; aligned mode has few candidates per chunk
@@ -123,7 +127,8 @@ size_t Chunker::CutAligned(const uint8_t* data, size_t len, uint64_t file_offset
   const uint64_t mask = alignment_ - 1;
   // First candidate length at or after min_size that ends on an aligned
   // file offset.
-  size_t candidate = sizes_.min_size + ((alignment_ - ((file_offset + sizes_.min_size) & mask)) & mask);
+  size_t candidate =
+      sizes_.min_size + ((alignment_ - ((file_offset + sizes_.min_size) & mask)) & mask);
   for (; candidate < limit; candidate += alignment_) {
     const uint64_t fp = UnitFingerprint(data + candidate, alignment_);
     if ((fp & (candidate < normal ? mask_small_ : mask_large_)) == 0) return candidate;

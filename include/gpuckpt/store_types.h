@@ -105,7 +105,7 @@ struct SnapshotInfo {
 struct GcReport {
   uint64_t chunks_kept = 0;
   uint64_t chunks_deleted = 0;
-  uint64_t bytes_deleted = 0;  // stored (compressed) bytes
+  uint64_t bytes_deleted = 0;           // stored (compressed) bytes
   uint64_t orphan_records_deleted = 0;  // index records of never-committed snapshots
 };
 

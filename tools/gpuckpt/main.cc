@@ -9,11 +9,10 @@
 // Exit status: 0 success; 1 the operation failed (one line on stderr);
 // 2 bad usage; 3 fsck found problems (listed on stdout).
 #include <CLI/CLI.hpp>
-#include <nlohmann/json.hpp>
-
 #include <cstdio>
 #include <iostream>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -107,7 +106,8 @@ int Main(int argc, char** argv) {
   std::string src, name, id, dest;
   bool as_json = false;
 
-  auto* import = app.add_subcommand("import", "Store a directory tree as a new snapshot; prints its id");
+  auto* import =
+      app.add_subcommand("import", "Store a directory tree as a new snapshot; prints its id");
   import->add_option("SRC_DIR", src, "Directory to import")->required();
   import->add_option("--name", name, "Snapshot id (default: the next free number)");
 
@@ -173,9 +173,10 @@ int Main(int argc, char** argv) {
       std::printf("%-24s %-19s %10s %10s %10s  %s\n", "ID", "CREATED", "LOGICAL", "NEW", "STORED",
                   "SOURCE");
       for (const auto& i : *list) {
-        std::printf("%-24s %-19s %10s %10s %10s  %s\n", i.id.c_str(), FormatTime(i.created_ns).c_str(),
-                    HumanBytes(i.logical_bytes).c_str(), HumanBytes(i.new_bytes).c_str(),
-                    HumanBytes(i.stored_bytes).c_str(), i.source.c_str());
+        std::printf("%-24s %-19s %10s %10s %10s  %s\n", i.id.c_str(),
+                    FormatTime(i.created_ns).c_str(), HumanBytes(i.logical_bytes).c_str(),
+                    HumanBytes(i.new_bytes).c_str(), HumanBytes(i.stored_bytes).c_str(),
+                    i.source.c_str());
       }
     }
     return 0;
@@ -190,7 +191,8 @@ int Main(int argc, char** argv) {
     if (!r.ok()) return Fail(r.status());
     std::printf("kept %llu chunks, deleted %llu chunks (%s), removed %llu unfinished snapshots\n",
                 static_cast<unsigned long long>(r->chunks_kept),
-                static_cast<unsigned long long>(r->chunks_deleted), HumanBytes(r->bytes_deleted).c_str(),
+                static_cast<unsigned long long>(r->chunks_deleted),
+                HumanBytes(r->bytes_deleted).c_str(),
                 static_cast<unsigned long long>(r->orphan_records_deleted));
     return 0;
   }

@@ -39,14 +39,16 @@ void ProgressBar::Update(uint64_t done, uint64_t total) {
   const std::string rate = secs > 0 ? HumanBytes(static_cast<uint64_t>(done / secs)) + "/s" : "";
   constexpr int kWidth = 30;
   if (total > 0) {
-    const double frac = done >= total ? 1.0 : static_cast<double>(done) / static_cast<double>(total);
+    const double frac =
+        done >= total ? 1.0 : static_cast<double>(done) / static_cast<double>(total);
     const int filled = static_cast<int>(frac * kWidth);
     std::string bar(static_cast<size_t>(filled), '=');
     bar.resize(kWidth, ' ');
     std::fprintf(stderr, "\r\033[K%s [%s] %3.0f%% %s / %s %s", label_.c_str(), bar.c_str(),
                  frac * 100, HumanBytes(done).c_str(), HumanBytes(total).c_str(), rate.c_str());
   } else {
-    std::fprintf(stderr, "\r\033[K%s %s %s", label_.c_str(), HumanBytes(done).c_str(), rate.c_str());
+    std::fprintf(stderr, "\r\033[K%s %s %s", label_.c_str(), HumanBytes(done).c_str(),
+                 rate.c_str());
   }
   std::fflush(stderr);
 }

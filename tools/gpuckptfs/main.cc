@@ -26,12 +26,14 @@ namespace {
 Status CheckMountpoint(const std::string& path) {
   struct stat st {};
   if (stat(path.c_str(), &st) != 0) return StatusFromErrno(errno, "mount point " + path);
-  if (!S_ISDIR(st.st_mode)) return Status::InvalidArgument("mount point " + path + " is not a directory");
+  if (!S_ISDIR(st.st_mode))
+    return Status::InvalidArgument("mount point " + path + " is not a directory");
   return Status::Ok();
 }
 
 // Opens the store and serves; `ready` gets "" once mounted, or the error.
-int Serve(const std::string& store_dir, const MountOptions& mount, const std::function<void(const std::string&)>& ready) {
+int Serve(const std::string& store_dir, const MountOptions& mount,
+          const std::function<void(const std::string&)>& ready) {
   StoreOptions options;
   auto store = Store::Open(store_dir, options);
   if (!store.ok()) {
@@ -44,8 +46,10 @@ int Serve(const std::string& store_dir, const MountOptions& mount, const std::fu
     ready("");
   });
   if (!s.ok()) {
-    if (!reported) ready(s.ToString());
-    else std::fprintf(stderr, "gpuckptfs: %s\n", s.ToString().c_str());
+    if (!reported)
+      ready(s.ToString());
+    else
+      std::fprintf(stderr, "gpuckptfs: %s\n", s.ToString().c_str());
     return 1;
   }
   return 0;
@@ -57,7 +61,8 @@ int Main(int argc, char** argv) {
   std::string store_dir = "/var/lib/gpuckpt";
   MountOptions mount;
   bool foreground = false;
-  app.add_option("--store", store_dir, "Store directory (created if missing)")->capture_default_str();
+  app.add_option("--store", store_dir, "Store directory (created if missing)")
+      ->capture_default_str();
   app.add_flag("-f,--foreground", foreground, "Stay in the foreground");
   app.add_flag("-d,--debug", mount.debug, "Log every FUSE request (implies --foreground)");
   app.add_option("MOUNTPOINT", mount.mountpoint, "Where to mount")->capture_default_str();
@@ -98,7 +103,8 @@ int Main(int argc, char** argv) {
     std::string message;
     char buf[512];
     ssize_t n;
-    while ((n = read(pipe_fds[0], buf, sizeof(buf))) > 0) message.append(buf, static_cast<size_t>(n));
+    while ((n = read(pipe_fds[0], buf, sizeof(buf))) > 0)
+      message.append(buf, static_cast<size_t>(n));
     if (message == "ok") return 0;
     if (message.empty()) message = "the daemon exited before mounting";
     std::fprintf(stderr, "gpuckptfs: %s\n", message.c_str());
