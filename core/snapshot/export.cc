@@ -20,6 +20,9 @@
 namespace gpuckpt {
 namespace {
 
+// Bytes of a file one export task reads and writes.
+constexpr uint64_t kRunBytes = 1u << 20;
+
 Status WriteAll(int fd, const char* data, size_t len, uint64_t offset, const std::string& shown) {
   while (len > 0) {
     const ssize_t n = pwrite(fd, data, len, static_cast<off_t>(offset));
@@ -125,6 +128,30 @@ Status StoreImpl::Export(const std::string& id, const std::string& dest_dir_in,
     std::unique_ptr<rocksdb::Iterator> it(db_->db()->NewIterator(r, db_->extents()));
     uint64_t expect = 0;
     Status submit_status;
+    // Extents go to the workers in runs of about kRunBytes: each worker
+    // fills one buffer and writes it with one pwrite(), so writers don't
+    // queue on the file's lock once per 16 KiB chunk.
+    std::vector<Extent> run;
+    uint64_t run_bytes = 0;
+    auto submit_run = [&]() -> Status {
+      if (run.empty()) return Status::Ok();
+      Status s = queue.Submit(run_bytes, [this, extents = std::move(run), run_bytes, fd, &path,
+                                          &done](unsigned) -> Status {
+        std::string buf;
+        buf.reserve(run_bytes);
+        for (const Extent& x : extents) {
+          GPUCKPT_ASSIGN_OR_RETURN(auto chunk, chunk_store_->Read(x.hash, x.seq, x.length,
+                                                                  /*use_cache=*/false));
+          buf.append(*chunk);
+        }
+        GPUCKPT_RETURN_IF_ERROR(WriteAll(fd, buf.data(), buf.size(), extents.front().offset, path));
+        done.fetch_add(buf.size(), std::memory_order_relaxed);
+        return Status::Ok();
+      });
+      run = {};
+      run_bytes = 0;
+      return s;
+    };
     for (it->Seek(lower); it->Valid(); it->Next()) {
       GPUCKPT_ASSIGN_OR_RETURN(Extent x,
                                DecodeExtentRecord(keys::ExtentOffsetOf(it->key().ToStringView()),
@@ -136,18 +163,18 @@ Status StoreImpl::Export(const std::string& id, const std::string& dest_dir_in,
         break;
       }
       expect += x.length;
-      submit_status = queue.Submit(x.length, [this, x, fd, &path, &done](unsigned) -> Status {
-        GPUCKPT_ASSIGN_OR_RETURN(auto chunk, chunk_store_->Read(x.hash, x.seq, x.length));
-        GPUCKPT_RETURN_IF_ERROR(WriteAll(fd, chunk->data(), chunk->size(), x.offset, path));
-        done.fetch_add(x.length, std::memory_order_relaxed);
-        return Status::Ok();
-      });
-      if (!submit_status.ok()) break;
+      run.push_back(x);
+      run_bytes += x.length;
+      if (run_bytes >= kRunBytes) {
+        submit_status = submit_run();
+        if (!submit_status.ok()) break;
+      }
       if (progress && done.load() - reported >= (64u << 20)) {
         reported = done.load();
         progress(reported, total);
       }
     }
+    if (submit_status.ok()) submit_status = submit_run();
     Status finish = queue.Finish();
     GPUCKPT_RETURN_IF_ERROR(FromRocks(it->status(), "reading the extent index"));
     GPUCKPT_RETURN_IF_ERROR(submit_status);

@@ -1,5 +1,6 @@
 #include "core/store/chunk_codec.h"
 
+#include <xxhash.h>
 #include <zstd.h>
 
 #include <memory>
@@ -8,6 +9,15 @@
 
 namespace gpuckpt {
 namespace {
+
+constexpr size_t kChecksumSize = 16;
+
+void PutChecksum(std::string* dst, const uint8_t* data, size_t len) {
+  const XXH128_hash_t h = XXH3_128bits(data, len);
+  for (uint64_t part : {h.low64, h.high64}) {
+    for (int i = 0; i < 8; ++i) dst->push_back(static_cast<char>((part >> (8 * i)) & 0xff));
+  }
+}
 
 struct CCtxDeleter {
   void operator()(ZSTD_CCtx* c) const { ZSTD_freeCCtx(c); }
@@ -49,6 +59,7 @@ void EncodeChunkRecord(const uint8_t* data, size_t len, const ChunkHash& hash, i
   record->push_back(static_cast<char>(format::kCodecZstd));
   PutVarint64(record, len);
   record->append(hash.view());
+  PutChecksum(record, data, len);
   const size_t header = record->size();
   // Only worth it when it saves at least 1/32: below that the read-side
   // decompression costs more than the bytes saved.
@@ -104,7 +115,7 @@ Result<uint64_t> ChunkRecordRawLength(std::string_view record) {
 }
 
 Status DecodeChunkRecord(std::string_view record, std::string_view what, std::string* out,
-                         ChunkHash* hash) {
+                         ChunkHash* hash, bool check_checksum) {
   auto corrupt = [&](const std::string& why) {
     return Status::Corruption("chunk " + std::string(what) + ": " + why);
   };
@@ -119,9 +130,18 @@ Status DecodeChunkRecord(std::string_view record, std::string_view what, std::st
   if (!stored_hash.ok()) return corrupt("bad hash");
   *hash = *stored_hash;
   payload.remove_prefix(format::kChunkHashSize);
+  if (payload.size() < kChecksumSize) return corrupt("record too short for its checksum");
+  const std::string_view checksum = payload.substr(0, kChecksumSize);
+  payload.remove_prefix(kChecksumSize);
+  auto checksum_matches = [&](const std::string& data) {
+    std::string expected;
+    PutChecksum(&expected, reinterpret_cast<const uint8_t*>(data.data()), data.size());
+    return expected == checksum;
+  };
   if (codec == format::kCodecRaw) {
     if (payload.size() != *raw_len) return corrupt("raw payload length mismatch");
     out->assign(payload);
+    if (check_checksum && !checksum_matches(*out)) return corrupt("bytes do not match the checksum");
     return Status::Ok();
   }
   if (codec != format::kCodecZstd) return corrupt("unknown codec " + std::to_string(codec));
@@ -132,6 +152,7 @@ Status DecodeChunkRecord(std::string_view record, std::string_view what, std::st
       ZSTD_decompressDCtx(dctx.get(), out->data(), out->size(), payload.data(), payload.size());
   if (ZSTD_isError(n)) return corrupt(std::string("zstd: ") + ZSTD_getErrorName(n));
   if (n != *raw_len) return corrupt("decompressed length mismatch");
+  if (check_checksum && !checksum_matches(*out)) return corrupt("bytes do not match the checksum");
   return Status::Ok();
 }
 

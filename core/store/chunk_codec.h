@@ -1,9 +1,11 @@
 // Chunk records: how one chunk's bytes are kept as a RocksDB value.
 //
-//   record := version:u8 codec:u8 raw_length:varint64 hash:32 payload
+//   record := version:u8 codec:u8 raw_length:varint64 hash:32 checksum:16 payload
 //
-// The hash is kept in the record so that fsck can check a chunk read in
-// key (sequence) order without another lookup.
+// The hash (SHA-256, the chunk's name) is kept in the record so that fsck
+// can check a chunk read in key (sequence) order without another lookup;
+// the checksum (XXH3-128 of the raw bytes, little-endian low then high) is
+// what readers check by default.
 //
 // codec 0 stores the payload raw, codec 1 as one zstd frame. Encoding keeps
 // a chunk raw when zstd saves less than 1/32 of it, so incompressible memory
@@ -28,9 +30,11 @@ void EncodeChunkRecord(const uint8_t* data, size_t len, const ChunkHash& hash, i
 
 // Decodes `record` into `*out` and the hash it claims into `*hash`.
 // kCorruption on any inconsistency (unknown version or codec, bad length,
-// zstd error); `what` names the chunk in the message. Does not re-hash.
+// zstd error, and, unless `check_checksum` is false, bytes that do not match
+// the record's checksum); `what` names the chunk in the message. Does not
+// compute SHA-256.
 Status DecodeChunkRecord(std::string_view record, std::string_view what, std::string* out,
-                         ChunkHash* hash);
+                         ChunkHash* hash, bool check_checksum = true);
 
 // The raw length a record declares, without decoding it.
 Result<uint64_t> ChunkRecordRawLength(std::string_view record);

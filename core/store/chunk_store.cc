@@ -21,7 +21,7 @@ std::string ChunkSeqKey(uint64_t seq) {
 }
 
 Result<std::unique_ptr<ChunkStore>> ChunkStore::Open(StoreDb* db, ChunkCache* cache,
-                                                     bool verify_on_read) {
+                                                     ReadVerification verify) {
   // Every chunk a published snapshot names was flushed before it was
   // published, so the last key on disk is at least the highest sequence
   // anyone refers to. Numbers of chunks lost in a crash may be handed out
@@ -35,7 +35,7 @@ Result<std::unique_ptr<ChunkStore>> ChunkStore::Open(StoreDb* db, ChunkCache* ca
     next = keys::GetBigEndian(it->key().ToStringView(), 8) + 1;
   }
   GPUCKPT_RETURN_IF_ERROR(FromRocks(it->status(), "reading the last chunk"));
-  return std::unique_ptr<ChunkStore>(new ChunkStore(db, cache, verify_on_read, next));
+  return std::unique_ptr<ChunkStore>(new ChunkStore(db, cache, verify, next));
 }
 
 void ChunkStore::Claim(const ChunkHash& hash) {
@@ -93,34 +93,41 @@ Result<ChunkStore::PutResult> ChunkStore::Put(const ChunkHash& hash, const uint8
 }
 
 Result<std::shared_ptr<const std::string>> ChunkStore::Read(const ChunkHash& hash, uint64_t seq,
-                                                            uint64_t expected_len) const {
+                                                            uint64_t expected_len,
+                                                            bool use_cache) const {
   auto wrong_length = [&](uint64_t got) {
     return Status::Corruption("chunk " + hash.Hex() + " is " + std::to_string(got) +
                               " bytes, its extent says " + std::to_string(expected_len));
   };
-  if (auto hit = cache_->Lookup(hash)) {
-    if (hit->size() != expected_len) return wrong_length(hit->size());
-    return hit;
+  if (use_cache) {
+    if (auto hit = cache_->Lookup(hash)) {
+      if (hit->size() != expected_len) return wrong_length(hit->size());
+      return hit;
+    }
   }
   rocksdb::PinnableSlice record;
-  rocksdb::Status s =
-      db_->db()->Get(rocksdb::ReadOptions(), db_->chunks(), ChunkSeqKey(seq), &record);
+  rocksdb::ReadOptions r;
+  // RocksDB's CRC of the blob is redundant when we check the content
+  // ourselves; it is still checked when verification is off.
+  r.verify_checksums = verify_ == ReadVerification::kNone;
+  rocksdb::Status s = db_->db()->Get(r, db_->chunks(), ChunkSeqKey(seq), &record);
   if (s.IsNotFound())
     return Status::Corruption("chunk " + hash.Hex() + " is missing from the store");
   if (!s.ok()) return FromRocks(s, "reading chunk " + hash.Hex());
   auto data = std::make_shared<std::string>();
   ChunkHash stored_hash;
   GPUCKPT_RETURN_IF_ERROR(DecodeChunkRecord(std::string_view(record.data(), record.size()),
-                                            hash.Hex(), data.get(), &stored_hash));
+                                            hash.Hex(), data.get(), &stored_hash,
+                                            verify_ != ReadVerification::kNone));
   if (stored_hash != hash) {
     return Status::Corruption("chunk record " + std::to_string(seq) + " holds " +
                               stored_hash.Hex() + ", expected " + hash.Hex());
   }
   if (data->size() != expected_len) return wrong_length(data->size());
-  if (verify_ && HashChunk(reinterpret_cast<const uint8_t*>(data->data()), data->size()) != hash) {
+  if (verify_ == ReadVerification::kFullHash && HashChunk(reinterpret_cast<const uint8_t*>(data->data()), data->size()) != hash) {
     return Status::Corruption("chunk " + hash.Hex() + " does not match its hash (damaged store)");
   }
-  cache_->Insert(hash, data);
+  if (use_cache) cache_->Insert(hash, data);
   return std::shared_ptr<const std::string>(std::move(data));
 }
 

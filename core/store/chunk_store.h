@@ -12,8 +12,9 @@
 // of the same hash wait for each other (for one compression and one small
 // write), so the second finds the first's record.
 //
-// Reading re-hashes (when verify_on_read): a chunk whose bytes do not match
-// its name is kCorruption, never returned.
+// Reading checks each chunk as StoreOptions::verify_on_read says: a chunk
+// whose bytes do not match its checksum (or its name) is kCorruption,
+// never returned.
 //
 // Thread-safe. Borrows the StoreDb and the ChunkCache, which must outlive it.
 // Chunk records are written without RocksDB's WAL: they are durable after
@@ -34,6 +35,7 @@
 #include "core/store/chunk_hash.h"
 #include "core/store/store_db.h"
 #include "gpuckpt/status.h"
+#include "gpuckpt/store_types.h"
 
 namespace gpuckpt {
 
@@ -41,7 +43,7 @@ class ChunkStore {
  public:
   // Reads the last sequence number in use.
   static Result<std::unique_ptr<ChunkStore>> Open(StoreDb* db, ChunkCache* cache,
-                                                  bool verify_on_read);
+                                                  ReadVerification verify);
 
   struct PutResult {
     uint64_t seq = 0;
@@ -54,20 +56,22 @@ class ChunkStore {
   Result<std::optional<ChunkMeta>> Lookup(const ChunkHash& hash) const;
 
   // The raw bytes of chunk `hash` stored under `seq`, which must be
-  // `expected_len` long (from the extent that names it). Served from the
-  // cache when there.
+  // `expected_len` long (from the extent that names it). With `use_cache`,
+  // served from and kept in the cache; a one-pass reader (export) passes
+  // false so as not to churn it.
   Result<std::shared_ptr<const std::string>> Read(const ChunkHash& hash, uint64_t seq,
-                                                  uint64_t expected_len) const;
+                                                  uint64_t expected_len,
+                                                  bool use_cache = true) const;
 
-  // Decodes and re-hashes a stored record regardless of verify_on_read
-  // (fsck). Returns the hash and the raw length.
+  // Decodes a stored record, checks its checksum and re-hashes it,
+  // regardless of verify_on_read (fsck). Returns the hash and the raw length.
   static Result<std::pair<ChunkHash, uint64_t>> Check(std::string_view record, uint64_t seq);
 
   ChunkCache* cache() const { return cache_; }
 
  private:
-  ChunkStore(StoreDb* db, ChunkCache* cache, bool verify_on_read, uint64_t next_seq)
-      : db_(db), cache_(cache), verify_(verify_on_read), next_seq_(next_seq) {}
+  ChunkStore(StoreDb* db, ChunkCache* cache, ReadVerification verify, uint64_t next_seq)
+      : db_(db), cache_(cache), verify_(verify), next_seq_(next_seq) {}
 
   // Holds `hash` for the caller until Release(); waits while someone else
   // holds it.
@@ -76,7 +80,7 @@ class ChunkStore {
 
   StoreDb* db_;
   ChunkCache* cache_;
-  bool verify_;
+  ReadVerification verify_;
   std::atomic<uint64_t> next_seq_;
 
   std::mutex claims_mu_;

@@ -67,11 +67,10 @@ struct StoreOptions {
   // Default: 64 MiB.
   uint64_t max_in_flight_bytes = 64ull << 20;
 
-  // Re-hash every chunk read from disk and fail with kCorruption when it does
-  // not match its name. Costs one SHA-256 per chunk read (about 1.5 GB/s per
-  // core with SHA extensions); turning it off trades detection of silent
-  // corruption for speed. Default: true.
-  bool verify_on_read = true;
+  // How chunks read from disk are checked; see ReadVerification. fsck always
+  // checks both the checksum and the SHA-256 name of every chunk.
+  // Default: kChecksum.
+  ReadVerification verify_on_read = ReadVerification::kChecksum;
 
   // Bytes of decompressed, verified chunks kept for readers (LRU).
   // Default: 64 MiB.

@@ -54,6 +54,22 @@ struct ChunkingOptions {
   std::vector<std::string> page_image_globs{"pages-*.img"};
 };
 
+// How a chunk read from disk is checked before its bytes are used. A chunk
+// that fails is kCorruption, never returned.
+enum class ReadVerification {
+  // The XXH3-128 of the chunk's bytes, kept in its record since ingest
+  // (tens of GB/s): catches accidental damage (a flipped bit, a torn or
+  // misplaced write) with probability 1 - 2^-128, like SHA-256 does.
+  kChecksum,
+  // Also re-hash with SHA-256 and compare with the chunk's name (about
+  // 1.8 GB/s per core). What it adds, resistance to deliberate forgery,
+  // does not protect against anyone able to write the store (they can
+  // rewrite names and extents as well), and it halves read throughput.
+  kFullHash,
+  // Trust the disk (RocksDB still checks its own CRC of the record).
+  kNone,
+};
+
 // Called now and then during long operations with bytes done and bytes
 // expected (0 when unknown). Called from the operation's own thread.
 using ProgressFn = std::function<void(uint64_t done, uint64_t total)>;

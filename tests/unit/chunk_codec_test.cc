@@ -28,16 +28,18 @@ std::string Encode(const std::string& data, int level = -1) {
   return record;
 }
 
-// Version, codec, raw length, hash: everything before the payload.
+constexpr size_t kChecksumSize = 16;  // XXH3-128 of the raw bytes
+
+// Version, codec, raw length, hash, checksum: everything before the payload.
 size_t HeaderSize(uint64_t raw_len) {
   std::string v;
   PutVarint64(&v, raw_len);
-  return 2 + v.size() + format::kChunkHashSize;
+  return 2 + v.size() + format::kChunkHashSize + kChecksumSize;
 }
 
-// The record without version, codec and length: hash and payload.
+// The record without version, codec and length: hash, checksum and payload.
 std::string Body(const std::string& record, uint64_t raw_len) {
-  return record.substr(HeaderSize(raw_len) - format::kChunkHashSize);
+  return record.substr(HeaderSize(raw_len) - format::kChunkHashSize - kChecksumSize);
 }
 
 Status Decode(std::string_view record, std::string* out, ChunkHash* hash = nullptr) {
