@@ -31,6 +31,8 @@ std::string_view StatusCodeName(StatusCode code) {
       return "Unavailable";
     case StatusCode::kInternal:
       return "Internal";
+    case StatusCode::kNoSuchProcess:
+      return "NoSuchProcess";
   }
   return "Unknown";
 }
@@ -60,8 +62,9 @@ Status StatusFromErrno(int err, std::string_view context) {
       return Status::Internal(m + " (errno 0)");
     case ENOENT:
     case ENOTDIR:
-    case ESRCH:
       return Status::NotFound(std::move(m));
+    case ESRCH:
+      return Status::NoSuchProcess(std::move(m));
     case EEXIST:
     case ENOTEMPTY:
       return Status::AlreadyExists(std::move(m));
@@ -113,6 +116,8 @@ int ErrnoFromStatus(const Status& status) {
       return ENOTSUP;
     case StatusCode::kInternal:
       return EIO;
+    case StatusCode::kNoSuchProcess:
+      return ESRCH;
   }
   return EIO;
 }

@@ -33,6 +33,7 @@ enum class StatusCode {
   kNoSpace,           // out of disk space (ENOSPC)
   kUnavailable,       // a feature or dependency is not there (ENOTSUP)
   kInternal,          // a bug in gpuckpt
+  kNoSuchProcess,     // the process is gone or never was (ESRCH)
 };
 
 // Name of a code, e.g. "NotFound".
@@ -59,6 +60,9 @@ class [[nodiscard]] Status {
   static Status NoSpace(std::string m) { return {StatusCode::kNoSpace, std::move(m)}; }
   static Status Unavailable(std::string m) { return {StatusCode::kUnavailable, std::move(m)}; }
   static Status Internal(std::string m) { return {StatusCode::kInternal, std::move(m)}; }
+  static Status NoSuchProcess(std::string m) {
+    return {StatusCode::kNoSuchProcess, std::move(m)};
+  }
 
   bool ok() const { return code_ == StatusCode::kOk; }
   StatusCode code() const { return code_; }
