@@ -12,6 +12,7 @@
 #include <memory>
 #include <vector>
 
+#include "fs/commands.h"
 #include "fs/inode_table.h"
 #include "fs/store_view.h"
 
@@ -23,17 +24,28 @@ namespace {
 // takes to show in a cached listing.
 constexpr double kCacheSeconds = 1.0;
 
+// The caller of a request, as the kernel reports it. Supplementary groups
+// are read from /proc only where a decision needs them (restore, import).
+Caller CallerOf(fuse_req_t req) {
+  const fuse_ctx* ctx = fuse_req_ctx(req);
+  Caller c;
+  c.uid = ctx->uid;
+  c.gid = ctx->gid;
+  c.pid = ctx->pid;
+  return c;
+}
+
 class Filesystem {
  public:
-  explicit Filesystem(Store* store) : store_(store), view_(store) {}
+  Filesystem(Store* store, Engine* engine) : store_(store), engine_(engine), view_(store, engine) {}
 
   static Filesystem* From(fuse_req_t req) {
     return static_cast<Filesystem*>(fuse_req_userdata(req));
   }
 
-  Result<fuse_entry_param> DoLookup(fuse_ino_t parent, const char* name) {
+  Result<fuse_entry_param> DoLookup(fuse_ino_t parent, const char* name, const Caller& caller) {
     GPUCKPT_ASSIGN_OR_RETURN(NodeId dir, Node(parent));
-    GPUCKPT_ASSIGN_OR_RETURN(NodeId child, view_.Child(dir, name));
+    GPUCKPT_ASSIGN_OR_RETURN(NodeId child, view_.Child(dir, name, caller));
     GPUCKPT_ASSIGN_OR_RETURN(struct stat st, view_.Attributes(child));
     fuse_entry_param e{};
     e.ino = inodes_.Ref(child);
@@ -61,9 +73,9 @@ class Filesystem {
   struct DirHandle {
     std::vector<std::pair<std::string, struct stat>> entries;
   };
-  Result<std::unique_ptr<DirHandle>> DoOpendir(fuse_ino_t ino) {
+  Result<std::unique_ptr<DirHandle>> DoOpendir(fuse_ino_t ino, const Caller& caller) {
     GPUCKPT_ASSIGN_OR_RETURN(NodeId node, Node(ino));
-    GPUCKPT_ASSIGN_OR_RETURN(auto children, view_.Children(node));
+    GPUCKPT_ASSIGN_OR_RETURN(auto children, view_.Children(node, caller));
     auto h = std::make_unique<DirHandle>();
     struct stat self {};
     self.st_mode = S_IFDIR;
@@ -76,29 +88,58 @@ class Filesystem {
       st.st_mode = attrs.ok() ? attrs->st_mode : S_IFREG;
       // Without a lookup there is no inode number yet; readdir's d_ino is
       // informational, but must not be 0 (some tools skip such entries).
-      st.st_ino =
-          std::hash<std::string>{}(id.snapshot + "/" + id.path + std::to_string(int(id.kind))) | 1;
+      st.st_ino = std::hash<std::string>{}(id.snapshot + "/" + id.path + "/" +
+                                           std::to_string(id.pid) + std::to_string(int(id.kind))) |
+                  1;
       h->entries.push_back({name, st});
     }
     return h;
   }
 
   struct FileHandle {
+    NodeId node;
     std::unique_ptr<FileReader> reader;  // image files
-    std::string content;                 // generated files
+    std::string content;                 // generated files, taken at open
   };
-  Result<std::unique_ptr<FileHandle>> DoOpen(fuse_ino_t ino, int flags) {
-    if ((flags & O_ACCMODE) != O_RDONLY || (flags & O_TRUNC)) {
+  Result<std::unique_ptr<FileHandle>> DoOpen(fuse_ino_t ino, int flags, const Caller& caller) {
+    GPUCKPT_ASSIGN_OR_RETURN(NodeId node, Node(ino));
+    const bool writing = (flags & O_ACCMODE) != O_RDONLY || (flags & O_TRUNC);
+    if (writing && !StoreView::IsControl(node.kind)) {
       return Status(StatusCode::kPermissionDenied, "checkpoints are read-only");
     }
-    GPUCKPT_ASSIGN_OR_RETURN(NodeId node, Node(ino));
     auto h = std::make_unique<FileHandle>();
-    if (node.kind == NodeKind::kImageEntry) {
+    h->node = node;
+    if (node.kind == NodeKind::kSnapshotEntry) {
       GPUCKPT_ASSIGN_OR_RETURN(h->reader, view_.OpenImage(node));
-    } else {
-      GPUCKPT_ASSIGN_OR_RETURN(h->content, view_.GeneratedContent(node));
+    } else if (!writing) {
+      GPUCKPT_ASSIGN_OR_RETURN(h->content, view_.GeneratedContent(node, caller));
     }
     return h;
+  }
+
+  // A write to a control file is one command; it returns when done.
+  Status DoWrite(FileHandle* h, const char* data, size_t size, const Caller& caller_in) {
+    std::string line(data, size);
+    while (!line.empty() && (line.back() == '\n' || line.back() == '\r')) line.pop_back();
+    const Caller caller = MakeCaller(caller_in.uid, caller_in.gid, caller_in.pid);
+    Status s = RunCommand(*engine_, h->node.kind, h->node.pid, line, caller);
+    view_.Invalidate();
+    return s;
+  }
+
+  Status DoUnlink(fuse_ino_t parent, const char* name, bool is_dir, const Caller& caller) {
+    GPUCKPT_ASSIGN_OR_RETURN(NodeId dir, Node(parent));
+    GPUCKPT_ASSIGN_OR_RETURN(NodeId child, view_.Child(dir, name, caller));
+    if (child.kind == NodeKind::kSnapshotDir) {
+      if (!is_dir) return Status(StatusCode::kInvalidArgument, "is a directory");
+      return view_.RemoveSnapshot(child.snapshot, caller);
+    }
+    if (child.kind == NodeKind::kSnapshotEntry) {
+      // A checkpoint goes as a whole, when its directory is removed: `rm -r`
+      // removes the entries first, which succeeds without effect.
+      return Status::Ok();
+    }
+    return Status(StatusCode::kPermissionDenied, "cannot be removed");
   }
 
   Result<size_t> DoRead(FileHandle* h, off_t offset, size_t size, std::vector<char>* buf) {
@@ -131,6 +172,7 @@ class Filesystem {
   }
 
   Store* store_;
+  Engine* engine_;
   StoreView view_;
   InodeTable inodes_;
 };
@@ -150,7 +192,7 @@ void ReplyError(fuse_req_t req, const Status& s) { fuse_reply_err(req, ErrnoFrom
 
 void OpLookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
   Guard(req, [&] {
-    auto e = Filesystem::From(req)->DoLookup(parent, name);
+    auto e = Filesystem::From(req)->DoLookup(parent, name, CallerOf(req));
     if (!e.ok()) return ReplyError(req, e.status());
     fuse_reply_entry(req, &*e);
   });
@@ -185,7 +227,7 @@ void OpReadlink(fuse_req_t req, fuse_ino_t ino) {
 
 void OpOpendir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   Guard(req, [&] {
-    auto h = Filesystem::From(req)->DoOpendir(ino);
+    auto h = Filesystem::From(req)->DoOpendir(ino, CallerOf(req));
     if (!h.ok()) return ReplyError(req, h.status());
     fi->fh = reinterpret_cast<uint64_t>(h->get());
     if (fuse_reply_open(req, fi) == 0) h->release();  // the handle now belongs to the kernel
@@ -215,14 +257,20 @@ void OpReleasedir(fuse_req_t req, fuse_ino_t, fuse_file_info* fi) {
 
 void OpOpen(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   Guard(req, [&] {
-    auto h = Filesystem::From(req)->DoOpen(ino, fi->flags);
+    auto h = Filesystem::From(req)->DoOpen(ino, fi->flags, CallerOf(req));
     if (!h.ok()) {
       if (h.status().code() == StatusCode::kPermissionDenied)
         return (void)fuse_reply_err(req, EROFS);
       return ReplyError(req, h.status());
     }
     fi->fh = reinterpret_cast<uint64_t>(h->get());
-    fi->keep_cache = 1;  // contents never change once published
+    if ((*h)->reader) {
+      fi->keep_cache = 1;  // contents never change once published
+    } else {
+      // Generated and control files change and report size 0: the kernel
+      // must pass every read and write to us, not serve them by the size.
+      fi->direct_io = 1;
+    }
     if (fuse_reply_open(req, fi) == 0) h->release();
   });
 }
@@ -234,6 +282,42 @@ void OpRead(fuse_req_t req, fuse_ino_t, size_t size, off_t offset, fuse_file_inf
     auto n = Filesystem::From(req)->DoRead(h, offset, size, &buf);
     if (!n.ok()) return ReplyError(req, n.status());
     fuse_reply_buf(req, buf.data(), *n);
+  });
+}
+
+void OpWrite(fuse_req_t req, fuse_ino_t, const char* buf, size_t size, off_t,
+             fuse_file_info* fi) {
+  Guard(req, [&] {
+    auto* h = reinterpret_cast<Filesystem::FileHandle*>(fi->fh);
+    Status s = Filesystem::From(req)->DoWrite(h, buf, size, CallerOf(req));
+    if (!s.ok()) return ReplyError(req, s);
+    fuse_reply_write(req, size);
+  });
+}
+
+// Only truncation of a control file (`echo x > ctl` opens with O_TRUNC);
+// it changes nothing.
+void OpSetattr(fuse_req_t req, fuse_ino_t ino, struct stat*, int to_set, fuse_file_info*) {
+  Guard(req, [&] {
+    auto st = Filesystem::From(req)->DoGetattr(ino);
+    if (!st.ok()) return ReplyError(req, st.status());
+    if (!S_ISREG(st->st_mode) || (st->st_mode & 0222) == 0 || (to_set & ~FUSE_SET_ATTR_SIZE) != 0)
+      return (void)fuse_reply_err(req, EROFS);
+    fuse_reply_attr(req, &*st, 0);
+  });
+}
+
+void OpUnlink(fuse_req_t req, fuse_ino_t parent, const char* name) {
+  Guard(req, [&] {
+    Status s = Filesystem::From(req)->DoUnlink(parent, name, false, CallerOf(req));
+    fuse_reply_err(req, s.ok() ? 0 : ErrnoFromStatus(s));
+  });
+}
+
+void OpRmdir(fuse_req_t req, fuse_ino_t parent, const char* name) {
+  Guard(req, [&] {
+    Status s = Filesystem::From(req)->DoUnlink(parent, name, true, CallerOf(req));
+    fuse_reply_err(req, s.ok() ? 0 : ErrnoFromStatus(s));
   });
 }
 
@@ -272,19 +356,23 @@ fuse_lowlevel_ops MakeOps() {
   ops.open = OpOpen;
   ops.read = OpRead;
   ops.release = OpRelease;
+  ops.write = OpWrite;
+  ops.setattr = OpSetattr;
+  ops.unlink = OpUnlink;
+  ops.rmdir = OpRmdir;
   ops.statfs = OpStatfs;
   return ops;
 }
 
 }  // namespace
 
-Status ServeFilesystem(Store* store, const MountOptions& options,
+Status ServeFilesystem(Store* store, Engine* engine, const MountOptions& options,
                        const std::function<void()>& on_mounted) {
-  Filesystem fs(store);
+  Filesystem fs(store, engine);
   static const fuse_lowlevel_ops ops = MakeOps();
 
   std::vector<std::string> arg_strings = {"gpuckptfs", "-o",
-                                          "ro,default_permissions,fsname=gpuckpt,subtype=gpuckpt"};
+                                          "default_permissions,fsname=gpuckpt,subtype=gpuckpt"};
   if (options.allow_other) arg_strings.back() += ",allow_other";
   if (options.debug) arg_strings.push_back("-d");
   std::vector<char*> argv;

@@ -2,9 +2,10 @@
 //
 // Translates between the kernel and the store, nothing more: each operation
 // is a DoX() returning a Result, and a callback that replies exactly once.
-// Read-only for now; the control files come with the checkpoint engine.
-// Multi-threaded: one Filesystem serves all of libfuse's worker threads.
-// Borrows the Store, which must outlive it.
+// Checkpoints are read-only; writes to control files are commands, run
+// synchronously on the FUSE thread that received them (a long checkpoint
+// holds one of up to 16 threads, so everyone else's ls and cat go on).
+// Borrows the Store and the Engine, which must outlive it.
 #ifndef GPUCKPT_FS_FILESYSTEM_H_
 #define GPUCKPT_FS_FILESYSTEM_H_
 
@@ -12,6 +13,7 @@
 #include <string>
 
 #include "gpuckpt/status.h"
+#include "core/engine/engine.h"
 #include "gpuckpt/store.h"
 
 namespace gpuckpt {
@@ -29,7 +31,7 @@ struct MountOptions {
 // mount failed (kUnavailable), or the session broke. Runs in the calling
 // process: daemonizing is the caller's business (it must happen before the
 // Store is opened, since RocksDB's threads do not survive fork()).
-Status ServeFilesystem(Store* store, const MountOptions& options,
+Status ServeFilesystem(Store* store, Engine* engine, const MountOptions& options,
                        const std::function<void()>& on_mounted);
 
 }  // namespace gpuckpt

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 
 namespace gpuckpt {
@@ -10,12 +11,41 @@ namespace {
 constexpr char kReadme[] =
     "gpuckptfs: checkpoints of processes as files.\n"
     "\n"
-    "  checkpoints/<id>/manifest.json   what the checkpoint is (JSON)\n"
-    "  checkpoints/<id>/images/         its files, read lazily from the store\n"
+    "  <pid>/status                     the process, its GPUs, the operation in flight, the last result\n"
+    "  echo checkpoint > <pid>/ctl      checkpoint it; it keeps running (blocks until done)\n"
+    "  echo 'checkpoint --kill' > <pid>/ctl   checkpoint it, then stop it\n"
+    "       options: --name NAME\n"
+    "  <pid>/checkpoints/{1,2,...,latest}  its checkpoints\n"
+    "  checkpoints/<id>/manifest.json   what a checkpoint is (JSON)\n"
+    "  checkpoints/<id>/images/         CRIU's image files, read lazily from the store\n"
+    "  echo PATH > restore              restore a checkpoint: a directory here, a `cp -r` copy\n"
+    "                                   of one, or a CRIU image directory; `cat restore`: the\n"
+    "                                   new pid, or why it failed\n"
+    "  echo track PID > ctl             show a process that uses no GPU\n"
+    "  echo 'import DIR [NAME]' > ctl   import an image directory as a checkpoint\n"
+    "  echo gc > ctl                    reclaim chunks of deleted checkpoints (root)\n"
+    "  rm -r checkpoints/<id>           delete a checkpoint\n"
+    "  metrics                          Prometheus text format\n"
     "\n"
-    "`ls -l` shows logical sizes; `du` shows what each file added to the\n"
-    "deduplicated store. Copy a checkpoint out with `cp -r`.\n"
-    "The store itself is managed with the `gpuckpt` command.\n";
+    "A failed write says why in <pid>/status (or restore). `ls -l` shows logical\n"
+    "sizes; `du` shows what each checkpoint added to the deduplicated store.\n";
+
+constexpr char kCtlHelp[] =
+    "commands: track PID | import DIR [NAME] | gc\n";
+constexpr char kPidCtlHelp[] =
+    "commands: checkpoint [--kill] [--name NAME]\n";
+
+NodeId MakeNode(NodeKind kind, std::string snapshot = "", std::string path = "", int pid = 0) {
+  return NodeId{kind, std::move(snapshot), std::move(path), pid};
+}
+
+bool ParsePid(const std::string& name, int* pid) {
+  if (name.empty() || name.size() > 9 || name[0] == '0') return false;
+  for (char c : name)
+    if (c < '0' || c > '9') return false;
+  *pid = std::stoi(name);
+  return true;
+}
 
 struct stat DirStat(mode_t perms) {
   struct stat st {};
@@ -42,23 +72,35 @@ void SetTime(struct stat* st, int64_t ns) {
 
 }  // namespace
 
-Result<std::vector<std::string>> StoreView::SnapshotIds() {
+Result<std::vector<SnapshotInfo>> StoreView::Snapshots() {
   {
     std::lock_guard lock(mu_);
-    if (ids_read_ != std::chrono::steady_clock::time_point{} &&
-        std::chrono::steady_clock::now() - ids_read_ < std::chrono::seconds(1)) {
-      return ids_;
+    if (snapshots_read_ != std::chrono::steady_clock::time_point{} &&
+        std::chrono::steady_clock::now() - snapshots_read_ < std::chrono::seconds(1)) {
+      return snapshots_;
     }
   }
   GPUCKPT_ASSIGN_OR_RETURN(auto list, store_->List());
-  std::vector<std::string> ids;
-  for (const auto& info : list) ids.push_back(info.id);
-  std::sort(ids.begin(), ids.end());
   std::lock_guard lock(mu_);
-  ids_ = ids;
-  ids_read_ = std::chrono::steady_clock::now();
+  snapshots_ = list;
+  snapshots_read_ = std::chrono::steady_clock::now();
+  return list;
+}
+
+void StoreView::Invalidate() {
+  std::lock_guard lock(mu_);
+  snapshots_read_ = {};
+}
+
+Result<std::vector<std::string>> StoreView::CheckpointsOf(int pid) {
+  GPUCKPT_ASSIGN_OR_RETURN(auto list, Snapshots());
+  std::vector<std::string> ids;
+  for (const auto& s : list)
+    if (OwnerOf(s).pid == pid) ids.push_back(s.id);
   return ids;
 }
+
+Result<ProcessInfo> StoreView::Process(int pid) { return engine_->processes().Get(pid); }
 
 Result<std::shared_ptr<const StoreView::SnapshotTree>> StoreView::Tree(const std::string& id) {
   {
@@ -68,9 +110,12 @@ Result<std::shared_ptr<const StoreView::SnapshotTree>> StoreView::Tree(const std
   }
   auto tree = std::make_shared<SnapshotTree>();
   GPUCKPT_ASSIGN_OR_RETURN(tree->info, store_->Get(id));
+  tree->owner = OwnerOf(tree->info);
   GPUCKPT_ASSIGN_OR_RETURN(auto files, store_->ListFiles(id));
   tree->children[""];
   for (auto& e : files) {
+    // The manifest is generated; a stored file of that name stays hidden.
+    if (e.path == "manifest.json") continue;
     const size_t slash = e.path.rfind('/');
     const std::string dir = slash == std::string::npos ? "" : e.path.substr(0, slash);
     const std::string name = slash == std::string::npos ? e.path : e.path.substr(slash + 1);
@@ -78,64 +123,147 @@ Result<std::shared_ptr<const StoreView::SnapshotTree>> StoreView::Tree(const std
     if (e.type == FileType::kDirectory) tree->children[e.path];
     tree->entries.emplace(e.path, std::move(e));
   }
+  // Parents that the snapshot holds no entry for (a writer may add files
+  // only) are shown as private directories of the owner.
+  std::vector<std::string> dirs;
+  for (const auto& [dir, names] : tree->children) dirs.push_back(dir);
+  for (const auto& dir : dirs) {
+    for (std::string d = dir; !d.empty();) {
+      if (tree->entries.count(d) == 0) {
+        FileEntry e;
+        e.path = d;
+        e.type = FileType::kDirectory;
+        e.mode = 0700;
+        e.uid = tree->owner.uid;
+        e.gid = tree->owner.gid;
+        e.mtime_ns = tree->info.created_ns;
+        tree->entries.emplace(d, e);
+        const size_t slash = d.rfind('/');
+        auto& siblings = tree->children[slash == std::string::npos ? "" : d.substr(0, slash)];
+        const std::string base = slash == std::string::npos ? d : d.substr(slash + 1);
+        if (std::find(siblings.begin(), siblings.end(), base) == siblings.end())
+          siblings.push_back(base);
+      }
+      const size_t up = d.rfind('/');
+      d = up == std::string::npos ? "" : d.substr(0, up);
+    }
+  }
   for (auto& [dir, names] : tree->children) std::sort(names.begin(), names.end());
   std::lock_guard lock(mu_);
   return trees_.emplace(id, std::move(tree)).first->second;
 }
 
-Result<NodeId> StoreView::Child(const NodeId& parent, const std::string& name) {
+Status StoreView::RemoveSnapshot(const std::string& id, const Caller& caller) {
+  GPUCKPT_ASSIGN_OR_RETURN(auto tree, Tree(id));
+  if (!Visible(tree->owner, caller))
+    return Status::PermissionDenied("checkpoint " + id + " is not yours");
+  GPUCKPT_RETURN_IF_ERROR(store_->Remove(id));
+  std::lock_guard lock(mu_);
+  trees_.erase(id);
+  snapshots_read_ = {};
+  return Status::Ok();
+}
+
+Result<NodeId> StoreView::Child(const NodeId& parent, const std::string& name,
+                                const Caller& caller) {
   auto not_found = [&] { return Status::NotFound("no entry '" + name + "'"); };
   switch (parent.kind) {
-    case NodeKind::kRoot:
-      if (name == "README") return NodeId{NodeKind::kReadme, "", ""};
-      if (name == "checkpoints") return NodeId{NodeKind::kCheckpointsDir, "", ""};
-      return not_found();
+    case NodeKind::kRoot: {
+      if (name == "README") return MakeNode(NodeKind::kReadme);
+      if (name == "ctl") return MakeNode(NodeKind::kCtl);
+      if (name == "restore") return MakeNode(NodeKind::kRestore);
+      if (name == "metrics") return MakeNode(NodeKind::kMetrics);
+      if (name == "checkpoints") return MakeNode(NodeKind::kCheckpointsDir);
+      int pid = 0;
+      if (!ParsePid(name, &pid)) return not_found();
+      auto p = Process(pid);
+      if (!p.ok()) return not_found();
+      return MakeNode(NodeKind::kPidDir, "", "", pid);
+    }
     case NodeKind::kCheckpointsDir: {
       auto tree = Tree(name);
       if (!tree.ok()) return not_found();
-      return NodeId{NodeKind::kSnapshotDir, name, ""};
+      return MakeNode(NodeKind::kSnapshotDir, name);
     }
     case NodeKind::kSnapshotDir:
-      if (name == "manifest.json") return NodeId{NodeKind::kManifest, parent.snapshot, ""};
-      if (name == "images") return NodeId{NodeKind::kImagesDir, parent.snapshot, ""};
-      return not_found();
-    case NodeKind::kImagesDir:
-    case NodeKind::kImageEntry: {
+      if (name == "manifest.json") return MakeNode(NodeKind::kManifest, parent.snapshot);
+      [[fallthrough]];
+    case NodeKind::kSnapshotEntry: {
       GPUCKPT_ASSIGN_OR_RETURN(auto tree, Tree(parent.snapshot));
       const std::string path = parent.path.empty() ? name : parent.path + "/" + name;
       if (tree->entries.count(path) == 0) return not_found();
-      return NodeId{NodeKind::kImageEntry, parent.snapshot, path};
+      return MakeNode(NodeKind::kSnapshotEntry, parent.snapshot, path);
+    }
+    case NodeKind::kPidDir:
+      if (name == "ctl") return MakeNode(NodeKind::kPidCtl, "", "", parent.pid);
+      if (name == "status") return MakeNode(NodeKind::kPidStatus, "", "", parent.pid);
+      if (name == "checkpoints") return MakeNode(NodeKind::kPidCheckpoints, "", "", parent.pid);
+      return not_found();
+    case NodeKind::kPidCheckpoints: {
+      GPUCKPT_ASSIGN_OR_RETURN(auto ids, CheckpointsOf(parent.pid));
+      int n = 0;
+      if ((name == "latest" && !ids.empty()) ||
+          (ParsePid(name, &n) && static_cast<size_t>(n) <= ids.size()))
+        return MakeNode(NodeKind::kPidCheckpointLink, "", name, parent.pid);
+      return not_found();
     }
     default:
       return Status::InvalidArgument("not a directory");
   }
 }
 
-Result<std::vector<std::pair<std::string, NodeId>>> StoreView::Children(const NodeId& dir) {
+Result<std::vector<std::pair<std::string, NodeId>>> StoreView::Children(const NodeId& dir,
+                                                                        const Caller& caller) {
   std::vector<std::pair<std::string, NodeId>> out;
   switch (dir.kind) {
-    case NodeKind::kRoot:
-      out.push_back({"README", NodeId{NodeKind::kReadme, "", ""}});
-      out.push_back({"checkpoints", NodeId{NodeKind::kCheckpointsDir, "", ""}});
+    case NodeKind::kRoot: {
+      out.push_back({"README", MakeNode(NodeKind::kReadme)});
+      out.push_back({"checkpoints", MakeNode(NodeKind::kCheckpointsDir)});
+      out.push_back({"ctl", MakeNode(NodeKind::kCtl)});
+      out.push_back({"metrics", MakeNode(NodeKind::kMetrics)});
+      out.push_back({"restore", MakeNode(NodeKind::kRestore)});
+      GPUCKPT_ASSIGN_OR_RETURN(auto processes, engine_->processes().List());
+      for (const auto& p : processes) {
+        if (!caller.is_root() && p.creds.ruid != caller.uid) continue;
+        out.push_back({std::to_string(p.pid), MakeNode(NodeKind::kPidDir, "", "", p.pid)});
+      }
       return out;
+    }
     case NodeKind::kCheckpointsDir: {
-      GPUCKPT_ASSIGN_OR_RETURN(auto ids, SnapshotIds());
-      for (auto& id : ids) out.push_back({id, NodeId{NodeKind::kSnapshotDir, id, ""}});
+      GPUCKPT_ASSIGN_OR_RETURN(auto list, Snapshots());
+      for (auto& s : list) {
+        if (!Visible(OwnerOf(s), caller)) continue;
+        out.push_back({s.id, MakeNode(NodeKind::kSnapshotDir, s.id)});
+      }
+      std::sort(out.begin(), out.end());
       return out;
     }
     case NodeKind::kSnapshotDir:
-      out.push_back({"images", NodeId{NodeKind::kImagesDir, dir.snapshot, ""}});
-      out.push_back({"manifest.json", NodeId{NodeKind::kManifest, dir.snapshot, ""}});
-      return out;
-    case NodeKind::kImagesDir:
-    case NodeKind::kImageEntry: {
+      out.push_back({"manifest.json", MakeNode(NodeKind::kManifest, dir.snapshot)});
+      [[fallthrough]];
+    case NodeKind::kSnapshotEntry: {
       GPUCKPT_ASSIGN_OR_RETURN(auto tree, Tree(dir.snapshot));
       auto it = tree->children.find(dir.path);
       if (it == tree->children.end()) return Status::InvalidArgument("not a directory");
       for (const auto& name : it->second) {
         const std::string path = dir.path.empty() ? name : dir.path + "/" + name;
-        out.push_back({name, NodeId{NodeKind::kImageEntry, dir.snapshot, path}});
+        out.push_back({name, MakeNode(NodeKind::kSnapshotEntry, dir.snapshot, path)});
       }
+      return out;
+    }
+    case NodeKind::kPidDir:
+      out.push_back({"checkpoints", MakeNode(NodeKind::kPidCheckpoints, "", "", dir.pid)});
+      out.push_back({"ctl", MakeNode(NodeKind::kPidCtl, "", "", dir.pid)});
+      out.push_back({"status", MakeNode(NodeKind::kPidStatus, "", "", dir.pid)});
+      return out;
+    case NodeKind::kPidCheckpoints: {
+      GPUCKPT_ASSIGN_OR_RETURN(auto ids, CheckpointsOf(dir.pid));
+      for (size_t i = 0; i < ids.size(); ++i) {
+        const std::string name = std::to_string(i + 1);
+        out.push_back({name, MakeNode(NodeKind::kPidCheckpointLink, "", name, dir.pid)});
+      }
+      if (!ids.empty())
+        out.push_back({"latest", MakeNode(NodeKind::kPidCheckpointLink, "", "latest", dir.pid)});
       return out;
     }
     default:
@@ -146,27 +274,38 @@ Result<std::vector<std::pair<std::string, NodeId>>> StoreView::Children(const No
 Result<struct stat> StoreView::Attributes(const NodeId& node) {
   switch (node.kind) {
     case NodeKind::kRoot:
-    case NodeKind::kCheckpointsDir:
       return DirStat(0755);
+    case NodeKind::kCheckpointsDir:
+      // Sticky and writable, like /tmp: the kernel lets each owner remove
+      // (rm -r) their own checkpoints and nobody else's. Nothing can be
+      // created in it.
+      return DirStat(01777);
     case NodeKind::kReadme:
       return FileStat(0444, sizeof(kReadme) - 1);
-    case NodeKind::kSnapshotDir:
-    case NodeKind::kImagesDir: {
-      // Images hold a process's whole memory: only the store's owner (root)
-      // may enter, whatever the modes of the files inside.
+    case NodeKind::kMetrics:
+      return FileStat(0444, 0);
+    case NodeKind::kCtl:
+    case NodeKind::kRestore:
+      // Anyone may write a command; the engine decides what the caller may do.
+      return FileStat(0666, 0);
+    case NodeKind::kSnapshotDir: {
+      // Images hold a process's whole memory: only its owner and root.
       GPUCKPT_ASSIGN_OR_RETURN(auto tree, Tree(node.snapshot));
       struct stat st = DirStat(0700);
+      st.st_uid = tree->owner.uid;
+      st.st_gid = tree->owner.gid;
       SetTime(&st, tree->info.created_ns);
       return st;
     }
     case NodeKind::kManifest: {
-      GPUCKPT_ASSIGN_OR_RETURN(auto content, GeneratedContent(node));
       GPUCKPT_ASSIGN_OR_RETURN(auto tree, Tree(node.snapshot));
-      struct stat st = FileStat(0400, content.size());
+      struct stat st = FileStat(0400, SnapshotManifestJson(tree->info).size());
+      st.st_uid = tree->owner.uid;
+      st.st_gid = tree->owner.gid;
       SetTime(&st, tree->info.created_ns);
       return st;
     }
-    case NodeKind::kImageEntry: {
+    case NodeKind::kSnapshotEntry: {
       GPUCKPT_ASSIGN_OR_RETURN(auto tree, Tree(node.snapshot));
       auto it = tree->entries.find(node.path);
       if (it == tree->entries.end()) return Status::NotFound("no entry '" + node.path + "'");
@@ -192,26 +331,76 @@ Result<struct stat> StoreView::Attributes(const NodeId& node) {
       SetTime(&st, e.mtime_ns);
       return st;
     }
+    case NodeKind::kPidDir:
+    case NodeKind::kPidCtl:
+    case NodeKind::kPidStatus:
+    case NodeKind::kPidCheckpoints:
+    case NodeKind::kPidCheckpointLink: {
+      GPUCKPT_ASSIGN_OR_RETURN(ProcessInfo p, Process(node.pid));
+      struct stat st {};
+      if (node.kind == NodeKind::kPidDir) st = DirStat(0700);
+      if (node.kind == NodeKind::kPidCheckpoints) st = DirStat(0500);
+      if (node.kind == NodeKind::kPidCtl) st = FileStat(0600, 0);
+      if (node.kind == NodeKind::kPidStatus) st = FileStat(0400, 0);
+      if (node.kind == NodeKind::kPidCheckpointLink) {
+        GPUCKPT_ASSIGN_OR_RETURN(std::string target, SymlinkTarget(node));
+        st.st_mode = S_IFLNK | 0777;
+        st.st_nlink = 1;
+        st.st_size = static_cast<off_t>(target.size());
+      }
+      st.st_uid = p.creds.ruid;
+      st.st_gid = p.creds.rgid;
+      return st;
+    }
   }
   return Status::Internal("unknown node kind");
 }
 
-Result<std::string> StoreView::GeneratedContent(const NodeId& node) {
-  if (node.kind == NodeKind::kReadme) return std::string(kReadme);
-  if (node.kind == NodeKind::kManifest) {
-    GPUCKPT_ASSIGN_OR_RETURN(auto tree, Tree(node.snapshot));
-    return SnapshotManifestJson(tree->info);
+Result<std::string> StoreView::GeneratedContent(const NodeId& node, const Caller& caller) {
+  switch (node.kind) {
+    case NodeKind::kReadme:
+      return std::string(kReadme);
+    case NodeKind::kCtl:
+      return std::string(kCtlHelp);
+    case NodeKind::kPidCtl:
+      return std::string(kPidCtlHelp);
+    case NodeKind::kRestore:
+      return engine_->RestoreResult(caller.uid);
+    case NodeKind::kMetrics:
+      return engine_->MetricsText();
+    case NodeKind::kManifest: {
+      GPUCKPT_ASSIGN_OR_RETURN(auto tree, Tree(node.snapshot));
+      return SnapshotManifestJson(tree->info);
+    }
+    case NodeKind::kPidStatus: {
+      GPUCKPT_ASSIGN_OR_RETURN(ProcessInfo p, Process(node.pid));
+      std::string text = engine_->ProcessStatus(p);
+      auto ids = CheckpointsOf(node.pid);
+      if (ids.ok())
+        text += "checkpoints: " + std::to_string(ids->size()) +
+                (ids->empty() ? "" : " (latest " + ids->back() + ")") + "\n";
+      return text;
+    }
+    default:
+      return Status::InvalidArgument("not a generated file");
   }
-  return Status::InvalidArgument("not a generated file");
 }
 
 Result<std::unique_ptr<FileReader>> StoreView::OpenImage(const NodeId& node) {
-  if (node.kind != NodeKind::kImageEntry) return Status::InvalidArgument("not an image file");
+  if (node.kind != NodeKind::kSnapshotEntry) return Status::InvalidArgument("not an image file");
   return store_->OpenFile(node.snapshot, node.path);
 }
 
 Result<std::string> StoreView::SymlinkTarget(const NodeId& node) {
-  if (node.kind != NodeKind::kImageEntry) return Status::InvalidArgument("not a symlink");
+  if (node.kind == NodeKind::kPidCheckpointLink) {
+    GPUCKPT_ASSIGN_OR_RETURN(auto ids, CheckpointsOf(node.pid));
+    if (ids.empty()) return Status::NotFound("no checkpoint");
+    if (node.path == "latest") return "../../checkpoints/" + ids.back();
+    const size_t n = std::stoul(node.path);
+    if (n < 1 || n > ids.size()) return Status::NotFound("no checkpoint " + node.path);
+    return "../../checkpoints/" + ids[n - 1];
+  }
+  if (node.kind != NodeKind::kSnapshotEntry) return Status::InvalidArgument("not a symlink");
   GPUCKPT_ASSIGN_OR_RETURN(auto tree, Tree(node.snapshot));
   auto it = tree->entries.find(node.path);
   if (it == tree->entries.end() || it->second.type != FileType::kSymlink) {

@@ -1,17 +1,25 @@
-// StoreView: the read-only tree that gpuckptfs shows for a Store, as plain
-// data the FUSE layer can serve: which nodes exist, their attributes, their
+// StoreView: the tree gpuckptfs shows (shared/DESIGN.md), as plain data the
+// FUSE layer can serve: which nodes exist for whom, their attributes, their
 // children, and the bytes of generated files. No FUSE types here.
 //
-//   /README                         help text
-//   /checkpoints/                   one directory per snapshot
-//   /checkpoints/<id>/manifest.json the manifest (JSON)
-//   /checkpoints/<id>/images/...    the snapshot's files, read lazily
+//   /README /ctl /restore /metrics       help, global commands, restore, metrics
+//   /checkpoints/<id>/manifest.json      the manifest (JSON)
+//   /checkpoints/<id>/images/...         the snapshot's files, read lazily
+//   /<pid>/{ctl,status}                  one directory per process shown
+//   /<pid>/checkpoints/{1,2,..,latest}   symlinks to ../../checkpoints/<id>
 //
-// Node identities are (kind, snapshot id, path) and stable for the life of
-// the process. Snapshot listings are cached (snapshots never change once
-// published); the list of snapshots is re-read at most once a second.
+// Who sees what: a process's directory and a checkpoint belong to the
+// process's owner (dirs 0700, files 0600; the kernel enforces the modes,
+// default_permissions), and listings show a caller only their own (root
+// all). Control files are writable by anyone; the engine checks each
+// request against the caller.
 //
-// Thread-safe. Borrows the Store, which must outlive it.
+// Node identities are (kind, snapshot id, path, pid) and stable for the
+// life of the process. Snapshot listings are cached (snapshots never change
+// once published); the list of snapshots is re-read at most once a second,
+// and at once after a change made through the mount.
+//
+// Thread-safe. Borrows the Store and the Engine, which must outlive it.
 #ifndef GPUCKPT_FS_STORE_VIEW_H_
 #define GPUCKPT_FS_STORE_VIEW_H_
 
@@ -25,6 +33,7 @@
 #include <string>
 #include <vector>
 
+#include "core/engine/engine.h"
 #include "gpuckpt/store.h"
 
 namespace gpuckpt {
@@ -32,51 +41,77 @@ namespace gpuckpt {
 enum class NodeKind {
   kRoot,
   kReadme,
-  kCheckpointsDir,
-  kSnapshotDir,  // checkpoints/<id>
-  kManifest,     // checkpoints/<id>/manifest.json
-  kImagesDir,    // checkpoints/<id>/images
-  kImageEntry,   // checkpoints/<id>/images/<path>
+  kCtl,              // global commands
+  kRestore,          // write a path; read the caller's last result
+  kMetrics,          // Prometheus text
+  kCheckpointsDir,   // checkpoints/
+  kSnapshotDir,      // checkpoints/<id>
+  kManifest,         // checkpoints/<id>/manifest.json
+  kSnapshotEntry,    // checkpoints/<id>/<path> (images/..., device/...)
+  kPidDir,           // <pid>
+  kPidCtl,           // <pid>/ctl
+  kPidStatus,        // <pid>/status
+  kPidCheckpoints,   // <pid>/checkpoints
+  kPidCheckpointLink,  // <pid>/checkpoints/<n|latest>
 };
 
 struct NodeId {
   NodeKind kind = NodeKind::kRoot;
-  std::string snapshot;  // for snapshot nodes
-  std::string path;      // for image entries: path inside the snapshot
+  std::string snapshot;  // snapshot nodes
+  std::string path;      // snapshot entries: path inside; pid links: the link name
+  int pid = 0;           // process nodes
   auto operator<=>(const NodeId&) const = default;
 };
 
 class StoreView {
  public:
-  explicit StoreView(Store* store) : store_(store) {}
+  StoreView(Store* store, Engine* engine) : store_(store), engine_(engine) {}
 
   // The child `name` of `parent`, or kNotFound.
-  Result<NodeId> Child(const NodeId& parent, const std::string& name);
-  // Names and ids of a directory's children, sorted.
-  Result<std::vector<std::pair<std::string, NodeId>>> Children(const NodeId& dir);
+  Result<NodeId> Child(const NodeId& parent, const std::string& name, const Caller& caller);
+  // Names and ids of a directory's children as `caller` may list them, sorted.
+  Result<std::vector<std::pair<std::string, NodeId>>> Children(const NodeId& dir,
+                                                               const Caller& caller);
   // Attributes (st_ino is left 0 for the caller to fill).
   Result<struct stat> Attributes(const NodeId& node);
-  // Contents of generated files (README, manifest.json).
-  Result<std::string> GeneratedContent(const NodeId& node);
-  // Opens an image entry that is a regular file.
+  // Contents of generated files (README, manifest.json, status, ...), as
+  // `caller` sees them.
+  Result<std::string> GeneratedContent(const NodeId& node, const Caller& caller);
+  // Opens a snapshot entry that is a regular file.
   Result<std::unique_ptr<FileReader>> OpenImage(const NodeId& node);
-  // Target of an image entry that is a symlink.
+  // Target of a snapshot entry that is a symlink, or of a checkpoint link.
   Result<std::string> SymlinkTarget(const NodeId& node);
+  // Whether a node is a control file (writes are commands).
+  static bool IsControl(NodeKind kind) {
+    return kind == NodeKind::kCtl || kind == NodeKind::kRestore || kind == NodeKind::kPidCtl;
+  }
+  // Forgets cached listings (after a checkpoint, import or delete).
+  void Invalidate();
+  // Deletes a snapshot for `caller` (its owner or root).
+  Status RemoveSnapshot(const std::string& id, const Caller& caller);
 
  private:
   struct SnapshotTree {
     SnapshotInfo info;
+    SnapshotOwner owner;
     std::map<std::string, FileEntry> entries;                  // by path
-    std::map<std::string, std::vector<std::string>> children;  // dir path ("" = images/) -> names
+    std::map<std::string, std::vector<std::string>> children;  // dir path ("" = top) -> names
   };
   Result<std::shared_ptr<const SnapshotTree>> Tree(const std::string& id);
-  Result<std::vector<std::string>> SnapshotIds();
+  Result<std::vector<SnapshotInfo>> Snapshots();
+  // This pid's checkpoints, oldest first.
+  Result<std::vector<std::string>> CheckpointsOf(int pid);
+  Result<ProcessInfo> Process(int pid);
+  static bool Visible(const SnapshotOwner& owner, const Caller& caller) {
+    return caller.is_root() || owner.uid == caller.uid;
+  }
 
   Store* store_;
+  Engine* engine_;
   std::mutex mu_;  // guards the caches below; never held across Store calls
   std::map<std::string, std::shared_ptr<const SnapshotTree>> trees_;
-  std::vector<std::string> ids_;
-  std::chrono::steady_clock::time_point ids_read_{};
+  std::vector<SnapshotInfo> snapshots_;
+  std::chrono::steady_clock::time_point snapshots_read_{};
 };
 
 }  // namespace gpuckpt

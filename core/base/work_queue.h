@@ -6,7 +6,8 @@
 // Tasks return a Status; the first error is kept, later tasks are dropped
 // unrun, and Submit() returns it so the producer stops early.
 //
-// Submit() and Finish() are called by one producer thread; tasks run on the
+// Submit() may be called by several producer threads at once; Finish() by
+// one, once no Submit() runs. Tasks run on the
 // workers and receive the index of the worker running them (0..threads-1)
 // for per-worker state. The destructor calls Finish().
 #ifndef GPUCKPT_CORE_BASE_WORK_QUEUE_H_

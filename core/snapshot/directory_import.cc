@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <climits>
+#include <optional>
 #include <cstdlib>
 #include <string>
 #include <vector>
@@ -100,6 +101,14 @@ struct Walk {
   const std::string& root;
   const ProgressFn& progress;
   uint64_t total;
+  std::string dest_prefix;              // prepended to every stored path
+  std::optional<uint32_t> owner;        // every entry must belong to this uid
+
+  Status CheckOwner(const std::string& shown, const struct stat& st) const {
+    if (!owner || st.st_uid == *owner) return Status::Ok();
+    return Status::PermissionDenied(shown + " belongs to uid " + std::to_string(st.st_uid) +
+                                    ", not to uid " + std::to_string(*owner));
+  }
 
   Status Dir(int dir_fd, const std::string& rel, int depth) {
     if (depth > 256)
@@ -112,7 +121,8 @@ struct Walk {
       if (fstatat(dir_fd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
         return StatusFromErrno(errno, shown);
       }
-      FileEntry e = EntryFromStat(path, st);
+      GPUCKPT_RETURN_IF_ERROR(CheckOwner(shown, st));
+      FileEntry e = EntryFromStat(Join(dest_prefix, path), st);
       if (S_ISDIR(st.st_mode)) {
         e.type = FileType::kDirectory;
         GPUCKPT_RETURN_IF_ERROR(writer->AddEntry(e));
@@ -185,6 +195,21 @@ bool PathsOverlap(const std::string& a, const std::string& b) {
   return IsInside(a, b) || IsInside(b, a);
 }
 
+Status AddDirectoryToSnapshot(SnapshotWriter* writer, int dir_fd, const std::string& shown_root,
+                              const AddDirectoryOptions& options) {
+  struct stat st {};
+  if (fstat(dir_fd, &st) != 0) return StatusFromErrno(errno, shown_root);
+  if (!S_ISDIR(st.st_mode)) return Status::InvalidArgument(shown_root + " is not a directory");
+  Walk walk{writer, shown_root, nullptr, 0, options.dest_prefix, options.required_owner};
+  GPUCKPT_RETURN_IF_ERROR(walk.CheckOwner(shown_root, st));
+  if (!options.dest_prefix.empty()) {
+    FileEntry e = EntryFromStat(options.dest_prefix, st);
+    e.type = FileType::kDirectory;
+    GPUCKPT_RETURN_IF_ERROR(writer->AddEntry(e));
+  }
+  return walk.Dir(dir_fd, "", 0);
+}
+
 Result<SnapshotInfo> StoreImpl::ImportDirectory(const std::string& src_dir,
                                                 const SnapshotSpec& spec_in,
                                                 const ProgressFn& progress) {
@@ -205,7 +230,7 @@ Result<SnapshotInfo> StoreImpl::ImportDirectory(const std::string& src_dir,
   const uint64_t total = progress ? TotalBytes(root.get(), src_dir, 0) : 0;
   GPUCKPT_ASSIGN_OR_RETURN(auto writer, BeginSnapshot(spec));
   if (progress) writer->SetProgress(progress, total);
-  Walk walk{writer.get(), src_dir, progress, total};
+  Walk walk{writer.get(), src_dir, progress, total, "", std::nullopt};
   GPUCKPT_RETURN_IF_ERROR(walk.Dir(root.get(), "", 0));
   return writer->Commit();
 }

@@ -4,6 +4,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -80,6 +81,7 @@ SnapshotWriterImpl::~SnapshotWriterImpl() {
 }
 
 Status SnapshotWriterImpl::Fail(Status s) {
+  std::lock_guard lock(entries_mu_);
   if (failed_.ok()) failed_ = s;
   return s;
 }
@@ -92,8 +94,10 @@ bool SnapshotWriterImpl::IsPageImage(const std::string& path) const {
   return false;
 }
 
-Status SnapshotWriterImpl::AppendEntry(FileEntry entry) {
+Result<uint32_t> SnapshotWriterImpl::AppendEntry(FileEntry entry) {
   GPUCKPT_RETURN_IF_ERROR(ValidateEntryPath(entry.path));
+  std::lock_guard entries_lock(entries_mu_);
+  if (!failed_.ok()) return failed_;
   if (!paths_.insert(entry.path).second) {
     return Status::InvalidArgument("path '" + entry.path + "' added twice to the snapshot");
   }
@@ -102,11 +106,10 @@ Status SnapshotWriterImpl::AppendEntry(FileEntry entry) {
   entries_.push_back(std::move(entry));
   std::lock_guard lock(totals_mu_);
   totals_.emplace_back();
-  return Status::Ok();
+  return static_cast<uint32_t>(entries_.size() - 1);
 }
 
 Status SnapshotWriterImpl::AddEntry(const FileEntry& meta) {
-  if (!failed_.ok()) return failed_;
   if (committed_) return Status::InvalidArgument("snapshot already committed");
   if (meta.type == FileType::kRegular) {
     return Status::InvalidArgument("regular file '" + meta.path + "' needs its data: use AddFile");
@@ -114,25 +117,25 @@ Status SnapshotWriterImpl::AddEntry(const FileEntry& meta) {
   FileEntry e = meta;
   e.size = 0;
   e.chunk_count = e.new_bytes = e.stored_bytes = 0;
-  return AppendEntry(std::move(e));
+  return AppendEntry(std::move(e)).status();
 }
 
 Status SnapshotWriterImpl::AddFile(const FileEntry& meta, int fd) {
-  if (!failed_.ok()) return failed_;
   if (committed_) return Status::InvalidArgument("snapshot already committed");
   FileEntry e = meta;
   e.type = FileType::kRegular;
   e.size = 0;
   e.chunk_count = e.new_bytes = e.stored_bytes = 0;
-  GPUCKPT_RETURN_IF_ERROR(AppendEntry(e));
-  const auto file_index = static_cast<uint32_t>(entries_.size() - 1);
+  GPUCKPT_ASSIGN_OR_RETURN(const uint32_t file_index, AppendEntry(e));
   const Chunker& chunker = IsPageImage(e.path) ? pages_ : generic_;
 
   // Data is read into shared blocks and handed to the workers as slices of
   // them, so a byte is copied once (by read()) on its way to the hash. The
   // uncut tail of a block (less than one max-size chunk) is carried into the
   // next block.
-  const size_t block_size = kReadBlock + chunker.max_size();
+  // One block size for both chunkers, so that files read at the same time
+  // share the pool.
+  const size_t block_size = kReadBlock + std::max(pages_.max_size(), generic_.max_size());
   std::shared_ptr<uint8_t[]> block = blocks_.Get(block_size);
   size_t begin = 0;     // first byte of `block` not yet cut
   size_t end = 0;       // one past the last byte read into `block`
@@ -156,8 +159,9 @@ Status SnapshotWriterImpl::AddFile(const FileEntry& meta, int fd) {
       end += static_cast<size_t>(n);
       const uint64_t total_read =
           bytes_read_.fetch_add(static_cast<uint64_t>(n)) + static_cast<uint64_t>(n);
-      if (progress_ && total_read - progress_reported_ >= (64u << 20)) {
-        progress_reported_ = total_read;
+      uint64_t reported = progress_reported_.load(std::memory_order_relaxed);
+      if (progress_ && total_read - reported >= (64u << 20) &&
+          progress_reported_.compare_exchange_strong(reported, total_read)) {
         progress_(total_read, progress_total_);
       }
     }
@@ -200,6 +204,7 @@ Status SnapshotWriterImpl::AddFile(const FileEntry& meta, int fd) {
     if (Status s = submit_group(); !s.ok()) return Fail(s);
     if (eof && begin == end) break;
   }
+  std::lock_guard lock(entries_mu_);
   entries_[file_index].size = offset;
   return Status::Ok();
 }
@@ -239,7 +244,7 @@ Status SnapshotWriterImpl::WriteBatch(Batch* b) {
 }
 
 Result<SnapshotInfo> SnapshotWriterImpl::Commit() {
-  if (!failed_.ok()) return failed_;
+  if (Status f = failed(); !f.ok()) return f;
   if (committed_) return Status::InvalidArgument("snapshot already committed");
   Status s = queue_->Finish();
   if (!s.ok()) return Fail(s);

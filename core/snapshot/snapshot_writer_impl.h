@@ -38,6 +38,10 @@ class SnapshotWriterImpl final : public SnapshotWriter {
 
   Status AddFile(const FileEntry& meta, int fd) override;
   Status AddEntry(const FileEntry& meta) override;
+  void SetExtraJson(std::string extra_json) override {
+    std::lock_guard lock(entries_mu_);
+    spec_.extra_json = std::move(extra_json);
+  }
   uint64_t bytes_read() const override { return bytes_read_.load(std::memory_order_relaxed); }
   void SetProgress(ProgressFn progress, uint64_t total) override {
     progress_ = std::move(progress);
@@ -73,9 +77,13 @@ class SnapshotWriterImpl final : public SnapshotWriter {
   Status ProcessChunk(unsigned worker, uint32_t file_index, uint64_t offset, const uint8_t* data,
                       size_t len);
   Status WriteBatch(Batch* b);
-  Status AppendEntry(FileEntry entry);
+  Result<uint32_t> AppendEntry(FileEntry entry);  // the new file index
   bool IsPageImage(const std::string& path) const;
   Status Fail(Status s);
+  Status failed() const {
+    std::lock_guard lock(entries_mu_);
+    return failed_;
+  }
 
   StoreImpl* store_;
   std::shared_lock<std::shared_mutex> gc_guard_;
@@ -92,14 +100,18 @@ class SnapshotWriterImpl final : public SnapshotWriter {
   std::mutex totals_mu_;
   std::vector<FileTotals> totals_;  // by file index
 
+  // AddFile() may run on several threads at once (CRIU streams several
+  // image files at a time); entries_mu_ guards what they share. Lock order:
+  // entries_mu_ before totals_mu_.
+  mutable std::mutex entries_mu_;
   std::vector<FileEntry> entries_;  // by file index
   std::set<std::string> paths_;
+  Status failed_;  // sticky: a writer that failed once cannot be committed
   std::atomic<uint64_t> bytes_read_{0};
   ProgressFn progress_;
   uint64_t progress_total_ = 0;
-  uint64_t progress_reported_ = 0;
-  Status failed_;  // sticky: a writer that failed once cannot be committed
-  bool committed_ = false;
+  std::atomic<uint64_t> progress_reported_{0};
+  std::atomic<bool> committed_{false};
 };
 
 }  // namespace gpuckpt

@@ -48,6 +48,9 @@ class StoreImpl final : public Store {
   Result<GcReport> Gc() override;
   Result<FsckReport> Fsck() override;
   Result<StoreStats> Stats() override;
+  CacheStats cache_stats() const override {
+    return CacheStats{cache_->hits(), cache_->misses(), options_.chunk_cache_bytes};
+  }
   const std::string& dir() const override { return db_->dir(); }
 
   // For the snapshot writer.

@@ -8,8 +8,10 @@
 // Commit() — or a process killed at any point — leaves only unreferenced
 // records that Gc() removes.
 //
-// Not safe for concurrent use: one thread drives a writer. Several writers
-// of one Store may run at once. Borrows the Store, which must outlive it.
+// AddFile() and AddEntry() may be called from several threads at once (a
+// CRIU dump streams several image files at a time); the other members are
+// called by one thread while no AddFile() runs. Several writers of one Store
+// may run at once. Borrows the Store, which must outlive it.
 #ifndef GPUCKPT_SNAPSHOT_WRITER_H_
 #define GPUCKPT_SNAPSHOT_WRITER_H_
 
@@ -33,11 +35,15 @@ class SnapshotWriter {
   // Adds a directory or symlink entry (no data).
   virtual Status AddEntry(const FileEntry& meta) = 0;
 
+  // Replaces the spec's extra_json (merged into the manifest under "extra")
+  // before Commit(): what is known only at the end, such as durations.
+  virtual void SetExtraJson(std::string extra_json) = 0;
+
   // Bytes read so far, for progress reports.
   virtual uint64_t bytes_read() const = 0;
 
-  // Calls `progress(bytes_read, total)` from AddFile()'s thread as data is
-  // read (about every 64 MiB). `total` is the caller's estimate, 0 if none.
+  // Calls `progress(bytes_read, total)` from an AddFile() thread as data is
+  // read (about every 64 MiB; from one thread at a time). `total` is the caller's estimate, 0 if none.
   virtual void SetProgress(ProgressFn progress, uint64_t total) = 0;
 
   // Waits for all chunks to be durable, then publishes the snapshot.

@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -135,8 +136,27 @@ class Store {
 
   virtual Result<StoreStats> Stats() = 0;
 
+  // Cheap (no I/O): for metrics.
+  virtual CacheStats cache_stats() const = 0;
+
   virtual const std::string& dir() const = 0;
 };
+
+struct AddDirectoryOptions {
+  // Stored paths are `dest_prefix/<path in the tree>`, and `dest_prefix`
+  // itself is added as a directory. Empty: the tree's top. Default: "".
+  std::string dest_prefix;
+  // When set, every directory, file and symlink of the tree must belong to
+  // this uid, else kPermissionDenied: the daemon reads as root on behalf of a
+  // user, who must not get other people's files into a snapshot of theirs.
+  std::optional<uint32_t> required_owner;
+};
+
+// Adds the tree under the directory `dir_fd` (regular files, directories,
+// symlinks, walked with O_NOFOLLOW) to `writer`. `shown_root` names the tree
+// in messages. A file that changes while it is read is kAborted.
+Status AddDirectoryToSnapshot(SnapshotWriter* writer, int dir_fd, const std::string& shown_root,
+                              const AddDirectoryOptions& options);
 
 // The manifest of a snapshot as users see it (`manifest.json`, `gpuckpt ls
 // --json`): pretty-printed JSON, ending in a newline. Format in

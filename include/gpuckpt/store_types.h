@@ -133,6 +133,13 @@ struct FsckReport {
   bool clean() const { return problems.empty(); }
 };
 
+// The chunk cache's counters since the Store was opened.
+struct CacheStats {
+  uint64_t hits = 0;
+  uint64_t misses = 0;
+  uint64_t capacity_bytes = 0;
+};
+
 struct StoreStats {
   uint64_t snapshot_count = 0;
   uint64_t logical_bytes = 0;  // sum over snapshots

@@ -1,6 +1,6 @@
 // gpuckptfs: mounts the gpuckpt filesystem.
 //
-//   gpuckptfs [--store DIR] [--foreground] [MOUNTPOINT]
+//   gpuckptfs [--store DIR] [--all-processes] [--foreground] [MOUNTPOINT]
 //
 // Without --foreground it returns once the filesystem is mounted (exit 0),
 // or with exit 1 and one line on stderr when it could not be (store in use,
@@ -9,15 +9,19 @@
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 
+#include "core/engine/engine.h"
 #include "fs/filesystem.h"
+#include "gpuckpt/gpu_backend.h"
 #include "gpuckpt/store.h"
 
 namespace gpuckpt {
@@ -32,16 +36,24 @@ Status CheckMountpoint(const std::string& path) {
 }
 
 // Opens the store and serves; `ready` gets "" once mounted, or the error.
-int Serve(const std::string& store_dir, const MountOptions& mount,
+int Serve(const std::string& store_dir, EngineOptions engine_options, const MountOptions& mount,
           const std::function<void(const std::string&)>& ready) {
+  // A CRIU that closes an image pipe early must not kill the daemon.
+  signal(SIGPIPE, SIG_IGN);
   StoreOptions options;
   auto store = Store::Open(store_dir, options);
   if (!store.ok()) {
     ready(store.status().ToString());
     return 1;
   }
+  engine_options.mountpoint = mount.mountpoint;
+  auto engine = Engine::Create(store->get(), MakeNoGpuBackend(), engine_options);
+  if (!engine.ok()) {
+    ready(engine.status().ToString());
+    return 1;
+  }
   bool reported = false;
-  Status s = ServeFilesystem(store->get(), mount, [&] {
+  Status s = ServeFilesystem(store->get(), engine->get(), mount, [&] {
     reported = true;
     ready("");
   });
@@ -60,9 +72,19 @@ int Main(int argc, char** argv) {
   app.set_version_flag("--version", GPUCKPT_VERSION);
   std::string store_dir = "/var/lib/gpuckpt";
   MountOptions mount;
+  EngineOptions engine_options;
   bool foreground = false;
   app.add_option("--store", store_dir, "Store directory (created if missing)")
       ->capture_default_str();
+  app.add_flag("--all-processes", engine_options.all_processes,
+               "Show every process you may checkpoint, not only GPU processes");
+  app.add_option("--criu", engine_options.criu_path,
+                 "The criu binary (default: /usr/local/sbin/criu, else PATH)");
+  app.add_option("--work-dir", engine_options.work_dir,
+                 "Private directory for CRIU's sockets and logs")
+      ->capture_default_str();
+  app.add_flag("--keep-logs", engine_options.keep_logs,
+               "Keep CRIU's logs of successful operations in the work dir");
   app.add_flag("-f,--foreground", foreground, "Stay in the foreground");
   app.add_flag("-d,--debug", mount.debug, "Log every FUSE request (implies --foreground)");
   app.add_option("MOUNTPOINT", mount.mountpoint, "Where to mount")->capture_default_str();
@@ -80,8 +102,13 @@ int Main(int argc, char** argv) {
     std::fprintf(stderr, "gpuckptfs: %s\n", s.ToString().c_str());
     return 1;
   }
+  // Restore recognises paths inside the mount by this prefix.
+  if (char* real = realpath(mount.mountpoint.c_str(), nullptr)) {
+    mount.mountpoint = real;
+    free(real);
+  }
   if (foreground) {
-    return Serve(store_dir, mount, [](const std::string& error) {
+    return Serve(store_dir, engine_options, mount, [](const std::string& error) {
       if (!error.empty()) std::fprintf(stderr, "gpuckptfs: %s\n", error.c_str());
     });
   }
@@ -116,7 +143,7 @@ int Main(int argc, char** argv) {
   setsid();
   if (chdir("/") != 0) _exit(1);
   const int report_fd = pipe_fds[1];
-  return Serve(store_dir, mount, [report_fd](const std::string& error) {
+  return Serve(store_dir, engine_options, mount, [report_fd](const std::string& error) {
     const std::string message = error.empty() ? "ok" : error;
     if (write(report_fd, message.data(), message.size()) < 0) {
       // The parent is gone; nothing to tell.

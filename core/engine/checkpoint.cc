@@ -1,0 +1,245 @@
+// Engine::Checkpoint: CRIU dumps the tree with --stream, every image file
+// goes from CRIU's pipe straight into the snapshot writer, and the snapshot
+// is published only once CRIU succeeded and every byte is durable.
+//
+// `--kill` asks CRIU to leave the tree stopped (not to kill it), so that a
+// checkpoint that fails to commit can still resume it; the tree is killed
+// only after the snapshot is published. A journal entry covers the window
+// in which a crash of the daemon would leave it stopped (kill_journal.h).
+#include <signal.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "core/criu/image_streamer.h"
+#include "core/engine/engine.h"
+#include "core/engine/kill_journal.h"
+
+namespace gpuckpt {
+namespace {
+
+int64_t NowNs() {
+  timespec ts{};
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return int64_t{ts.tv_sec} * 1000000000 + ts.tv_nsec;
+}
+
+double SecondsSince(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+// CRIU refuses a tree whose session or process group leader is outside it
+// unless told that it is a "shell job" (started from a shell); those ids
+// are then restored from CRIU's own.
+bool NeedsShellJob(const ProcessInfo& root, const std::vector<int>& tree) {
+  auto inside = [&](int id) { return std::find(tree.begin(), tree.end(), id) != tree.end(); };
+  return !inside(root.sid) || !inside(root.pgid);
+}
+
+}  // namespace
+
+Status CriuFailure(const std::string& what, const std::string& work, const std::string& log_name,
+                   const Status& served, Result<int>& exit) {
+  const std::string log = work + "/" + log_name;
+  std::string summary = SummarizeCriuLog(log);
+  // CRIU reports what happens before it opens its log (e.g. it cannot
+  // reach the image socket) on stderr only.
+  if (summary.empty()) summary = SummarizeCriuLog(work + "/criu.stderr");
+  if (summary.find("No space left") != std::string::npos) {
+    return Status::NoSpace(what + " failed: " + summary);
+  }
+  std::string message = what + " failed";
+  if (!exit.ok()) {
+    message += ": " + exit.status().message();
+  } else if (*exit != 0) {
+    message += " (criu exit " + std::to_string(*exit) + ")";
+  }
+  if (!summary.empty()) message += ": " + summary;
+  if (!served.ok() && (exit.ok() && *exit == 0)) message += ": " + served.message();
+  if (!served.ok() && served.code() == StatusCode::kNoSpace) return Status::NoSpace(message);
+  return Status::IOError(message + " (log: " + log + ")");
+}
+
+Result<SnapshotInfo> Engine::Checkpoint(const CheckpointRequest& request) {
+  auto run = [&]() -> Result<SnapshotInfo> {
+    GPUCKPT_ASSIGN_OR_RETURN(ProcessInfo process, processes_->Get(request.pid));
+    GPUCKPT_RETURN_IF_ERROR(MayCheckpoint(request.caller, process));
+    GPUCKPT_ASSIGN_OR_RETURN(std::vector<int> tree, ProcessTree(request.pid));
+    if (!request.caller.is_root()) {
+      // CRIU takes the whole tree: every process in it must be the caller's.
+      for (int pid : tree) {
+        auto member = ReadProcess(pid, ProcReadOptions{.read_gpu_devices = false});
+        if (!member.ok()) continue;  // exited meanwhile; CRIU sees the tree anew
+        GPUCKPT_RETURN_IF_ERROR(MayCheckpoint(request.caller, *member));
+      }
+    }
+    GPUCKPT_ASSIGN_OR_RETURN(auto ticket, board_.Begin(request.pid, "checkpoint"));
+    auto info = DumpAndStore(request, process, tree, ticket.get());
+    if (info.ok()) {
+      ticket->SetResult(fmt::format("checkpoint {} ok ({:.2f} s, {:.1f} MB logical, {:.1f} MB new)",
+                                    info->id, info->duration_s, info->logical_bytes / 1e6,
+                                    info->new_bytes / 1e6));
+    } else {
+      ticket->SetResult("checkpoint failed: " + info.status().message());
+    }
+    return info;
+  };
+  auto result = run();
+  if (result.ok()) {
+    metrics_.CountOperation("checkpoint", "ok");
+    metrics_.AddCheckpointBytes(result->logical_bytes, result->new_bytes, result->stored_bytes);
+  } else if (result.status().code() != StatusCode::kBusy) {
+    RecordFailure(request.pid, "checkpoint", result.status());
+  } else {
+    metrics_.CountOperation("checkpoint", "busy");
+  }
+  return result;
+}
+
+Result<SnapshotInfo> Engine::DumpAndStore(const CheckpointRequest& request,
+                                          const ProcessInfo& process, const std::vector<int>& tree,
+                                          OperationBoard::Ticket* ticket) {
+  const auto start = std::chrono::steady_clock::now();
+  GPUCKPT_ASSIGN_OR_RETURN(CriuGpuSetup gpu, gpu_->SetupFor(tree));
+  GPUCKPT_ASSIGN_OR_RETURN(std::string work, MakeWorkDir("checkpoint-" + std::to_string(request.pid)));
+  bool ok = false;
+  struct WorkDirGuard {
+    Engine* engine;
+    const std::string& dir;
+    bool& ok;
+    ~WorkDirGuard() { engine->FinishWorkDir(dir, ok); }
+  } work_guard{this, work, ok};
+  const std::string images = work + "/images";
+  if (mkdir(images.c_str(), 0700) != 0) return StatusFromErrno(errno, images);
+
+  std::vector<uint64_t> start_times;
+  for (int pid : tree) {
+    auto p = ReadProcess(pid, ProcReadOptions{.read_gpu_devices = false});
+    start_times.push_back(p.ok() ? p->start_time : 0);
+  }
+
+  nlohmann::json extra = {
+      {"pid", request.pid},
+      {"command", DisplayCommand(process)},
+      {"owner", {{"uid", process.creds.ruid}, {"gid", process.creds.rgid}}},
+      {"tree", tree},
+      {"mode", request.kill ? "kill" : "leave-running"},
+      {"shell_job", NeedsShellJob(process, tree)},
+      {"criu_version", criu_.version()},
+      {"gpu_backend", gpu_->name()},
+      {"driver_version", gpu_->driver_version()},
+  };
+  nlohmann::json gpus = nlohmann::json::array();
+  if (auto g = gpu_->Describe(request.pid); g.ok()) {
+    for (const auto& d : g->gpus)
+      gpus.push_back({{"name", d.name}, {"uuid", d.uuid}, {"memory_bytes", d.memory_bytes}});
+    extra["device_memory_bytes"] = g->device_memory_bytes;
+  }
+  extra["gpus"] = gpus;
+
+  std::string name = request.name;
+  if (name.empty()) {
+    GPUCKPT_ASSIGN_OR_RETURN(name, NextCheckpointName(request.pid));
+  }
+  SnapshotSpec spec{name, "pid " + std::to_string(request.pid) + " (" + process.comm + ")",
+                    extra.dump()};
+  GPUCKPT_ASSIGN_OR_RETURN(auto writer, store_->BeginSnapshot(spec));
+  writer->SetProgress([ticket](uint64_t done, uint64_t) { ticket->SetBytes(done); },
+                      process.rss_bytes);
+  GPUCKPT_ASSIGN_OR_RETURN(auto server, ImageCaptureServer::Listen(images));
+  CriuCommand cmd;
+  cmd.work_dir = work;
+  cmd.args = {"dump", "-t", std::to_string(request.pid), "-D", images, "-W", work, "--stream",
+              "-o", "dump.log", "-v4", "--libdir", gpu.plugin_dir.empty() ? empty_plugin_dir_ : gpu.plugin_dir};
+  cmd.args.push_back(request.kill ? "--leave-stopped" : "--leave-running");
+  if (NeedsShellJob(process, tree)) cmd.args.push_back("--shell-job");
+  cmd.path_prepend = gpu.path_prepend;
+  if (process.creds.ruid != 0) {
+    // CRIU dumps a user's process as that user (CAP_CHECKPOINT_RESTORE and
+    // CAP_SYS_PTRACE only): least privilege, and root may lack what a dump
+    // of another uid needs (CAP_SYS_RESOURCE for prlimit, in containers).
+    cmd.run_as = CriuCredentials{process.creds.ruid, process.creds.rgid, process.creds.groups,
+                                 /*keep_sys_ptrace=*/true, /*keep_setpcap=*/false};
+    cmd.args.push_back("--unprivileged");
+    GPUCKPT_RETURN_IF_ERROR(
+        GiveTo(process.creds.ruid, process.creds.rgid, {work, images, server->socket_path()}));
+  }
+  StderrFile criu_stderr(work + "/criu.stderr");
+  cmd.stderr_fd = criu_stderr.fd();
+
+  KillJournal journal(options_.work_dir + "/stopped");
+  if (request.kill) GPUCKPT_RETURN_IF_ERROR(journal.Add(tree, start_times));
+  auto resume_on_failure = [&] {
+    if (!request.kill) return;
+    ResumeProcesses(tree, start_times);
+    journal.Remove(tree, start_times);
+  };
+
+  ticket->SetStage("dump");
+  const int64_t mtime = NowNs();
+  const uint32_t uid = process.creds.ruid, gid = process.creds.rgid;
+  FileEntry images_entry;
+  images_entry.path = "images";
+  images_entry.type = FileType::kDirectory;
+  images_entry.mode = 0700;
+  images_entry.uid = uid;
+  images_entry.gid = gid;
+  images_entry.mtime_ns = mtime;
+  if (Status s = writer->AddEntry(images_entry); !s.ok()) {
+    resume_on_failure();
+    return s;
+  }
+  auto criu = criu_.Start(cmd);
+  if (!criu.ok()) {
+    resume_on_failure();
+    return criu.status();
+  }
+  Status served = server->Serve(
+      [&](const std::string& file, int fd) -> Status {
+        FileEntry e;
+        e.path = "images/" + file;
+        e.mode = 0600;
+        e.uid = uid;
+        e.gid = gid;
+        e.mtime_ns = mtime;
+        return writer->AddFile(e, fd);
+      },
+      criu->pidfd());
+  Result<int> exit = criu->Wait();
+  const double dump_s = SecondsSince(start);
+  metrics_.ObserveStage("checkpoint", "dump", dump_s);
+  if (!served.ok() || !exit.ok() || *exit != 0) {
+    resume_on_failure();
+    return CriuFailure("criu dump of process " + std::to_string(request.pid), work,
+                       "dump.log", served, exit);
+  }
+
+  ticket->SetStage("commit");
+  const auto commit_start = std::chrono::steady_clock::now();
+  extra["stages"] = {{"dump_s", dump_s}};
+  writer->SetExtraJson(extra.dump());
+  auto info = writer->Commit();
+  metrics_.ObserveStage("checkpoint", "commit", SecondsSince(commit_start));
+  if (!info.ok()) {
+    resume_on_failure();
+    return info.status();
+  }
+  if (request.kill) {
+    for (size_t i = tree.size(); i-- > 0;) {
+      auto p = ReadProcess(tree[i], ProcReadOptions{.read_gpu_devices = false});
+      if (p.ok() && p->start_time == start_times[i]) kill(tree[i], SIGKILL);
+    }
+    journal.Remove(tree, start_times);
+    processes_->Invalidate();
+  }
+  ok = true;
+  return info;
+}
+
+}  // namespace gpuckpt

@@ -1,0 +1,218 @@
+// Engine: set-up, naming, status texts, and the requests that are not
+// checkpoints or restores. The two big flows are in checkpoint.cc and
+// restore.cc.
+#include "core/engine/engine.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "core/engine/kill_journal.h"
+
+namespace gpuckpt {
+namespace {
+
+// Failed operations keep their work directory (CRIU's log) for a look; the
+// oldest go beyond this many.
+constexpr size_t kKeptFailures = 16;
+
+Status MakePrivateDir(const std::string& path) {
+  if (mkdir(path.c_str(), 0700) != 0 && errno != EEXIST) return StatusFromErrno(errno, path);
+  struct stat st {};
+  if (lstat(path.c_str(), &st) != 0) return StatusFromErrno(errno, path);
+  if (!S_ISDIR(st.st_mode) || st.st_uid != geteuid()) {
+    return Status::PermissionDenied(path + " is not a directory owned by the daemon's user");
+  }
+  if ((st.st_mode & 077) != 0 && chmod(path.c_str(), 0700) != 0)
+    return StatusFromErrno(errno, "chmod " + path);
+  return Status::Ok();
+}
+
+void RemoveTree(const std::string& path) {
+  DIR* d = opendir(path.c_str());
+  if (d != nullptr) {
+    while (dirent* e = readdir(d)) {
+      const std::string name = e->d_name;
+      if (name == "." || name == "..") continue;
+      const std::string child = path + "/" + name;
+      struct stat st {};
+      if (lstat(child.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
+        RemoveTree(child);
+      } else {
+        unlink(child.c_str());
+      }
+    }
+    closedir(d);
+  }
+  rmdir(path.c_str());
+}
+
+}  // namespace
+
+Status GiveTo(uint32_t uid, uint32_t gid, const std::vector<std::string>& paths) {
+  for (const auto& p : paths) {
+    if (lchown(p.c_str(), uid, gid) != 0) return StatusFromErrno(errno, "chown " + p);
+  }
+  return Status::Ok();
+}
+
+StderrFile::StderrFile(const std::string& path)
+    : fd_(open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600)) {}
+
+StderrFile::~StderrFile() {
+  if (fd_ >= 0) close(fd_);
+}
+
+SnapshotOwner OwnerOf(const SnapshotInfo& info) {
+  SnapshotOwner owner;
+  auto extra = nlohmann::json::parse(info.extra_json, nullptr, /*allow_exceptions=*/false);
+  if (!extra.is_object()) return owner;
+  auto number = [](const nlohmann::json& j, const char* key) -> uint64_t {
+    auto it = j.find(key);
+    return it != j.end() && it->is_number_unsigned() ? it->get<uint64_t>() : 0;
+  };
+  if (auto it = extra.find("owner"); it != extra.end() && it->is_object()) {
+    owner.uid = static_cast<uint32_t>(number(*it, "uid"));
+    owner.gid = static_cast<uint32_t>(number(*it, "gid"));
+  }
+  owner.pid = static_cast<int>(number(extra, "pid"));
+  return owner;
+}
+
+Result<std::unique_ptr<Engine>> Engine::Create(Store* store, std::unique_ptr<GpuBackend> gpu,
+                                               EngineOptions options) {
+  GPUCKPT_ASSIGN_OR_RETURN(Criu criu, Criu::Find(options.criu_path));
+  GPUCKPT_RETURN_IF_ERROR(MakePrivateDir(options.work_dir));
+  GPUCKPT_RETURN_IF_ERROR(MakePrivateDir(options.work_dir + "/no-plugins"));
+  auto engine = std::unique_ptr<Engine>(
+      new Engine(store, std::move(gpu), std::move(options), std::move(criu)));
+  engine->RecoverInterruptedKills();
+  return engine;
+}
+
+Engine::Engine(Store* store, std::unique_ptr<GpuBackend> gpu, EngineOptions options, Criu criu)
+    : store_(store), gpu_(std::move(gpu)), options_(std::move(options)), criu_(std::move(criu)) {
+  ProcessTableOptions table;
+  table.all_processes = options_.all_processes;
+  table.ttl = options_.process_cache_ttl;
+  processes_ = std::make_unique<ProcessTable>(table);
+  empty_plugin_dir_ = options_.work_dir + "/no-plugins";
+}
+
+Engine::~Engine() = default;
+
+void Engine::RecoverInterruptedKills() {
+  // A daemon that died between CRIU's dump (which leaves a `--kill` target
+  // stopped) and its own commit left a journal entry: the checkpoint was
+  // never published, so the process must run on.
+  KillJournal journal(options_.work_dir + "/stopped");
+  journal.ResumeAll();
+}
+
+Result<std::string> Engine::MakeWorkDir(const std::string& label) {
+  std::string templ = options_.work_dir + "/" + label + "-XXXXXX";
+  if (mkdtemp(templ.data()) == nullptr) return StatusFromErrno(errno, "mkdtemp " + templ);
+  return templ;
+}
+
+void Engine::FinishWorkDir(const std::string& dir, bool ok) {
+  if (ok && !options_.keep_logs) {
+    RemoveTree(dir);
+    return;
+  }
+  std::string drop;
+  {
+    std::lock_guard lock(mu_);
+    kept_failures_.push_back(dir);
+    if (kept_failures_.size() > kKeptFailures) {
+      drop = kept_failures_.front();
+      kept_failures_.erase(kept_failures_.begin());
+    }
+  }
+  if (!drop.empty()) RemoveTree(drop);
+}
+
+Result<std::string> Engine::NextCheckpointName(int pid) {
+  GPUCKPT_ASSIGN_OR_RETURN(auto snapshots, store_->List());
+  const std::string prefix = std::to_string(pid) + "-";
+  uint64_t highest = 0;
+  for (const auto& s : snapshots) {
+    if (s.id.compare(0, prefix.size(), prefix) != 0) continue;
+    const std::string rest = s.id.substr(prefix.size());
+    if (rest.empty() || rest.size() > 9 ||
+        !std::all_of(rest.begin(), rest.end(), [](char c) { return c >= '0' && c <= '9'; }))
+      continue;
+    highest = std::max<uint64_t>(highest, std::stoull(rest));
+  }
+  return prefix + std::to_string(highest + 1);
+}
+
+Status Engine::Track(int pid, const Caller& caller) {
+  GPUCKPT_ASSIGN_OR_RETURN(ProcessInfo info, ReadProcess(pid));
+  GPUCKPT_RETURN_IF_ERROR(MayCheckpoint(caller, info));
+  return processes_->Track(pid);
+}
+
+Result<GcReport> Engine::Gc(const Caller& caller) {
+  if (!caller.is_root()) return Status::PermissionDenied("only root may collect garbage");
+  return store_->Gc();
+}
+
+std::string Engine::ProcessStatus(const ProcessInfo& p) {
+  std::string out;
+  out += fmt::format("pid: {}\n", p.pid);
+  out += fmt::format("command: {}\n", DisplayCommand(p));
+  out += fmt::format("owner: uid {} gid {}\n", p.creds.ruid, p.creds.rgid);
+  out += fmt::format("state: {}\n", std::string(1, p.state));
+  out += fmt::format("threads: {}\n", p.threads);
+  out += fmt::format("memory: rss {:.1f} MB, virtual {:.1f} MB\n",
+                     static_cast<double>(p.rss_bytes) / 1e6, static_cast<double>(p.vm_bytes) / 1e6);
+  std::string devices;
+  for (const auto& d : p.gpu_devices) devices += (devices.empty() ? "" : " ") + d;
+  out += fmt::format("gpu devices: {}\n", devices.empty() ? "none" : devices);
+  const std::string unavailable = gpu_->unavailable_reason();
+  if (!unavailable.empty()) {
+    out += fmt::format("gpu: {} backend unavailable: {}\n", gpu_->name(), unavailable);
+  } else if (auto g = gpu_->Describe(p.pid); g.ok()) {
+    out += fmt::format("gpu state: {}\n", g->state);
+    for (const auto& d : g->gpus)
+      out += fmt::format("gpu: {} {} ({:.1f} GiB)\n", d.name, d.uuid,
+                         static_cast<double>(d.memory_bytes) / (1u << 30));
+    if (g->device_memory_bytes > 0)
+      out += fmt::format("device memory: {:.1f} MB\n",
+                         static_cast<double>(g->device_memory_bytes) / 1e6);
+  }
+  out += "operation: " + board_.InFlight(p.pid) + "\n";
+  out += "last: " + board_.Last(p.pid) + "\n";
+  return out;
+}
+
+std::string Engine::RestoreResult(uint32_t uid) const {
+  std::lock_guard lock(mu_);
+  auto it = restore_results_.find(uid);
+  return it == restore_results_.end() ? "none\n" : it->second;
+}
+
+void Engine::SetRestoreResult(uint32_t uid, std::string text) {
+  if (text.empty() || text.back() != '\n') text += '\n';
+  std::lock_guard lock(mu_);
+  restore_results_[uid] = std::move(text);
+}
+
+std::string Engine::MetricsText() const { return metrics_.Render(store_->cache_stats()); }
+
+void Engine::RecordFailure(int pid, const std::string& operation, const Status& status) {
+  metrics_.CountOperation(operation, ResultLabel(status.code()));
+  auto ticket = board_.Begin(pid, operation);
+  if (ticket.ok()) (*ticket)->SetResult(operation + " failed: " + status.message());
+}
+
+}  // namespace gpuckpt

@@ -1,0 +1,156 @@
+// Engine: checkpoints processes into the Store and restores them, with CRIU
+// and a GpuBackend; what gpuckptfs's control files call.
+//
+// Checkpoint: CRIU dumps the process tree with --stream; the images go from
+// CRIU's pipes straight into a SnapshotWriter (no staging copy), and the
+// snapshot becomes visible only when complete. Restore: the images are
+// served to `criu restore --stream` from the store. Every request carries
+// its Caller, and the engine enforces who may do what (see CheckAccess
+// notes in engine.cc): a user checkpoints only processes that are wholly
+// theirs, reads and restores only their own checkpoints, and an image
+// handed in from outside is read only from files they own.
+//
+// Thread-safe: any number of operations run at once, at most one per
+// process. Borrows the Store, which must outlive it; owns the backend.
+#ifndef GPUCKPT_CORE_ENGINE_ENGINE_H_
+#define GPUCKPT_CORE_ENGINE_ENGINE_H_
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/criu/criu_runner.h"
+#include "core/engine/metrics.h"
+#include "core/engine/operation_board.h"
+#include "core/proc/caller.h"
+#include "core/proc/process_table.h"
+#include "gpuckpt/gpu_backend.h"
+#include "gpuckpt/store.h"
+
+namespace gpuckpt {
+
+struct EngineOptions {
+  // Where per-operation directories (CRIU's sockets and logs) are made,
+  // private to root. Default: /run/gpuckpt.
+  std::string work_dir = "/run/gpuckpt";
+  // The criu binary; empty: /usr/local/sbin/criu, else PATH. Default: "".
+  std::string criu_path;
+  // Where the filesystem is mounted, to recognise restore paths inside it.
+  std::string mountpoint = "/mnt/gpuckpt";
+  // Show every process the caller may checkpoint, not only GPU processes.
+  bool all_processes = false;
+  // How long a /proc scan is reused. Default: 1 s.
+  std::chrono::milliseconds process_cache_ttl{1000};
+  // Keep each operation's CRIU log directory after success (they are
+  // always kept after a failure, the last 16 of them). Default: false.
+  bool keep_logs = false;
+};
+
+struct CheckpointRequest {
+  int pid = 0;
+  bool kill = false;  // stop the process after a successful checkpoint
+  std::string name;   // empty: "<pid>-<n>"
+  Caller caller;
+};
+
+struct RestoreRequest {
+  std::string path;  // a checkpoint dir in the mount, a copy of one, or a CRIU image dir
+  Caller caller;
+};
+
+// The error for a failed CRIU run: the lines of its log (or stderr) that
+// say why, classed kNoSpace when the disk filled, else kIOError.
+Status CriuFailure(const std::string& what, const std::string& work, const std::string& log_name,
+                   const Status& served, Result<int>& exit);
+
+// Hands the paths (work dirs, sockets) to a user's CRIU.
+Status GiveTo(uint32_t uid, uint32_t gid, const std::vector<std::string>& paths);
+
+// A file in a work dir for CRIU's stderr; fd() -1 if it could not be made.
+class StderrFile {
+ public:
+  explicit StderrFile(const std::string& path);
+  ~StderrFile();
+  StderrFile(const StderrFile&) = delete;
+  StderrFile& operator=(const StderrFile&) = delete;
+  int fd() const { return fd_; }
+
+ private:
+  int fd_;
+};
+
+// Who a checkpoint belongs to: its process's owner, recorded in the
+// manifest's "extra"; root for snapshots made without one (CLI imports).
+struct SnapshotOwner {
+  uint32_t uid = 0;
+  uint32_t gid = 0;
+  int pid = 0;  // the checkpointed process, 0 if none
+};
+SnapshotOwner OwnerOf(const SnapshotInfo& info);
+
+class Engine {
+ public:
+  static Result<std::unique_ptr<Engine>> Create(Store* store, std::unique_ptr<GpuBackend> gpu,
+                                                EngineOptions options);
+  ~Engine();
+
+  ProcessTable& processes() { return *processes_; }
+  Store* store() { return store_; }
+
+  // Checkpoints the tree of request.pid; returns the new snapshot.
+  Result<SnapshotInfo> Checkpoint(const CheckpointRequest& request);
+  // Restores; returns the pid of the restored process (the tree's root).
+  Result<int> Restore(const RestoreRequest& request);
+  // Imports an image directory (a copy of a checkpoint, or CRIU's files) as
+  // a checkpoint of its own.
+  Result<SnapshotInfo> Import(const std::string& path, const std::string& name,
+                              const Caller& caller);
+  Status Track(int pid, const Caller& caller);
+  Result<GcReport> Gc(const Caller& caller);
+
+  // The text of <pid>/status.
+  std::string ProcessStatus(const ProcessInfo& process);
+  // The text of `restore` for `uid`: "pid N", "error: ...", or "none".
+  std::string RestoreResult(uint32_t uid) const;
+  void SetRestoreResult(uint32_t uid, std::string text);
+  std::string MetricsText() const;
+  // Records a failed request in status and metrics (e.g. a bad command).
+  void RecordFailure(int pid, const std::string& operation, const Status& status);
+
+ private:
+  Engine(Store* store, std::unique_ptr<GpuBackend> gpu, EngineOptions options, Criu criu);
+  Result<std::string> MakeWorkDir(const std::string& label);
+  void FinishWorkDir(const std::string& dir, bool ok);
+  Result<std::string> NextCheckpointName(int pid);
+  Result<SnapshotInfo> DumpAndStore(const CheckpointRequest& request, const ProcessInfo& process,
+                                    const std::vector<int>& tree, OperationBoard::Ticket* ticket);
+  Result<std::string> ResolveRestoreSource(const RestoreRequest& request);
+  Result<SnapshotInfo> ImportImageDir(const std::string& path, const std::string& name,
+                                      const Caller& caller);
+  Result<int> RestoreSnapshot(const std::string& id, const Caller& caller,
+                              OperationBoard::Ticket* ticket);
+  void RecoverInterruptedKills();
+
+  Store* store_;
+  std::unique_ptr<GpuBackend> gpu_;
+  EngineOptions options_;
+  Criu criu_;
+  std::unique_ptr<ProcessTable> processes_;
+  OperationBoard board_;
+  Metrics metrics_;
+  std::string empty_plugin_dir_;
+
+  mutable std::mutex mu_;  // guards the members below
+  std::map<uint32_t, std::string> restore_results_;  // by uid
+  std::vector<std::string> kept_failures_;            // work dirs kept for their logs
+  uint64_t work_counter_ = 0;
+};
+
+}  // namespace gpuckpt
+
+#endif  // GPUCKPT_CORE_ENGINE_ENGINE_H_

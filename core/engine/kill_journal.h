@@ -1,0 +1,42 @@
+// KillJournal: the processes a `checkpoint --kill` has stopped and not yet
+// killed, one empty file each (<dir>/<pid>-<start time>), so that a daemon
+// that dies in between is repaired by the next one: ResumeAll() sends
+// SIGCONT to each that still exists (same pid and start time) and is
+// stopped. The directory lives under the work dir (tmpfs /run): a reboot
+// forgets it with the processes.
+//
+// Thread-safe: entries are separate files.
+#ifndef GPUCKPT_CORE_ENGINE_KILL_JOURNAL_H_
+#define GPUCKPT_CORE_ENGINE_KILL_JOURNAL_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "gpuckpt/status.h"
+
+namespace gpuckpt {
+
+class KillJournal {
+ public:
+  explicit KillJournal(std::string dir) : dir_(std::move(dir)) {}
+
+  // Records that the tree `pids` (start times alongside) is about to be stopped.
+  Status Add(const std::vector<int>& pids, const std::vector<uint64_t>& start_times);
+  // Forgets them (killed or resumed).
+  void Remove(const std::vector<int>& pids, const std::vector<uint64_t>& start_times);
+  // Resumes every recorded process that still exists and is stopped, and
+  // clears the journal.
+  void ResumeAll();
+
+ private:
+  std::string Entry(int pid, uint64_t start_time) const;
+  std::string dir_;
+};
+
+// SIGCONT to each of `pids` whose start time still matches.
+void ResumeProcesses(const std::vector<int>& pids, const std::vector<uint64_t>& start_times);
+
+}  // namespace gpuckpt
+
+#endif  // GPUCKPT_CORE_ENGINE_KILL_JOURNAL_H_

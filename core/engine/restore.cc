@@ -1,0 +1,410 @@
+// Engine::Restore and Engine::Import: find the images a path names (a
+// checkpoint in the mount, a `cp -r` copy of one, or a plain CRIU image
+// directory, which is imported first so that it dedups and shows under
+// checkpoints/), check who may restore them, then serve them to
+// `criu restore --stream` from the store.
+//
+// Who may do what, for a caller that is not root:
+//  - a checkpoint in the store: only its owner (the checkpointed process's
+//    owner) may restore it;
+//  - a directory from outside is read as root, so every directory, file and
+//    symlink in it must belong to the caller (AddDirectoryOptions): nobody
+//    gets other people's files into a checkpoint of theirs, whichever
+//    symlinks the path went through;
+//  - the images' credentials (every task's uids, gids, capabilities) must be
+//    the caller's own and carry no capability, and CRIU restores with the
+//    caller's credentials (`--unprivileged`, CAP_CHECKPOINT_RESTORE only), so
+//    a crafted image cannot open files the caller could not.
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "core/criu/image_streamer.h"
+#include "core/criu/images.h"
+#include "core/engine/engine.h"
+
+namespace gpuckpt {
+namespace {
+
+// Image records gpuckpt parses are small; a bigger one is not CRIU's.
+constexpr uint64_t kMaxParsedImage = 64u << 20;
+
+class Fd {
+ public:
+  explicit Fd(int fd = -1) : fd_(fd) {}
+  ~Fd() {
+    if (fd_ >= 0) close(fd_);
+  }
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  Fd& operator=(Fd&& other) noexcept {
+    std::swap(fd_, other.fd_);
+    return *this;
+  }
+  int get() const { return fd_; }
+
+ private:
+  int fd_;
+};
+
+// "/a//b/./c/../d/" -> "/a/b/d"; only for recognising paths in the mount.
+std::string Normalize(const std::string& path) {
+  std::vector<std::string> parts;
+  size_t i = 0;
+  while (i < path.size()) {
+    size_t j = path.find('/', i);
+    if (j == std::string::npos) j = path.size();
+    const std::string part = path.substr(i, j - i);
+    if (part == "..") {
+      if (!parts.empty()) parts.pop_back();
+    } else if (!part.empty() && part != ".") {
+      parts.push_back(part);
+    }
+    i = j + 1;
+  }
+  std::string out;
+  for (const auto& p : parts) out += "/" + p;
+  return out.empty() ? "/" : out;
+}
+
+std::vector<std::string> Split(const std::string& rel) {
+  std::vector<std::string> parts;
+  size_t i = 0;
+  while (i <= rel.size()) {
+    size_t j = rel.find('/', i);
+    if (j == std::string::npos) j = rel.size();
+    if (j > i) parts.push_back(rel.substr(i, j - i));
+    i = j + 1;
+  }
+  return parts;
+}
+
+Result<std::string> ReadWholeFile(int dir_fd, const std::string& name, const std::string& shown,
+                                  std::optional<uint32_t> owner) {
+  Fd fd(openat(dir_fd, name.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY));
+  if (fd.get() < 0) return StatusFromErrno(errno, shown);
+  struct stat st {};
+  if (fstat(fd.get(), &st) != 0) return StatusFromErrno(errno, shown);
+  if (!S_ISREG(st.st_mode)) return Status::InvalidArgument(shown + " is not a regular file");
+  if (owner && st.st_uid != *owner)
+    return Status::PermissionDenied(shown + " belongs to uid " + std::to_string(st.st_uid));
+  if (static_cast<uint64_t>(st.st_size) > kMaxParsedImage)
+    return Status::InvalidArgument(shown + " is too large for a CRIU image of its kind");
+  std::string data(static_cast<size_t>(st.st_size), '\0');
+  size_t done = 0;
+  while (done < data.size()) {
+    const ssize_t n = read(fd.get(), data.data() + done, data.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return StatusFromErrno(errno, shown);
+    if (n == 0) break;
+    done += static_cast<size_t>(n);
+  }
+  data.resize(done);
+  return data;
+}
+
+Result<std::string> ReadStoredFile(Store* store, const std::string& id, const std::string& path) {
+  GPUCKPT_ASSIGN_OR_RETURN(auto reader, store->OpenFile(id, path));
+  const uint64_t size = reader->entry().size;
+  if (size > kMaxParsedImage)
+    return Status::InvalidArgument(path + " of checkpoint " + id + " is too large");
+  std::string data(size, '\0');
+  GPUCKPT_ASSIGN_OR_RETURN(size_t n, reader->Pread(0, data.size(), data.data()));
+  data.resize(n);
+  return data;
+}
+
+bool IsRootPid(const CriuTask& t) { return t.ppid == 0; }
+
+// Non-root callers restore only images whose every task is theirs, with no
+// capability: CRIU would otherwise hand them another user's identity.
+Status CheckImageCredentials(Store* store, const std::string& id,
+                             const std::vector<CriuTask>& tasks, const Caller& caller) {
+  if (caller.is_root()) return Status::Ok();
+  auto empty = [](const std::vector<uint32_t>& caps) {
+    return std::all_of(caps.begin(), caps.end(), [](uint32_t c) { return c == 0; });
+  };
+  for (const auto& task : tasks) {
+    const std::string path = "images/core-" + std::to_string(task.pid) + ".img";
+    GPUCKPT_ASSIGN_OR_RETURN(std::string bytes, ReadStoredFile(store, id, path));
+    GPUCKPT_ASSIGN_OR_RETURN(CriuCreds c, ParseCoreCreds(bytes));
+    const bool uids = c.uid == caller.uid && c.euid == caller.uid && c.suid == caller.uid &&
+                      c.fsuid == caller.uid;
+    const bool gids = caller.InGroup(c.gid) && caller.InGroup(c.egid) && caller.InGroup(c.sgid) &&
+                      caller.InGroup(c.fsgid) &&
+                      std::all_of(c.groups.begin(), c.groups.end(),
+                                  [&](uint32_t g) { return caller.InGroup(g); });
+    if (!uids || !gids) {
+      return Status::PermissionDenied(fmt::format(
+          "process {} of checkpoint {} ran as uid {} gid {}: only root may restore another "
+          "user's process",
+          task.pid, id, c.uid, c.gid));
+    }
+    if (!empty(c.cap_prm) || !empty(c.cap_eff) || !empty(c.cap_inh) || !empty(c.cap_amb)) {
+      return Status::PermissionDenied(
+          fmt::format("process {} of checkpoint {} holds capabilities: only root may restore it",
+                      task.pid, id));
+    }
+  }
+  return Status::Ok();
+}
+
+// CRIU restores every task and thread with its old id: each must be free.
+Status CheckIdsFree(const std::vector<CriuTask>& tasks) {
+  for (const auto& task : tasks) {
+    std::vector<uint32_t> ids = task.threads;
+    ids.push_back(task.pid);
+    for (uint32_t id : ids) {
+      if (id == 0 || id > 1u << 22) continue;
+      const std::string proc = "/proc/" + std::to_string(id);
+      struct stat st {};
+      if (stat(proc.c_str(), &st) == 0) {
+        auto info = ReadProcess(static_cast<int>(id), ProcReadOptions{.read_gpu_devices = false});
+        const std::string who = info.ok() ? " by '" + info->comm + "'" : "";
+        return Status::Busy(fmt::format(
+            "pid {} is in use{}: a restore needs the checkpoint's own pids; stop that process "
+            "first",
+            id, who));
+      }
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<std::string> Engine::ResolveRestoreSource(const RestoreRequest& request) {
+  const std::string& path = request.path;
+  if (path.empty()) return Status::InvalidArgument("write the path of a checkpoint to restore");
+  if (path[0] != '/') return Status::InvalidArgument("'" + path + "' is not an absolute path");
+  const std::string norm = Normalize(path);
+  const std::string mnt = Normalize(options_.mountpoint);
+  if (norm.compare(0, mnt.size() + 1, mnt + "/") == 0) {
+    const auto parts = Split(norm.substr(mnt.size() + 1));
+    std::string id;
+    if (parts.size() >= 2 && parts[0] == "checkpoints" &&
+        (parts.size() == 2 || (parts.size() == 3 && parts[2] == "images"))) {
+      id = parts[1];
+    } else if (parts.size() == 3 && parts[1] == "checkpoints") {
+      // <pid>/checkpoints/<n|latest>
+      GPUCKPT_ASSIGN_OR_RETURN(auto all, store_->List());
+      std::vector<std::string> mine;
+      for (const auto& s : all)
+        if (std::to_string(OwnerOf(s).pid) == parts[0]) mine.push_back(s.id);
+      if (parts[2] == "latest" && !mine.empty()) {
+        id = mine.back();
+      } else {
+        char* end = nullptr;
+        const unsigned long n = std::strtoul(parts[2].c_str(), &end, 10);
+        if (*end == '\0' && n >= 1 && n <= mine.size()) id = mine[n - 1];
+      }
+    }
+    if (id.empty())
+      return Status::InvalidArgument(path + " is not a checkpoint directory of this mount");
+    GPUCKPT_ASSIGN_OR_RETURN(SnapshotInfo info, store_->Get(id));
+    if (!request.caller.is_root() && OwnerOf(info).uid != request.caller.uid) {
+      return Status::PermissionDenied("checkpoint " + id + " belongs to uid " +
+                                      std::to_string(OwnerOf(info).uid));
+    }
+    return id;
+  }
+  GPUCKPT_ASSIGN_OR_RETURN(SnapshotInfo info, ImportImageDir(path, "", request.caller));
+  return info.id;
+}
+
+Result<SnapshotInfo> Engine::Import(const std::string& path, const std::string& name,
+                                    const Caller& caller) {
+  if (path.empty() || path[0] != '/')
+    return Status::InvalidArgument("import needs an absolute path");
+  auto info = ImportImageDir(path, name, caller);
+  metrics_.CountOperation("import", info.ok() ? "ok" : ResultLabel(info.status().code()));
+  return info;
+}
+
+Result<SnapshotInfo> Engine::ImportImageDir(const std::string& path, const std::string& name,
+                                            const Caller& caller) {
+  Fd top(open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (top.get() < 0) {
+    if (errno == ENOTDIR) return Status::InvalidArgument(path + " is not a directory");
+    return StatusFromErrno(errno, path);
+  }
+  std::optional<uint32_t> owner;
+  if (!caller.is_root()) owner = caller.uid;
+  // A copy of a checkpoint (manifest.json, images/, device/) or CRIU's
+  // own directory of images.
+  Fd images_fd;
+  std::string images_shown;
+  struct stat st {};
+  if (fstatat(top.get(), "images/pstree.img", &st, AT_SYMLINK_NOFOLLOW) == 0) {
+    images_fd = Fd(openat(top.get(), "images", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+    images_shown = path + "/images";
+  } else if (fstatat(top.get(), "pstree.img", &st, AT_SYMLINK_NOFOLLOW) == 0) {
+    images_fd = Fd(dup(top.get()));
+    images_shown = path;
+  } else {
+    return Status::InvalidArgument(path +
+                                   " is not a checkpoint: it has no pstree.img (nor "
+                                   "images/pstree.img)");
+  }
+  if (images_fd.get() < 0) return StatusFromErrno(errno, images_shown);
+  GPUCKPT_ASSIGN_OR_RETURN(std::string pstree,
+                           ReadWholeFile(images_fd.get(), "pstree.img",
+                                         images_shown + "/pstree.img", owner));
+  GPUCKPT_ASSIGN_OR_RETURN(auto tasks, ParsePstreeImage(pstree));
+  auto root = std::find_if(tasks.begin(), tasks.end(), IsRootPid);
+  if (tasks.empty() || root == tasks.end())
+    return Status::InvalidArgument(images_shown + "/pstree.img names no process");
+  const int pid = static_cast<int>(root->pid);
+
+  nlohmann::json extra = {{"pid", pid},
+                          {"owner", {{"uid", caller.uid}, {"gid", caller.gid}}},
+                          {"imported_from", path}};
+  for (int attempt = 0;; ++attempt) {
+    std::string id = name;
+    if (id.empty()) {
+      GPUCKPT_ASSIGN_OR_RETURN(id, NextCheckpointName(pid));
+    }
+    auto writer = store_->BeginSnapshot({id, path, extra.dump()});
+    if (!writer.ok()) {
+      // Another checkpoint of this pid took the number meanwhile.
+      if (writer.status().code() == StatusCode::kAlreadyExists && name.empty() && attempt < 8)
+        continue;
+      return writer.status();
+    }
+    GPUCKPT_RETURN_IF_ERROR(AddDirectoryToSnapshot(writer->get(), images_fd.get(), images_shown,
+                                                   {"images", owner}));
+    if (images_shown != path &&
+        fstatat(top.get(), "device", &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISDIR(st.st_mode)) {
+      Fd device(openat(top.get(), "device", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+      if (device.get() < 0) return StatusFromErrno(errno, path + "/device");
+      GPUCKPT_RETURN_IF_ERROR(
+          AddDirectoryToSnapshot(writer->get(), device.get(), path + "/device", {"device", owner}));
+    }
+    return (*writer)->Commit();
+  }
+}
+
+Result<int> Engine::Restore(const RestoreRequest& request) {
+  auto run = [&]() -> Result<int> {
+    GPUCKPT_ASSIGN_OR_RETURN(std::string id, ResolveRestoreSource(request));
+    GPUCKPT_ASSIGN_OR_RETURN(std::string pstree, ReadStoredFile(store_, id, "images/pstree.img"));
+    GPUCKPT_ASSIGN_OR_RETURN(auto tasks, ParsePstreeImage(pstree));
+    auto root = std::find_if(tasks.begin(), tasks.end(), IsRootPid);
+    if (root == tasks.end())
+      return Status::InvalidArgument("checkpoint " + id + " names no root process");
+    GPUCKPT_RETURN_IF_ERROR(CheckImageCredentials(store_, id, tasks, request.caller));
+    GPUCKPT_RETURN_IF_ERROR(CheckIdsFree(tasks));
+    GPUCKPT_ASSIGN_OR_RETURN(auto ticket, board_.Begin(static_cast<int>(root->pid), "restore"));
+    auto pid = RestoreSnapshot(id, request.caller, ticket.get());
+    ticket->SetResult(pid.ok() ? fmt::format("restore of {} ok as pid {}", id, *pid)
+                               : "restore of " + id + " failed: " + pid.status().message());
+    return pid;
+  };
+  auto pid = run();
+  metrics_.CountOperation("restore", pid.ok() ? "ok" : ResultLabel(pid.status().code()));
+  SetRestoreResult(request.caller.uid, pid.ok() ? "pid " + std::to_string(*pid)
+                                                : "error: " + pid.status().message());
+  if (pid.ok()) processes_->Invalidate();
+  return pid;
+}
+
+Result<int> Engine::RestoreSnapshot(const std::string& id, const Caller& caller,
+                                    OperationBoard::Ticket* ticket) {
+  const auto start = std::chrono::steady_clock::now();
+  GPUCKPT_ASSIGN_OR_RETURN(auto files, store_->ListFiles(id));
+  std::set<std::string> images;
+  for (const auto& f : files) {
+    if (f.type == FileType::kRegular && f.path.compare(0, 7, "images/") == 0)
+      images.insert(f.path.substr(7));
+  }
+  GPUCKPT_ASSIGN_OR_RETURN(CriuGpuSetup gpu, gpu_->SetupFor({}));
+  GPUCKPT_ASSIGN_OR_RETURN(std::string work, MakeWorkDir("restore-" + id));
+  bool ok = false;
+  struct WorkDirGuard {
+    Engine* engine;
+    const std::string& dir;
+    bool& ok;
+    ~WorkDirGuard() { engine->FinishWorkDir(dir, ok); }
+  } work_guard{this, work, ok};
+  const std::string images_dir = work + "/images";
+  if (mkdir(images_dir.c_str(), 0700) != 0) return StatusFromErrno(errno, images_dir);
+  GPUCKPT_ASSIGN_OR_RETURN(auto server, ImageServeServer::Listen(images_dir));
+  if (!caller.is_root()) {
+    // CRIU runs as the caller: it writes its log here and connects to the
+    // socket. The work dir's parent stays root's.
+    GPUCKPT_RETURN_IF_ERROR(GiveTo(caller.uid, caller.gid, {work, images_dir, server->socket_path()}));
+  }
+  StderrFile criu_stderr(work + "/criu.stderr");
+  const std::string pidfile = work + "/restored.pid";
+  CriuCommand cmd;
+  cmd.work_dir = work;
+  cmd.args = {"restore", "-d", "-D", images_dir, "-W", work, "--stream", "-o", "restore.log",
+              "-v4", "--pidfile", pidfile, "--libdir",
+              gpu.plugin_dir.empty() ? empty_plugin_dir_ : gpu.plugin_dir};
+  // The manifest of a checkpoint we made says whether CRIU needed
+  // --shell-job; an imported one is tried as a standalone tree.
+  if (auto info = store_->Get(id); info.ok()) {
+    auto extra = nlohmann::json::parse(info->extra_json, nullptr, false);
+    if (extra.is_object() && extra.value("shell_job", false)) cmd.args.push_back("--shell-job");
+  }
+  if (!caller.is_root()) {
+    cmd.args.push_back("--unprivileged");
+    // CAP_SETPCAP as well: CRIU's restorer drops every capability missing
+    // from the image's bounding set one by one, which needs it. The image's
+    // credentials were checked to hold no capability at all.
+    cmd.run_as = CriuCredentials{caller.uid, caller.gid, caller.groups,
+                                 /*keep_sys_ptrace=*/false, /*keep_setpcap=*/true};
+  }
+  cmd.path_prepend = gpu.path_prepend;
+  cmd.stderr_fd = criu_stderr.fd();
+
+  ticket->SetStage("restore");
+  auto criu = criu_.Start(cmd);
+  if (!criu.ok()) return criu.status();
+  std::atomic<uint64_t> served_bytes{0};
+  Status served = server->Serve(
+      [&](const std::string& name) { return images.count(name) > 0; },
+      [&](const std::string& name, int fd) -> Status {
+        GPUCKPT_ASSIGN_OR_RETURN(auto reader, store_->OpenFile(id, "images/" + name));
+        std::vector<char> buf(1u << 20);
+        uint64_t offset = 0;
+        for (;;) {
+          GPUCKPT_ASSIGN_OR_RETURN(size_t n, reader->Pread(offset, buf.size(), buf.data()));
+          if (n == 0) return Status::Ok();
+          size_t done = 0;
+          while (done < n) {
+            const ssize_t w = write(fd, buf.data() + done, n - done);
+            if (w < 0 && errno == EINTR) continue;
+            if (w < 0 && errno == EPIPE) return Status::Ok();  // CRIU read what it needed
+            if (w < 0) return StatusFromErrno(errno, "serving " + name + " to CRIU");
+            done += static_cast<size_t>(w);
+          }
+          offset += n;
+          ticket->SetBytes(served_bytes.fetch_add(n) + n);
+        }
+      },
+      criu->pidfd());
+  Result<int> exit = criu->Wait();
+  metrics_.ObserveStage(
+      "restore", "restore",
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  if (!served.ok() || !exit.ok() || *exit != 0)
+    return CriuFailure("criu restore of " + id, work, "restore.log", served, exit);
+  Fd pf(open(pidfile.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
+  char buf[32] = {};
+  const ssize_t n = pf.get() >= 0 ? read(pf.get(), buf, sizeof(buf) - 1) : -1;
+  const int pid = n > 0 ? std::atoi(buf) : 0;
+  if (pid <= 0) return Status::IOError("criu restored " + id + " but wrote no pid");
+  ok = true;
+  return pid;
+}
+
+}  // namespace gpuckpt

@@ -1,0 +1,143 @@
+// ProcessTable: the set of processes gpuckptfs shows as <pid>/ directories,
+// cached so that `ls /mnt/gpuckpt` stays fast with thousands of processes.
+//
+// A process is shown when it holds a GPU device open or mapped (see
+// ProcReadOptions::gpu_device_prefixes), when it was tracked (`track <pid>`),
+// or, with all_processes, when it is any user process. Never shown: kernel
+// threads, zombies (they have exited; nothing is left to checkpoint) and the
+// process that owns the table (the daemon). Processes are keyed by
+// (pid, start_time): a reused pid is a different process.
+//
+// Cost: List() scans /proc at most once per ttl. The scan reads every
+// process's stat (one small read), but the costly part, its fd links and maps
+// (GPU detection), only for processes not seen before; the result is kept per
+// (pid, start_time) and looked at again after gpu_rescan for processes that
+// had no GPU device (a program opens the GPU some time after it starts).
+//
+// Thread-safety: safe for concurrent use (FUSE threads). One mutex guards the
+// cached state; it is a leaf (no other lock is taken under it) and is never
+// held while reading /proc: a scan runs unlocked, and concurrent List()
+// callers wait on a condition variable for the scan in flight rather than
+// start a second one.
+#ifndef GPUCKPT_CORE_PROC_PROCESS_TABLE_H_
+#define GPUCKPT_CORE_PROC_PROCESS_TABLE_H_
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "core/proc/process_info.h"
+#include "gpuckpt/status.h"
+
+namespace gpuckpt {
+
+struct ProcessTableOptions {
+  // How processes are read: proc_root, GPU device prefixes. read_gpu_devices
+  // is ignored: the table always looks for GPU devices, that is what it is
+  // for. Default: see ProcReadOptions.
+  ProcReadOptions read;
+
+  // Show every user process, not only GPU and tracked ones (gpuckptfs
+  // --all-processes). Default: false.
+  bool all_processes = false;
+
+  // List() returns the last scan's result for this long. Longer is cheaper
+  // with many processes; shorter shows new processes sooner. Invalidate()
+  // and Track() end it early. Default: 1 s.
+  std::chrono::milliseconds ttl{1000};
+
+  // A process seen with no GPU device has its fds and maps read again after
+  // this long (once per process per interval, not all at once). Default: 10 s.
+  std::chrono::milliseconds gpu_rescan{10000};
+};
+
+class ProcessTable {
+ public:
+  explicit ProcessTable(ProcessTableOptions options);
+  ProcessTable(const ProcessTable&) = delete;
+  ProcessTable& operator=(const ProcessTable&) = delete;
+
+  // The shown processes, sorted by pid. Processes that exit during the scan
+  // are left out. Fails only when proc_root itself cannot be read.
+  Result<std::vector<ProcessInfo>> List();
+
+  // One process by pid if it is shown, read now (no full scan; its GPU
+  // devices come from the cache when fresh). kNoSuchProcess if it is gone or
+  // not shown, the message saying which.
+  Result<ProcessInfo> Get(int pid);
+
+  // `track <pid>`: show this process from now on, even without GPU devices;
+  // forgotten once it exits (a later process with its pid is not tracked).
+  // kNoSuchProcess if gone, kInvalidArgument for a kernel thread or the
+  // daemon itself. Checking that the caller may do this is up to the caller
+  // (MayCheckpoint()).
+  Status Track(int pid);
+
+  // The next List() scans again (after a checkpoint --kill, a restore).
+  void Invalidate();
+
+  // Counters, for tests and metrics.
+  struct Counters {
+    uint64_t scans = 0;         // full /proc scans by List()
+    uint64_t device_scans = 0;  // processes whose fds and maps were read
+  };
+  Counters counters() const;
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  struct Key {
+    int pid = 0;
+    uint64_t start_time = 0;
+    bool operator==(const Key&) const = default;
+  };
+  struct KeyHash {
+    size_t operator()(const Key& k) const {
+      return std::hash<uint64_t>()((static_cast<uint64_t>(k.pid) << 40) ^ k.start_time);
+    }
+  };
+  struct Devices {
+    std::vector<std::string> paths;
+    Clock::time_point scanned_at;
+  };
+  using DeviceMap = std::unordered_map<Key, Devices, KeyHash>;
+  using KeySet = std::unordered_set<Key, KeyHash>;
+
+  // What one scan found; built without the lock.
+  struct ScanResult {
+    std::vector<ProcessInfo> shown;
+    DeviceMap devices;
+    KeySet alive;  // every live user process seen, shown or not
+    uint64_t device_scans = 0;
+  };
+  Result<ScanResult> Scan(const DeviceMap& old_devices, const KeySet& tracked) const;
+  // The GPU devices of an open process: from `cache` if fresh, else read
+  // (and *scanned set). kNoSuchProcess if it exited.
+  Result<std::vector<std::string>> DevicesOf(const ProcessHandle& handle, const Key& key,
+                                             const DeviceMap& cache, Clock::time_point now,
+                                             bool* scanned) const;
+  bool FreshLocked(Clock::time_point now) const;
+
+  const ProcessTableOptions options_;
+  const int self_pid_;
+
+  mutable std::mutex mu_;  // leaf lock; never held during /proc reads
+  std::condition_variable scan_done_;
+  bool scanning_ = false;         // a List() scan is in flight (guarded by mu_)
+  uint64_t generation_ = 0;       // bumped by Invalidate() and Track()
+  uint64_t list_generation_ = 0;  // generation_ when the scan behind list_ began
+  bool have_list_ = false;
+  Clock::time_point listed_at_;  // when the scan behind list_ began
+  std::vector<ProcessInfo> list_;
+  DeviceMap devices_;
+  KeySet tracked_;
+  Counters counters_;
+};
+
+}  // namespace gpuckpt
+
+#endif  // GPUCKPT_CORE_PROC_PROCESS_TABLE_H_

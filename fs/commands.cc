@@ -1,0 +1,107 @@
+#include "fs/commands.h"
+
+#include <CLI/CLI.hpp>
+#include <vector>
+
+namespace gpuckpt {
+namespace {
+
+// Commands are one line; longer writes are not commands.
+constexpr size_t kMaxCommand = 4096;
+
+// Splits like a shell would (quotes, backslashes), via CLI11's own splitter.
+Result<std::vector<std::string>> Words(const std::string& line) {
+  if (line.size() > kMaxCommand) return Status::InvalidArgument("command too long");
+  for (char c : line) {
+    if (c == '\0' || c == '\n')
+      return Status::InvalidArgument("a command is one line of text");
+  }
+  try {
+    return CLI::detail::split_up(line);
+  } catch (const std::exception& e) {
+    return Status::InvalidArgument(std::string("cannot parse the command: ") + e.what());
+  }
+}
+
+// Parses `args` (without the command word) with `app`.
+Status Parse(CLI::App& app, std::vector<std::string> args) {
+  std::reverse(args.begin(), args.end());  // CLI11 takes them last-first
+  try {
+    app.parse(args);
+  } catch (const CLI::ParseError& e) {
+    return Status::InvalidArgument(app.get_name() + ": " + e.what());
+  }
+  return Status::Ok();
+}
+
+Status Checkpoint(Engine& engine, int pid, const std::vector<std::string>& words,
+                  const Caller& caller) {
+  CheckpointRequest request;
+  request.pid = pid;
+  request.caller = caller;
+  CLI::App app{"checkpoint", "checkpoint"};
+  app.add_flag("--kill", request.kill);
+  app.add_option("--name", request.name);
+  GPUCKPT_RETURN_IF_ERROR(Parse(app, {words.begin() + 1, words.end()}));
+  return engine.Checkpoint(request).status();
+}
+
+Status ProcessCommand(Engine& engine, int pid, const std::string& line, const Caller& caller) {
+  auto words = Words(line);
+  Status s;
+  if (!words.ok()) {
+    s = words.status();
+  } else if (words->empty() || (*words)[0] != "checkpoint") {
+    s = Status::InvalidArgument("unknown command '" + line +
+                                "': expected checkpoint [--kill] [--name NAME]");
+  } else {
+    return Checkpoint(engine, pid, *words, caller);  // records its own result
+  }
+  engine.RecordFailure(pid, "command", s);
+  return s;
+}
+
+Status GlobalCommand(Engine& engine, const std::string& line, const Caller& caller) {
+  GPUCKPT_ASSIGN_OR_RETURN(auto words, Words(line));
+  const std::string verb = words.empty() ? "" : words[0];
+  if (verb == "track" && words.size() == 2) {
+    char* end = nullptr;
+    const long pid = std::strtol(words[1].c_str(), &end, 10);
+    if (*end != '\0' || pid <= 0 || pid > (1 << 22))
+      return Status::InvalidArgument("track: '" + words[1] + "' is not a pid");
+    return engine.Track(static_cast<int>(pid), caller);
+  }
+  if (verb == "import" && (words.size() == 2 || words.size() == 3)) {
+    return engine.Import(words[1], words.size() == 3 ? words[2] : "", caller).status();
+  }
+  if (verb == "gc" && words.size() == 1) return engine.Gc(caller).status();
+  return Status::InvalidArgument("unknown command '" + line +
+                                 "': expected track PID | import DIR [NAME] | gc");
+}
+
+Status RestoreCommand(Engine& engine, const std::string& line, const Caller& caller) {
+  if (line.empty() || line.size() > kMaxCommand || line.find('\0') != std::string::npos) {
+    Status s = Status::InvalidArgument("write the absolute path of a checkpoint to restore");
+    engine.SetRestoreResult(caller.uid, "error: " + s.message());
+    return s;
+  }
+  return engine.Restore(RestoreRequest{line, caller}).status();
+}
+
+}  // namespace
+
+Status RunCommand(Engine& engine, NodeKind file, int pid, const std::string& line,
+                  const Caller& caller) {
+  switch (file) {
+    case NodeKind::kPidCtl:
+      return ProcessCommand(engine, pid, line, caller);
+    case NodeKind::kCtl:
+      return GlobalCommand(engine, line, caller);
+    case NodeKind::kRestore:
+      return RestoreCommand(engine, line, caller);
+    default:
+      return Status::InvalidArgument("not a control file");
+  }
+}
+
+}  // namespace gpuckpt

@@ -1,0 +1,822 @@
+// Tests of core/proc against the real /proc (forked children in known
+// states) and against fabricated /proc trees (malformed files, thousands of
+// processes).
+#include <fcntl.h>
+#include <grp.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <climits>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <future>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core/proc/caller.h"
+#include "core/proc/process_info.h"
+#include "core/proc/process_table.h"
+#include "tests/unit/test_util.h"
+
+namespace gpuckpt {
+namespace {
+
+using ::gpuckpt::testing::MakeDirs;
+using ::gpuckpt::testing::TempDir;
+using ::gpuckpt::testing::WriteFile;
+
+// A forked child running `body`, killed (with its process group) and reaped
+// when the object goes. `body` gets a pipe to report on: writing to it, or
+// exec (the descriptor is close-on-exec), tells WaitReady() the child is set.
+class Child {
+ public:
+  explicit Child(const std::function<void(int report_fd)>& body) {
+    int fds[2];
+    if (pipe2(fds, O_CLOEXEC) != 0) std::abort();
+    pid_ = fork();
+    if (pid_ == 0) {
+      close(fds[0]);
+      setpgid(0, 0);
+      prctl(PR_SET_PDEATHSIG, SIGKILL);
+      body(fds[1]);
+      for (;;) pause();
+    }
+    close(fds[1]);
+    report_fd_ = fds[0];
+  }
+  ~Child() {
+    close(report_fd_);
+    KillAndReap();
+  }
+  Child(const Child&) = delete;
+  Child& operator=(const Child&) = delete;
+
+  pid_t pid() const { return pid_; }
+
+  // Reads `n` bytes the child reported (or fewer at exec / exit).
+  std::string Read(size_t n) {
+    std::string out;
+    char buf[256];
+    while (out.size() < n) {
+      ssize_t r = read(report_fd_, buf, std::min(sizeof(buf), n - out.size()));
+      if (r < 0 && errno == EINTR) continue;
+      if (r <= 0) break;
+      out.append(buf, static_cast<size_t>(r));
+    }
+    return out;
+  }
+  void WaitReady() { Read(1); }
+
+  void KillAndReap() {
+    if (pid_ <= 0) return;
+    kill(-pid_, SIGKILL);
+    kill(pid_, SIGKILL);
+    waitpid(pid_, nullptr, 0);
+    pid_ = -1;
+  }
+
+ private:
+  pid_t pid_ = -1;
+  int report_fd_ = -1;
+};
+
+void Report(int fd) {
+  char c = 'r';
+  if (write(fd, &c, 1) != 1) _exit(3);
+}
+
+bool Contains(const std::vector<int>& v, int x) {
+  return std::find(v.begin(), v.end(), x) != v.end();
+}
+
+bool Listed(const std::vector<ProcessInfo>& list, int pid) {
+  return std::any_of(list.begin(), list.end(), [&](const ProcessInfo& p) { return p.pid == pid; });
+}
+
+// Waits (up to 5 s) until `pid` has exec'd `comm`.
+::testing::AssertionResult WaitForComm(int pid, const std::string& comm) {
+  for (int i = 0; i < 500; ++i) {
+    auto info = ReadProcess(pid);
+    if (info.ok() && info->comm == comm) return ::testing::AssertionSuccess();
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return ::testing::AssertionFailure() << "process " << pid << " never became " << comm;
+}
+
+// --- ReadProcess on the real /proc ----------------------------------------------
+
+TEST(ReadProcessTest, Self) {
+  ASSERT_OK_AND_ASSIGN(ProcessInfo a, ReadProcess(getpid()));
+  EXPECT_EQ(a.pid, getpid());
+  EXPECT_EQ(a.ppid, getppid());
+  EXPECT_EQ(a.pgid, getpgrp());
+  EXPECT_EQ(a.sid, getsid(0));
+  EXPECT_EQ(a.creds.ruid, getuid());
+  EXPECT_EQ(a.creds.euid, geteuid());
+  EXPECT_EQ(a.creds.rgid, getgid());
+  EXPECT_GT(a.start_time, 0u);
+  EXPECT_GE(a.threads, 1u);
+  EXPECT_FALSE(a.kernel_thread);
+  EXPECT_TRUE(a.dumpable);
+  EXPECT_EQ(a.state, 'R');
+  EXPECT_GT(a.rss_bytes, 0u);
+  EXPECT_GE(a.vm_bytes, a.rss_bytes);
+  ASSERT_FALSE(a.cmdline.empty());
+  EXPECT_NE(a.cmdline[0].find("proc_test"), std::string::npos);
+  EXPECT_NE(a.exe.find("proc_test"), std::string::npos);
+  EXPECT_TRUE(a.gpu_devices.empty());
+  ASSERT_OK_AND_ASSIGN(ProcessInfo b, ReadProcess(getpid()));
+  EXPECT_EQ(a.start_time, b.start_time);
+}
+
+TEST(ReadProcessTest, ForkedChild) {
+  Child child([](int) { execl("/bin/sleep", "sleep", "1000", static_cast<char*>(nullptr)); });
+  child.WaitReady();
+  ASSERT_TRUE(WaitForComm(child.pid(), "sleep"));
+  ASSERT_OK_AND_ASSIGN(ProcessInfo a, ReadProcess(child.pid()));
+  EXPECT_EQ(a.pid, child.pid());
+  EXPECT_EQ(a.ppid, getpid());
+  EXPECT_EQ(a.pgid, child.pid());
+  EXPECT_EQ(a.creds.ruid, getuid());
+  EXPECT_EQ(a.creds.suid, getuid());
+  EXPECT_EQ(a.cmdline, (std::vector<std::string>{"sleep", "1000"}));
+  EXPECT_EQ(DisplayCommand(a), "sleep 1000");
+  EXPECT_NE(a.exe.find("sleep"), std::string::npos);
+  ASSERT_OK_AND_ASSIGN(ProcessInfo self, ReadProcess(getpid()));
+  EXPECT_GE(a.start_time, self.start_time);
+  std::this_thread::sleep_for(std::chrono::milliseconds(30));
+  ASSERT_OK_AND_ASSIGN(ProcessInfo b, ReadProcess(child.pid()));
+  EXPECT_EQ(a.start_time, b.start_time);
+}
+
+TEST(ReadProcessTest, VanishedPidIsNoSuchProcess) {
+  pid_t pid = fork();
+  if (pid == 0) _exit(0);
+  ASSERT_GT(pid, 0);
+  // A zombie is still readable, and says so.
+  for (int i = 0; i < 500; ++i) {
+    auto z = ReadProcess(pid);
+    if (z.ok() && z->zombie()) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_OK_AND_ASSIGN(ProcessInfo zombie, ReadProcess(pid));
+  EXPECT_TRUE(zombie.zombie());
+  EXPECT_TRUE(zombie.cmdline.empty());
+  EXPECT_EQ(DisplayCommand(zombie), "[" + zombie.comm + "]");
+
+  ASSERT_OK_AND_ASSIGN(ProcessHandle handle, ProcessHandle::Open(pid));
+  ASSERT_EQ(waitpid(pid, nullptr, 0), pid);
+  EXPECT_CODE(ReadProcess(pid), StatusCode::kNoSuchProcess);
+  EXPECT_CODE(ProcessTree(pid), StatusCode::kNoSuchProcess);
+  // A handle opened before the process went sees it gone, whoever gets the
+  // pid next.
+  ProcessInfo info;
+  EXPECT_CODE(handle.ReadStat(&info), StatusCode::kNoSuchProcess);
+  EXPECT_CODE(handle.ReadStatus(&info), StatusCode::kNoSuchProcess);
+  EXPECT_CODE(handle.ReadGpuDevices({"/dev/nvidia"}), StatusCode::kNoSuchProcess);
+  EXPECT_CODE(ReadProcess(0), StatusCode::kNoSuchProcess);
+  EXPECT_CODE(ReadProcess(-5), StatusCode::kNoSuchProcess);
+  EXPECT_CODE(ReadProcess(INT_MAX), StatusCode::kNoSuchProcess);
+}
+
+// Regression: an fd closed between readdir and readlink of /proc/PID/fd
+// (exec closes many) left ENOENT in errno, and the process read as gone.
+TEST(ReadProcessTest, FdsClosingDuringReadAreNotAnError) {
+  Child child([](int fd) {
+    Report(fd);
+    for (;;) {
+      int fds[64];
+      for (int& f : fds) f = open("/dev/null", O_RDONLY);
+      for (int f : fds) close(f);
+    }
+  });
+  child.WaitReady();
+  for (int i = 0; i < 300; ++i) {
+    auto r = ReadProcess(child.pid());
+    ASSERT_TRUE(r.ok()) << "read " << i << ": " << r.status().ToString();
+  }
+}
+
+TEST(ReadProcessTest, ThreadIdIsNotAProcess) {
+  std::promise<pid_t> tid;
+  std::promise<void> done;
+  std::thread t([&] {
+    tid.set_value(static_cast<pid_t>(syscall(SYS_gettid)));
+    done.get_future().wait();
+  });
+  const pid_t id = tid.get_future().get();
+  auto r = ReadProcess(id);
+  done.set_value();
+  t.join();
+  EXPECT_CODE(r, StatusCode::kNoSuchProcess);
+  EXPECT_NE(r.status().message().find("thread of"), std::string::npos) << r.status().ToString();
+}
+
+TEST(ReadProcessTest, KernelThread) {
+  // kthreadd is pid 2 where the kernel has one in this pid namespace.
+  auto r = ReadProcess(2);
+  if (!r.ok() || r->comm != "kthreadd") GTEST_SKIP() << "no kthreadd at pid 2 here";
+  EXPECT_TRUE(r->kernel_thread);
+  EXPECT_TRUE(r->cmdline.empty());
+}
+
+// --- ProcessTree ------------------------------------------------------------------
+
+TEST(ProcessTreeTest, ChildAndGrandchildren) {
+  // child -> {g1 -> {gg}, g2}; each grandchild reports its pid.
+  Child child([](int fd) {
+    auto spawn = [&](const std::function<void()>& more) {
+      if (fork() == 0) {
+        pid_t me = getpid();
+        if (write(fd, &me, sizeof(me)) != sizeof(me)) _exit(3);
+        more();
+        for (;;) pause();
+      }
+    };
+    spawn([&] { spawn([] {}); });
+    spawn([] {});
+  });
+  std::string pids = child.Read(3 * sizeof(pid_t));
+  ASSERT_EQ(pids.size(), 3 * sizeof(pid_t));
+  std::vector<pid_t> descendants(3);
+  memcpy(descendants.data(), pids.data(), pids.size());
+
+  ASSERT_OK_AND_ASSIGN(std::vector<int> tree, ProcessTree(child.pid()));
+  ASSERT_EQ(tree.size(), 4u) << ::testing::PrintToString(tree);
+  EXPECT_EQ(tree[0], child.pid());
+  for (pid_t d : descendants) EXPECT_TRUE(Contains(tree, d)) << d;
+  // Parent first: every process comes after its parent.
+  for (size_t i = 1; i < tree.size(); ++i) {
+    ASSERT_OK_AND_ASSIGN(ProcessInfo info, ReadProcess(tree[i]));
+    auto parent = std::find(tree.begin(), tree.end(), info.ppid);
+    ASSERT_NE(parent, tree.end());
+    EXPECT_LT(parent - tree.begin(), static_cast<long>(i));
+  }
+  // A leaf is a tree of one.
+  ASSERT_OK_AND_ASSIGN(std::vector<int> leaf, ProcessTree(tree.back()));
+  EXPECT_EQ(leaf, std::vector<int>{tree.back()});
+}
+
+// --- GPU device detection ----------------------------------------------------------
+
+TEST(GpuDevicesTest, OpenAndMappedFoundOthersNot) {
+  TempDir tmp("gpuckpt-proc");
+  char real[PATH_MAX];
+  ASSERT_NE(realpath(tmp.path().c_str(), real), nullptr);
+  const std::string dir = real;
+  const std::string dev_open = dir + "/fakegpu0";
+  const std::string dev_mapped = dir + "/fakegpu1";
+  WriteFile(dev_open, std::string(4096, 'a'));
+  WriteFile(dev_mapped, std::string(4096, 'b'));
+  WriteFile(dir + "/other", std::string(4096, 'c'));
+
+  Child opener([&](int fd) {
+    if (open(dev_open.c_str(), O_RDONLY) < 0) _exit(3);
+    Report(fd);
+  });
+  Child mapper([&](int fd) {
+    int f = open(dev_mapped.c_str(), O_RDONLY);
+    if (f < 0 || mmap(nullptr, 4096, PROT_READ, MAP_SHARED, f, 0) == MAP_FAILED) _exit(3);
+    close(f);  // mapped only, no descriptor left
+    Report(fd);
+  });
+  Child bystander([&](int fd) {
+    if (open((dir + "/other").c_str(), O_RDONLY) < 0) _exit(3);
+    Report(fd);
+  });
+  opener.WaitReady();
+  mapper.WaitReady();
+  bystander.WaitReady();
+
+  ProcReadOptions options;
+  options.gpu_device_prefixes = {dir + "/fakegpu"};
+  ASSERT_OK_AND_ASSIGN(ProcessInfo o, ReadProcess(opener.pid(), options));
+  EXPECT_EQ(o.gpu_devices, std::vector<std::string>{dev_open});
+  ASSERT_OK_AND_ASSIGN(ProcessInfo m, ReadProcess(mapper.pid(), options));
+  EXPECT_EQ(m.gpu_devices, std::vector<std::string>{dev_mapped});
+  ASSERT_OK_AND_ASSIGN(ProcessInfo b, ReadProcess(bystander.pid(), options));
+  EXPECT_TRUE(b.gpu_devices.empty());
+  options.read_gpu_devices = false;
+  ASSERT_OK_AND_ASSIGN(ProcessInfo o2, ReadProcess(opener.pid(), options));
+  EXPECT_TRUE(o2.gpu_devices.empty());
+
+  ProcessTableOptions table_options;
+  table_options.read.gpu_device_prefixes = {dir + "/fakegpu"};
+  ProcessTable table(table_options);
+  ASSERT_OK_AND_ASSIGN(std::vector<ProcessInfo> list, table.List());
+  EXPECT_TRUE(Listed(list, opener.pid()));
+  EXPECT_TRUE(Listed(list, mapper.pid()));
+  EXPECT_FALSE(Listed(list, bystander.pid()));
+  EXPECT_FALSE(Listed(list, getpid()));
+  for (const auto& p : list) {
+    if (p.pid == opener.pid()) {
+      EXPECT_EQ(p.gpu_devices, std::vector<std::string>{dev_open});
+    }
+  }
+  ASSERT_OK_AND_ASSIGN(ProcessInfo got, table.Get(mapper.pid()));
+  EXPECT_EQ(got.gpu_devices, std::vector<std::string>{dev_mapped});
+  auto not_shown = table.Get(bystander.pid());
+  EXPECT_CODE(not_shown, StatusCode::kNoSuchProcess);
+  EXPECT_NE(not_shown.status().message().find("track"), std::string::npos);
+  EXPECT_CODE(table.Get(getpid()), StatusCode::kNoSuchProcess);
+}
+
+// --- ProcessTable::Track ---------------------------------------------------------
+
+TEST(ProcessTableTest, TrackedChildListedUntilItExits) {
+  ProcessTableOptions options;
+  options.ttl = std::chrono::milliseconds(0);
+  ProcessTable table(options);
+  Child child([](int fd) { Report(fd); });
+  child.WaitReady();
+  const pid_t pid = child.pid();
+
+  ASSERT_OK_AND_ASSIGN(std::vector<ProcessInfo> before, table.List());
+  EXPECT_FALSE(Listed(before, pid));
+  EXPECT_CODE(table.Get(pid), StatusCode::kNoSuchProcess);
+
+  ASSERT_OK(table.Track(pid));
+  ASSERT_OK_AND_ASSIGN(std::vector<ProcessInfo> tracked, table.List());
+  EXPECT_TRUE(Listed(tracked, pid));
+  ASSERT_OK_AND_ASSIGN(ProcessInfo got, table.Get(pid));
+  EXPECT_EQ(got.pid, pid);
+  EXPECT_TRUE(got.gpu_devices.empty());
+
+  child.KillAndReap();
+  ASSERT_OK_AND_ASSIGN(std::vector<ProcessInfo> after, table.List());
+  EXPECT_FALSE(Listed(after, pid));
+  EXPECT_CODE(table.Get(pid), StatusCode::kNoSuchProcess);
+  EXPECT_CODE(table.Track(pid), StatusCode::kNoSuchProcess);
+  EXPECT_CODE(table.Track(getpid()), StatusCode::kInvalidArgument);
+}
+
+TEST(ProcessTableTest, TrackWithinTtlShowsAtOnce) {
+  ProcessTable table(ProcessTableOptions{});  // ttl 1 s
+  Child child([](int fd) { Report(fd); });
+  child.WaitReady();
+  ASSERT_OK_AND_ASSIGN(std::vector<ProcessInfo> before, table.List());
+  EXPECT_FALSE(Listed(before, child.pid()));
+  ASSERT_OK(table.Track(child.pid()));
+  ASSERT_OK_AND_ASSIGN(std::vector<ProcessInfo> after, table.List());
+  EXPECT_TRUE(Listed(after, child.pid()));
+  EXPECT_EQ(table.counters().scans, 2u);
+}
+
+TEST(ProcessTableTest, AllProcessesHasNoKernelThreadsNorSelf) {
+  ProcessTableOptions options;
+  options.all_processes = true;
+  ProcessTable table(options);
+  Child child([](int fd) { Report(fd); });
+  child.WaitReady();
+  ASSERT_OK_AND_ASSIGN(std::vector<ProcessInfo> list, table.List());
+  EXPECT_TRUE(Listed(list, child.pid()));
+  EXPECT_FALSE(Listed(list, getpid()));
+  for (const auto& p : list) {
+    EXPECT_FALSE(p.kernel_thread) << p.pid;
+    EXPECT_FALSE(p.zombie()) << p.pid;
+  }
+  EXPECT_TRUE(std::is_sorted(list.begin(), list.end(),
+                             [](const auto& a, const auto& b) { return a.pid < b.pid; }));
+}
+
+// --- MayCheckpoint, CallerGroups ------------------------------------------------
+
+// A child running as uid/gid 65534 (nobody/nogroup). With `exec` it runs
+// sleep, as a user's process would be; without, it only changed its ids,
+// which leaves it non-dumpable.
+std::unique_ptr<Child> NobodyChild(bool exec) {
+  auto child = std::make_unique<Child>([exec](int fd) {
+    if (setgroups(0, nullptr) != 0 || setresgid(65534, 65534, 65534) != 0 ||
+        setresuid(65534, 65534, 65534) != 0) {
+      _exit(3);
+    }
+    if (exec) execl("/bin/sleep", "sleep", "1000", static_cast<char*>(nullptr));
+    Report(fd);
+  });
+  child->WaitReady();
+  return child;
+}
+
+TEST(MayCheckpointTest, RootMayCheckpointAnything) {
+  ASSERT_OK_AND_ASSIGN(ProcessInfo self, ReadProcess(getpid()));
+  Caller root;
+  EXPECT_TRUE(root.is_root());
+  EXPECT_OK(MayCheckpoint(root, self));
+}
+
+TEST(MayCheckpointTest, NobodyRefusedOnRootProcess) {
+  if (getuid() != 0) GTEST_SKIP() << "needs root";
+  ASSERT_OK_AND_ASSIGN(ProcessInfo self, ReadProcess(getpid()));
+  Caller nobody{65534, 65534, 0, {}};
+  Status s = MayCheckpoint(nobody, self);
+  EXPECT_CODE(s, StatusCode::kPermissionDenied);
+  EXPECT_NE(s.message().find(std::to_string(getpid())), std::string::npos) << s.ToString();
+  EXPECT_NE(s.message().find("owner uid 0"), std::string::npos) << s.ToString();
+}
+
+TEST(MayCheckpointTest, OwnProcessOnly) {
+  if (getuid() != 0) GTEST_SKIP() << "needs root to change ids";
+  auto child = NobodyChild(/*exec=*/true);
+  ASSERT_TRUE(WaitForComm(child->pid(), "sleep"));
+  ASSERT_OK_AND_ASSIGN(ProcessInfo target, ReadProcess(child->pid()));
+  EXPECT_EQ(target.creds.ruid, 65534u);
+  EXPECT_EQ(target.creds.sgid, 65534u);
+  EXPECT_TRUE(target.dumpable);
+  EXPECT_EQ(OwnerOf(target).uid, 65534u);
+  EXPECT_EQ(OwnerOf(target).gid, 65534u);
+
+  EXPECT_OK(MayCheckpoint(Caller{65534, 65534, 0, {}}, target));
+  // The gid may come from the caller's supplementary groups.
+  EXPECT_OK(MayCheckpoint(Caller{65534, 100, 0, {65534}}, target));
+  Status other = MayCheckpoint(Caller{65535, 65535, 0, {}}, target);
+  EXPECT_CODE(other, StatusCode::kPermissionDenied);
+  EXPECT_NE(other.message().find("owner uid 65534"), std::string::npos) << other.ToString();
+  EXPECT_CODE(MayCheckpoint(Caller{65534, 100, 0, {}}, target), StatusCode::kPermissionDenied);
+
+  // Same uid but a saved uid of someone else: a setuid program.
+  ProcessInfo setuid_like = target;
+  setuid_like.creds.suid = 0;
+  EXPECT_CODE(MayCheckpoint(Caller{65534, 65534, 0, {}}, setuid_like),
+              StatusCode::kPermissionDenied);
+  ProcessInfo with_caps = target;
+  with_caps.creds.cap_permitted = 1ull << 13;
+  EXPECT_CODE(MayCheckpoint(Caller{65534, 65534, 0, {}}, with_caps), StatusCode::kPermissionDenied);
+}
+
+TEST(MayCheckpointTest, NonDumpableRefused) {
+  if (getuid() != 0) GTEST_SKIP() << "needs root to change ids";
+  auto child = NobodyChild(/*exec=*/false);
+  ASSERT_OK_AND_ASSIGN(ProcessInfo target, ReadProcess(child->pid()));
+  EXPECT_EQ(target.creds.euid, 65534u);
+  EXPECT_FALSE(target.dumpable);
+  Status s = MayCheckpoint(Caller{65534, 65534, 0, {}}, target);
+  EXPECT_CODE(s, StatusCode::kPermissionDenied);
+  EXPECT_NE(s.message().find("dumpable"), std::string::npos) << s.ToString();
+  EXPECT_OK(MayCheckpoint(Caller{}, target));
+}
+
+TEST(CallerTest, CallerGroups) {
+  std::vector<gid_t> mine(static_cast<size_t>(getgroups(0, nullptr)));
+  ASSERT_EQ(getgroups(static_cast<int>(mine.size()), mine.data()), static_cast<int>(mine.size()));
+  std::vector<uint32_t> expected(mine.begin(), mine.end());
+  EXPECT_EQ(CallerGroups(getpid()), expected);
+
+  if (getuid() != 0) return;
+  Child child([](int fd) {
+    const gid_t groups[] = {10, 20, 4000000000u};
+    if (setgroups(3, groups) != 0) _exit(3);
+    Report(fd);
+  });
+  child.WaitReady();
+  EXPECT_EQ(CallerGroups(child.pid()), (std::vector<uint32_t>{10, 20, 4000000000u}));
+  Caller c = MakeCaller(getuid(), getgid(), child.pid());
+  EXPECT_EQ(c.groups, (std::vector<uint32_t>{10, 20, 4000000000u}));
+  EXPECT_TRUE(c.InGroup(20));
+  EXPECT_TRUE(c.InGroup(getgid()));
+  EXPECT_FALSE(c.InGroup(30));
+  // The pid no longer shows the caller's ids: it lends no groups.
+  EXPECT_TRUE(MakeCaller(1000, 1000, child.pid()).groups.empty());
+  const pid_t gone = child.pid();
+  child.KillAndReap();
+  EXPECT_TRUE(CallerGroups(gone).empty());
+}
+
+TEST(CallerTest, CallerGroupsOfAThread) {
+  // FUSE gives the calling thread's id.
+  std::promise<pid_t> tid;
+  std::promise<void> done;
+  std::thread t([&] {
+    tid.set_value(static_cast<pid_t>(syscall(SYS_gettid)));
+    done.get_future().wait();
+  });
+  const pid_t id = tid.get_future().get();
+  auto groups = CallerGroups(id);
+  Caller c = MakeCaller(getuid(), getgid(), id);
+  done.set_value();
+  t.join();
+  EXPECT_EQ(groups, CallerGroups(getpid()));
+  EXPECT_EQ(c.groups, groups);
+}
+
+// --- DisplayCommand ----------------------------------------------------------------
+
+TEST(DisplayCommandTest, BoundedAndClean) {
+  ProcessInfo info;
+  info.comm = "kworker/0:1";
+  EXPECT_EQ(DisplayCommand(info), "[kworker/0:1]");
+  info.cmdline = {"python3", "train.py", "--x"};
+  EXPECT_EQ(DisplayCommand(info), "python3 train.py --x");
+  info.cmdline = {"a\nb", "c\x1b[31m", std::string("d\0e", 3), "\x7f"};
+  EXPECT_EQ(DisplayCommand(info), "a?b c?[31m d?e ?");
+  info.cmdline = {std::string(500, 'x')};
+  std::string s = DisplayCommand(info);
+  EXPECT_EQ(s.size(), kMaxDisplayCommand);
+  EXPECT_EQ(s.substr(s.size() - 3), "...");
+  // Never cut inside a UTF-8 character: "é" is two bytes.
+  std::string accents;
+  for (int i = 0; i < 150; ++i) accents += "\xc3\xa9";
+  info.cmdline = {"x" + accents};
+  s = DisplayCommand(info);
+  EXPECT_LE(s.size(), kMaxDisplayCommand);
+  EXPECT_EQ(s.substr(s.size() - 3), "...");
+  EXPECT_EQ(s.substr(s.size() - 5, 2), "\xc3\xa9");
+}
+
+// --- Fabricated /proc trees ----------------------------------------------------------
+
+std::string FakeStat(int pid, const std::string& comm, uint64_t start, uint64_t flags = 0,
+                     char state = 'S', int ppid = 1) {
+  return std::to_string(pid) + " (" + comm + ") " + state + " " + std::to_string(ppid) + " " +
+         std::to_string(pid) + " " + std::to_string(pid) + " 0 -1 " + std::to_string(flags) +
+         " 10 0 0 0 5 6 0 0 20 0 1 0 " + std::to_string(start) +
+         " 1048576 64 18446744073709551615 1 1 0 0 0 0 0 0 0 0 0 0 17 1 0 0 0 0 0\n";
+}
+
+std::string FakeStatus(int pid, uint32_t uid = 1000, uint32_t gid = 1000, int tgid = 0) {
+  std::string u = std::to_string(uid), g = std::to_string(gid);
+  return "Name:\tfake\nUmask:\t0022\nState:\tS (sleeping)\nTgid:\t" +
+         std::to_string(tgid ? tgid : pid) + "\nPid:\t" + std::to_string(pid) +
+         "\nPPid:\t1\nUid:\t" + u + "\t" + u + "\t" + u + "\t" + u + "\nGid:\t" + g + "\t" + g +
+         "\t" + g + "\t" + g + "\nGroups:\t4 24 \nCapPrm:\t0000000000000000\n" +
+         "CapEff:\t0000000000000000\n";
+}
+
+// proc_root/pid with the given files; fd/ is created empty.
+void FakeProcess(const std::string& root, int pid, const std::string& stat,
+                 const std::string& status, const std::string& cmdline,
+                 const std::string& maps = "") {
+  const std::string dir = root + "/" + std::to_string(pid);
+  MakeDirs(dir + "/fd");
+  if (!stat.empty()) WriteFile(dir + "/stat", stat);
+  if (!status.empty()) WriteFile(dir + "/status", status);
+  WriteFile(dir + "/cmdline", cmdline);
+  WriteFile(dir + "/maps", maps);
+}
+
+// A fabricated /proc: on /dev/shm where there is one (thousands of small
+// files; a disk under other builds' load makes that seconds), removed with
+// everything in it when the object goes.
+class FakeProcRoot {
+ public:
+  FakeProcRoot() {
+    std::string templ = (access("/dev/shm", W_OK) == 0 ? std::string("/dev/shm") : "/var/tmp") +
+                        "/gpuckpt-fakeproc-XXXXXX";
+    if (mkdtemp(templ.data()) == nullptr) std::abort();
+    path_ = templ;
+  }
+  ~FakeProcRoot() { testing::RemoveTree(path_); }
+  const std::string& path() const { return path_; }
+  std::string Sub(const std::string& name) const { return path_ + "/" + name; }
+
+ private:
+  std::string path_;
+};
+
+// Pids beyond PID_MAX_LIMIT, so they never collide with a real one
+// (ProcessTable leaves out its own).
+constexpr int kFakePid = 4200000;
+
+TEST(FabricatedProcTest, GoodProcessParses) {
+  FakeProcRoot root;
+  const int pid = kFakePid;
+  FakeProcess(root.path(), pid, FakeStat(pid, "we) (ird name", 12345, 0, 'R', 77),
+              FakeStatus(pid, 1000, 1001), std::string("python3\0train.py\0--x\0", 21),
+              "7f0000000000-7f0000001000 rw-s 00000000 00:05 12   /dev/nvidia0\n"
+              "7f0000002000-7f0000003000 r--p 00000000 08:01 99   /usr/lib/with space.so\n"
+              "7ffd00000000-7ffd00001000 rw-p 00000000 00:00 0    [stack]\n");
+  ASSERT_EQ(symlink("/dev/nvidiactl", (root.Sub(std::to_string(pid)) + "/fd/3").c_str()), 0);
+  ASSERT_EQ(symlink("/dev/null", (root.Sub(std::to_string(pid)) + "/fd/0").c_str()), 0);
+
+  ProcReadOptions options;
+  options.proc_root = root.path();
+  ASSERT_OK_AND_ASSIGN(ProcessInfo info, ReadProcess(pid, options));
+  EXPECT_EQ(info.pid, pid);
+  EXPECT_EQ(info.comm, "we) (ird name");
+  EXPECT_EQ(info.state, 'R');
+  EXPECT_EQ(info.ppid, 77);
+  EXPECT_EQ(info.start_time, 12345u);
+  EXPECT_EQ(info.vm_bytes, 1048576u);
+  EXPECT_EQ(info.rss_bytes, 64u * static_cast<uint64_t>(sysconf(_SC_PAGESIZE)));
+  EXPECT_EQ(info.creds.ruid, 1000u);
+  EXPECT_EQ(info.creds.fsgid, 1001u);
+  EXPECT_EQ(info.creds.groups, (std::vector<uint32_t>{4, 24}));
+  EXPECT_EQ(info.cmdline, (std::vector<std::string>{"python3", "train.py", "--x"}));
+  EXPECT_EQ(info.gpu_devices, (std::vector<std::string>{"/dev/nvidia0", "/dev/nvidiactl"}));
+  EXPECT_EQ(info.exe, "");
+  EXPECT_FALSE(info.kernel_thread);
+
+  // PF_KTHREAD in the flags.
+  FakeProcess(root.path(), pid + 1, FakeStat(pid + 1, "kworker/0:1", 5, 0x00208040),
+              FakeStatus(pid + 1, 0, 0), "");
+  ASSERT_OK_AND_ASSIGN(ProcessInfo kthread, ReadProcess(pid + 1, options));
+  EXPECT_TRUE(kthread.kernel_thread);
+
+  // No children files here: the tree comes from every process's ppid.
+  FakeProcess(root.path(), pid + 2, FakeStat(pid + 2, "child", 6, 0, 'S', pid), FakeStatus(pid + 2),
+              "");
+  FakeProcess(root.path(), pid + 3, FakeStat(pid + 3, "grandchild", 7, 0, 'S', pid + 2),
+              FakeStatus(pid + 3), "");
+  ASSERT_OK_AND_ASSIGN(std::vector<int> tree, ProcessTree(pid, root.path()));
+  EXPECT_EQ(tree, (std::vector<int>{pid, pid + 2, pid + 3}));
+}
+
+TEST(FabricatedProcTest, MalformedFilesAreClearErrors) {
+  FakeProcRoot root;
+  struct Case {
+    std::string name, stat, status, expect_in_message;
+    StatusCode code;
+  };
+  const int p = kFakePid;
+  const std::string good_status = FakeStatus(p);
+  const std::vector<Case> cases = {
+      {"empty stat", "", good_status, "no '(comm)'", StatusCode::kIOError},
+      {"no stat file", "", good_status, "is gone", StatusCode::kNoSuchProcess},
+      {"stat with nothing", "\n", good_status, "no '(comm)'", StatusCode::kIOError},
+      {"truncated stat, comm with ) (", std::to_string(p) + " (a) (b c) S 1 2 3", good_status,
+       "fields, need 24", StatusCode::kIOError},
+      {"stat cut inside comm", std::to_string(p) + " (a) (b", good_status, "need 24",
+       StatusCode::kIOError},
+      {"no closing paren", std::to_string(p) + " (abc S 1 2 3", good_status, "no '(comm)'",
+       StatusCode::kIOError},
+      {"garbage start time",
+       FakeStat(p, "x", 1).replace(FakeStat(p, "x", 1).find(" 1 1048576"), 2, " zz"), good_status,
+       "field 22 (starttime)", StatusCode::kIOError},
+      {"overflowing ppid",
+       FakeStat(p, "x", 1).replace(FakeStat(p, "x", 1).find(") S 1 ") + 4, 1,
+                                   "99999999999999999999"),
+       good_status, "field 4 (ppid)", StatusCode::kIOError},
+      {"garbage pid", "12x (x) S", good_status, "field 1 (pid)", StatusCode::kIOError},
+      {"another pid's stat", FakeStat(p + 1, "x", 1), good_status, "names pid",
+       StatusCode::kIOError},
+      {"long state",
+       FakeStat(p, "x", 1, 0, 'S').replace(FakeStat(p, "x", 1).find(") S") + 2, 1, "SS"),
+       good_status, "field 3 (state)", StatusCode::kIOError},
+      {"no Uid", FakeStat(p, "x", 1), "Name:\tx\nGid:\t1\t1\t1\t1\n", "no Uid",
+       StatusCode::kIOError},
+      {"no Gid", FakeStat(p, "x", 1), "Uid:\t1\t1\t1\t1\n", "no Gid", StatusCode::kIOError},
+      {"short Uid", FakeStat(p, "x", 1), "Uid:\t1\t1\t1\nGid:\t1\t1\t1\t1\n", "needs 4 ids",
+       StatusCode::kIOError},
+      {"garbage Uid", FakeStat(p, "x", 1), "Uid:\t1\t-1\t1\t1\nGid:\t1\t1\t1\t1\n", "bad id",
+       StatusCode::kIOError},
+      {"garbage Groups", FakeStat(p, "x", 1), "Uid:\t1\t1\t1\t1\nGid:\t1\t1\t1\t1\nGroups:\t4 x5\n",
+       "bad gid", StatusCode::kIOError},
+      {"garbage CapPrm", FakeStat(p, "x", 1), "Uid:\t1\t1\t1\t1\nGid:\t1\t1\t1\t1\nCapPrm:\tzz\n",
+       "CapPrm", StatusCode::kIOError},
+      {"a thread", FakeStat(p, "x", 1), FakeStatus(p, 1, 1, p - 1), "thread of",
+       StatusCode::kNoSuchProcess},
+      {"no status file", FakeStat(p, "x", 1), "", "is gone", StatusCode::kNoSuchProcess},
+  };
+  ProcReadOptions options;
+  options.proc_root = root.path();
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    testing::RemoveTree(root.Sub(std::to_string(p)));
+    FakeProcess(root.path(), p, c.stat, c.status, "x");
+    if (c.name == "empty stat") {  // present, but empty
+      WriteFile(root.Sub(std::to_string(p)) + "/stat", "");
+    }
+    auto r = ReadProcess(p, options);
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(r.status().code(), c.code) << r.status().ToString();
+    EXPECT_NE(r.status().message().find(c.expect_in_message), std::string::npos)
+        << r.status().ToString();
+    EXPECT_NE(r.status().message().find(std::to_string(p)), std::string::npos)
+        << r.status().ToString();
+  }
+}
+
+TEST(FabricatedProcTest, EveryTruncationOfStatParsesOrFails) {
+  const std::string stat = FakeStat(kFakePid, "a) (b c", 99);
+  for (size_t len = 0; len <= stat.size(); ++len) {
+    ProcessInfo info;
+    Status s = ParseStat(std::string_view(stat).substr(0, len), "stat", &info);
+    if (s.ok()) {
+      EXPECT_EQ(info.start_time, 99u);
+    } else {
+      EXPECT_EQ(s.code(), StatusCode::kIOError);
+    }
+  }
+  // Random bytes: never a crash.
+  testing::Rng rng(7);
+  for (int i = 0; i < 2000; ++i) {
+    std::string junk = testing::RandomBytes(rng.Uniform(0, 300), rng.Next());
+    ProcessInfo info;
+    ProcessCredentials creds;
+    int tgid = 0;
+    ParseStat(junk, "junk", &info).PermitUnchecked();
+    ParseStatus(junk, "junk", &creds, &tgid).PermitUnchecked();
+  }
+}
+
+TEST(FabricatedProcTest, ListingThousandsScansOncePerTtl) {
+  FakeProcRoot root;
+  constexpr int kProcesses = 2000;
+  for (int i = 0; i < kProcesses; ++i) {
+    const int pid = kFakePid + i;
+    FakeProcess(root.path(), pid, FakeStat(pid, "worker " + std::to_string(i), 1000 + i),
+                FakeStatus(pid), "worker\0", i == 7 ? "1000-2000 rw-s 0 00:05 1 /dev/kfd\n" : "");
+  }
+  // And things that are not processes to show.
+  FakeProcess(root.path(), kFakePid + kProcesses,
+              FakeStat(kFakePid + kProcesses, "kthread", 1, 0x00200000),
+              FakeStatus(kFakePid + kProcesses), "");
+  FakeProcess(root.path(), kFakePid + kProcesses + 1,
+              FakeStat(kFakePid + kProcesses + 1, "zombie", 1, 0, 'Z'),
+              FakeStatus(kFakePid + kProcesses + 1), "");
+  FakeProcess(root.path(), kFakePid + kProcesses + 2, "garbage",
+              FakeStatus(kFakePid + kProcesses + 2), "");
+  MakeDirs(root.Sub("self"));
+  MakeDirs(root.Sub("sys"));
+
+  ProcessTableOptions options;
+  options.read.proc_root = root.path();
+  options.all_processes = true;
+  options.ttl = std::chrono::seconds(60);
+  ProcessTable table(options);
+
+  auto t0 = std::chrono::steady_clock::now();
+  ASSERT_OK_AND_ASSIGN(std::vector<ProcessInfo> first, table.List());
+  auto t1 = std::chrono::steady_clock::now();
+  ASSERT_OK_AND_ASSIGN(std::vector<ProcessInfo> second, table.List());
+  auto t2 = std::chrono::steady_clock::now();
+  EXPECT_EQ(first.size(), static_cast<size_t>(kProcesses));
+  EXPECT_EQ(second.size(), first.size());
+  EXPECT_EQ(table.counters().scans, 1u);
+  EXPECT_EQ(table.counters().device_scans, static_cast<uint64_t>(kProcesses));
+  EXPECT_EQ(first[7].gpu_devices, std::vector<std::string>{"/dev/kfd"});
+  EXPECT_EQ(first[7].comm, "worker 7");
+
+  // A rescan reads stat again, but reuses every process's GPU result.
+  table.Invalidate();
+  auto t3 = std::chrono::steady_clock::now();
+  ASSERT_OK_AND_ASSIGN(std::vector<ProcessInfo> third, table.List());
+  auto t4 = std::chrono::steady_clock::now();
+  EXPECT_EQ(third.size(), first.size());
+  EXPECT_EQ(table.counters().scans, 2u);
+  EXPECT_EQ(table.counters().device_scans, static_cast<uint64_t>(kProcesses));
+  using ms = std::chrono::duration<double, std::milli>;
+  std::printf("2000 processes: first scan %.1f ms, cached %.3f ms, rescan %.1f ms\n",
+              ms(t1 - t0).count(), ms(t2 - t1).count(), ms(t4 - t3).count());
+
+  // A process replaced under the same pid (new start time) is read afresh.
+  FakeProcess(root.path(), kFakePid + 3, FakeStat(kFakePid + 3, "reborn", 999999),
+              FakeStatus(kFakePid + 3), "reborn\0");
+  table.Invalidate();
+  ASSERT_OK_AND_ASSIGN(std::vector<ProcessInfo> fourth, table.List());
+  EXPECT_EQ(fourth[3].comm, "reborn");
+  EXPECT_EQ(table.counters().device_scans, static_cast<uint64_t>(kProcesses) + 1);
+
+  // Without all_processes only the one with a GPU device is shown.
+  options.all_processes = false;
+  ProcessTable gpu_only(options);
+  ASSERT_OK_AND_ASSIGN(std::vector<ProcessInfo> gpu, gpu_only.List());
+  ASSERT_EQ(gpu.size(), 1u);
+  EXPECT_EQ(gpu[0].pid, kFakePid + 7);
+  EXPECT_OK(gpu_only.Get(kFakePid + 7).status());
+  EXPECT_CODE(gpu_only.Get(kFakePid + 8), StatusCode::kNoSuchProcess);
+  EXPECT_CODE(gpu_only.Get(kFakePid + kProcesses), StatusCode::kNoSuchProcess);  // kernel thread
+  EXPECT_CODE(gpu_only.Get(kFakePid + kProcesses + 1), StatusCode::kNoSuchProcess);  // zombie
+  EXPECT_CODE(gpu_only.Track(kFakePid + kProcesses), StatusCode::kInvalidArgument);
+}
+
+TEST(FabricatedProcTest, ConcurrentListsShareOneScan) {
+  FakeProcRoot root;
+  for (int i = 0; i < 200; ++i) {
+    FakeProcess(root.path(), kFakePid + i, FakeStat(kFakePid + i, "w", 1 + i),
+                FakeStatus(kFakePid + i), "w\0");
+  }
+  ProcessTableOptions options;
+  options.read.proc_root = root.path();
+  options.all_processes = true;
+  options.ttl = std::chrono::seconds(60);
+  ProcessTable table(options);
+  std::atomic<int> bad{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 50; ++i) {
+        if (t == 0 && i % 10 == 0) table.Invalidate();
+        auto r = table.List();
+        if (!r.ok() || r->size() != 200) ++bad;
+        if (!table.Get(kFakePid + i).ok()) ++bad;
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(bad.load(), 0);
+  EXPECT_LE(table.counters().scans, 6u);
+}
+
+}  // namespace
+}  // namespace gpuckpt
