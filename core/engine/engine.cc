@@ -24,14 +24,17 @@ namespace {
 // oldest go beyond this many.
 constexpr size_t kKeptFailures = 16;
 
-Status MakePrivateDir(const std::string& path) {
-  if (mkdir(path.c_str(), 0700) != 0 && errno != EEXIST) return StatusFromErrno(errno, path);
+// A directory of the daemon's with exactly `mode`. The work dir is 0711:
+// CRIU run as a user must reach its operation's directory (0700, theirs)
+// without seeing the others'.
+Status MakePrivateDir(const std::string& path, mode_t mode) {
+  if (mkdir(path.c_str(), mode) != 0 && errno != EEXIST) return StatusFromErrno(errno, path);
   struct stat st {};
   if (lstat(path.c_str(), &st) != 0) return StatusFromErrno(errno, path);
   if (!S_ISDIR(st.st_mode) || st.st_uid != geteuid()) {
     return Status::PermissionDenied(path + " is not a directory owned by the daemon's user");
   }
-  if ((st.st_mode & 077) != 0 && chmod(path.c_str(), 0700) != 0)
+  if ((st.st_mode & 07777) != mode && chmod(path.c_str(), mode) != 0)
     return StatusFromErrno(errno, "chmod " + path);
   return Status::Ok();
 }
@@ -90,8 +93,8 @@ SnapshotOwner OwnerOf(const SnapshotInfo& info) {
 Result<std::unique_ptr<Engine>> Engine::Create(Store* store, std::unique_ptr<GpuBackend> gpu,
                                                EngineOptions options) {
   GPUCKPT_ASSIGN_OR_RETURN(Criu criu, Criu::Find(options.criu_path));
-  GPUCKPT_RETURN_IF_ERROR(MakePrivateDir(options.work_dir));
-  GPUCKPT_RETURN_IF_ERROR(MakePrivateDir(options.work_dir + "/no-plugins"));
+  GPUCKPT_RETURN_IF_ERROR(MakePrivateDir(options.work_dir, 0711));
+  GPUCKPT_RETURN_IF_ERROR(MakePrivateDir(options.work_dir + "/no-plugins", 0755));
   auto engine = std::unique_ptr<Engine>(
       new Engine(store, std::move(gpu), std::move(options), std::move(criu)));
   engine->RecoverInterruptedKills();

@@ -130,7 +130,10 @@ start_wl() {
   wl_result=$dir/result
   local run=()
   if [[ $owner != root ]]; then
-    chown "$owner:" "$dir"
+    # The workload's output file is the user's own, as if they had started
+    # it: a restore run as the user reopens it with the user's rights.
+    : >"$dir/out.log"
+    chown "$owner:" "$dir" "$dir/out.log"
     run=(setpriv --reuid="$owner" --regid="$owner" --init-groups)
   fi
   # Started from a subshell that exits at once, so that it is no job of
@@ -217,7 +220,12 @@ checkpoint() {
 restore() {
   try_write "$mnt/restore" "$1" "${3:-}" || fail "restore of $1: $err; $(cat "$mnt/restore")"
   local said
-  said=$(cat "$mnt/restore")
+  # Each user reads the result of their own last restore.
+  if [[ -n ${3:-} ]]; then
+    said=$(setpriv --reuid="$3" --regid="$3" --init-groups cat "$mnt/restore")
+  else
+    said=$(cat "$mnt/restore")
+  fi
   [[ $said == "pid $2" ]] || fail "restore of $1: restore says '$said', expected 'pid $2'"
 }
 
@@ -333,7 +341,7 @@ for k in 1 2; do
   writers+=($!)
 done
 wait "${writers[@]}"
-oks=$(grep -cx ok "$work"/concurrent.* || true)
+oks=$(cat "$work"/concurrent.* | grep -cx ok || true)
 if ((oks == 1)); then
   grep -qh "Device or resource busy" "$work"/concurrent.* ||
     fail "concurrent checkpoints: $(cat "$work"/concurrent.*)"
@@ -376,7 +384,14 @@ echo "ok: the user neither sees, checkpoints, reads nor restores root's process"
 start_wl "$user" wl_memory --mib 8
 pid=$wl_pid
 result=$wl_result
-as_user ls "$mnt" | grep -qx "$pid" || fail "the user does not see their own pid $pid"
+# Listings come from a /proc scan cached for a second: a process appears
+# within one.
+seen=false
+for _ in $(seq 30); do
+  if as_user ls "$mnt" | grep -qx "$pid"; then seen=true; break; fi
+  sleep 0.1
+done
+$seen || fail "the user does not see their own pid $pid"
 checkpoint "$pid" "" "$user"
 id=$ckpt_id
 complete "$id" "$pid"
