@@ -22,12 +22,14 @@ cleanup() {
 trap cleanup EXIT
 fail() { echo "FAIL: $*" >&2; exit 1; }
 
-mkdir -p "$work/src/sub" "$mnt"
-head -c $((3 * 1024 * 1024 + 17)) /dev/urandom >"$work/src/pages-1.img"
-head -c 100000 /dev/urandom >"$work/src/sub/core-1.img"
-: >"$work/src/empty.img"
-chmod 0640 "$work/src/sub/core-1.img"
-ln -s sub/core-1.img "$work/src/link"
+# A snapshot's files appear under checkpoints/<id>/ as they were imported;
+# the engine's checkpoints keep CRIU's files in images/.
+mkdir -p "$work/src/images/sub" "$mnt"
+head -c $((3 * 1024 * 1024 + 17)) /dev/urandom >"$work/src/images/pages-1.img"
+head -c 100000 /dev/urandom >"$work/src/images/sub/core-1.img"
+: >"$work/src/images/empty.img"
+chmod 0640 "$work/src/images/sub/core-1.img"
+ln -s sub/core-1.img "$work/src/images/link"
 
 id=$("$GPUCKPT" --store "$work/store" import "$work/src" --name ckpt-a 2>/dev/null)
 [[ $id == ckpt-a ]] || fail "import printed '$id'"
@@ -45,13 +47,13 @@ grep -q "in use" <<<"$msg" || fail "CLI's message: $msg"
 [[ $(ls "$mnt/checkpoints") == ckpt-a ]] || fail "checkpoints/ lists: $(ls "$mnt/checkpoints")"
 images=$mnt/checkpoints/ckpt-a/images
 for f in pages-1.img sub/core-1.img empty.img; do
-  cmp "$work/src/$f" "$images/$f" || fail "$f differs"
+  cmp "$work/src/images/$f" "$images/$f" || fail "$f differs"
 done
 [[ $(readlink "$images/link") == sub/core-1.img ]] || fail "symlink target"
 [[ $(stat -c %a "$images/sub/core-1.img") == 640 ]] || fail "mode not kept"
 [[ $(stat -c %s "$images/pages-1.img") == $((3 * 1024 * 1024 + 17)) ]] || fail "size"
 # Reads at an offset inside a chunk and across the end.
-cmp <(tail -c 4097 "$work/src/pages-1.img") <(tail -c 4097 "$images/pages-1.img") || fail "tail read"
+cmp <(tail -c 4097 "$work/src/images/pages-1.img") <(tail -c 4097 "$images/pages-1.img") || fail "tail read"
 # Images are served only to root (the store's owner): the snapshot dir is 0700.
 [[ $(stat -c %a "$mnt/checkpoints/ckpt-a") == 700 ]] || fail "snapshot dir is not 0700"
 python3 -c 'import json,sys; m=json.load(open(sys.argv[1])); assert m["id"]=="ckpt-a" and m["logical_bytes"]>3000000, m' \
@@ -64,7 +66,7 @@ if (echo x >"$images/pages-1.img") 2>/dev/null; then fail "write to an image suc
 if touch "$images/new" 2>/dev/null; then fail "create in images succeeded"; fi
 # cp -r of a checkpoint is byte-identical to the source.
 cp -r "$images" "$work/copy"
-diff -r "$work/src" "$work/copy" || fail "cp -r copy differs"
+diff -r "$work/src/images" "$work/copy" || fail "cp -r copy differs"
 
 fusermount3 -u "$mnt"
 for _ in $(seq 50); do pgrep -f "gpuckptfs --store $work/store" >/dev/null || break; sleep 0.1; done
