@@ -134,7 +134,7 @@ class Filesystem {
       if (!is_dir) return Status(StatusCode::kInvalidArgument, "is a directory");
       return view_.RemoveSnapshot(child.snapshot, caller);
     }
-    if (child.kind == NodeKind::kSnapshotEntry) {
+    if (child.kind == NodeKind::kSnapshotEntry || child.kind == NodeKind::kManifest) {
       // A checkpoint goes as a whole, when its directory is removed: `rm -r`
       // removes the entries first, which succeeds without effect.
       return Status::Ok();

@@ -143,6 +143,16 @@ Result<SnapshotInfo> Engine::DumpAndStore(const CheckpointRequest& request,
   }
   extra["gpus"] = gpus;
 
+  // The checkpoint this one follows (the process's latest), for users
+  // tracing a series.
+  if (auto all = store_->List(); all.ok()) {
+    for (auto it = all->rbegin(); it != all->rend(); ++it) {
+      if (OwnerOf(*it).pid == request.pid) {
+        extra["parent"] = it->id;
+        break;
+      }
+    }
+  }
   std::string name = request.name;
   if (name.empty()) {
     GPUCKPT_ASSIGN_OR_RETURN(name, NextCheckpointName(request.pid));
