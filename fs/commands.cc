@@ -13,8 +13,7 @@ constexpr size_t kMaxCommand = 4096;
 Result<std::vector<std::string>> Words(const std::string& line) {
   if (line.size() > kMaxCommand) return Status::InvalidArgument("command too long");
   for (char c : line) {
-    if (c == '\0' || c == '\n')
-      return Status::InvalidArgument("a command is one line of text");
+    if (c == '\0' || c == '\n') return Status::InvalidArgument("a command is one line of text");
   }
   try {
     return CLI::detail::split_up(line);

@@ -285,8 +285,7 @@ void OpRead(fuse_req_t req, fuse_ino_t, size_t size, off_t offset, fuse_file_inf
   });
 }
 
-void OpWrite(fuse_req_t req, fuse_ino_t, const char* buf, size_t size, off_t,
-             fuse_file_info* fi) {
+void OpWrite(fuse_req_t req, fuse_ino_t, const char* buf, size_t size, off_t, fuse_file_info* fi) {
   Guard(req, [&] {
     auto* h = reinterpret_cast<Filesystem::FileHandle*>(fi->fh);
     Status s = Filesystem::From(req)->DoWrite(h, buf, size, CallerOf(req));

@@ -12,8 +12,8 @@
 #include <functional>
 #include <string>
 
-#include "gpuckpt/status.h"
 #include "core/engine/engine.h"
+#include "gpuckpt/status.h"
 #include "gpuckpt/store.h"
 
 namespace gpuckpt {

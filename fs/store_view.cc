@@ -11,7 +11,8 @@ namespace {
 constexpr char kReadme[] =
     "gpuckptfs: checkpoints of processes as files.\n"
     "\n"
-    "  <pid>/status                     the process, its GPUs, the operation in flight, the last result\n"
+    "  <pid>/status                     the process, its GPUs, the operation in flight, the last "
+    "result\n"
     "  echo checkpoint > <pid>/ctl      checkpoint it; it keeps running (blocks until done)\n"
     "  echo 'checkpoint --kill' > <pid>/ctl   checkpoint it, then stop it\n"
     "       options: --name NAME\n"
@@ -30,10 +31,8 @@ constexpr char kReadme[] =
     "A failed write says why in <pid>/status (or restore). `ls -l` shows logical\n"
     "sizes; `du` shows what each checkpoint added to the deduplicated store.\n";
 
-constexpr char kCtlHelp[] =
-    "commands: track PID | import DIR [NAME] | gc\n";
-constexpr char kPidCtlHelp[] =
-    "commands: checkpoint [--kill] [--name NAME]\n";
+constexpr char kCtlHelp[] = "commands: track PID | import DIR [NAME] | gc\n";
+constexpr char kPidCtlHelp[] = "commands: checkpoint [--kill] [--name NAME]\n";
 
 NodeId MakeNode(NodeKind kind, std::string snapshot = "", std::string path = "", int pid = 0) {
   return NodeId{kind, std::move(snapshot), std::move(path), pid};

@@ -41,17 +41,17 @@ namespace gpuckpt {
 enum class NodeKind {
   kRoot,
   kReadme,
-  kCtl,              // global commands
-  kRestore,          // write a path; read the caller's last result
-  kMetrics,          // Prometheus text
-  kCheckpointsDir,   // checkpoints/
-  kSnapshotDir,      // checkpoints/<id>
-  kManifest,         // checkpoints/<id>/manifest.json
-  kSnapshotEntry,    // checkpoints/<id>/<path> (images/..., device/...)
-  kPidDir,           // <pid>
-  kPidCtl,           // <pid>/ctl
-  kPidStatus,        // <pid>/status
-  kPidCheckpoints,   // <pid>/checkpoints
+  kCtl,                // global commands
+  kRestore,            // write a path; read the caller's last result
+  kMetrics,            // Prometheus text
+  kCheckpointsDir,     // checkpoints/
+  kSnapshotDir,        // checkpoints/<id>
+  kManifest,           // checkpoints/<id>/manifest.json
+  kSnapshotEntry,      // checkpoints/<id>/<path> (images/..., device/...)
+  kPidDir,             // <pid>
+  kPidCtl,             // <pid>/ctl
+  kPidStatus,          // <pid>/status
+  kPidCheckpoints,     // <pid>/checkpoints
   kPidCheckpointLink,  // <pid>/checkpoints/<n|latest>
 };
 

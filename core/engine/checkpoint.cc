@@ -6,6 +6,7 @@
 // checkpoint that fails to commit can still resume it; the tree is killed
 // only after the snapshot is published. A journal entry covers the window
 // in which a crash of the daemon would leave it stopped (kill_journal.h).
+#include <fmt/format.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -14,8 +15,8 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
-#include <fmt/format.h>
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "core/criu/image_streamer.h"
 #include "core/engine/engine.h"
@@ -107,21 +108,17 @@ Result<SnapshotInfo> Engine::DumpAndStore(const CheckpointRequest& request,
                                           OperationBoard::Ticket* ticket) {
   const auto start = std::chrono::steady_clock::now();
   GPUCKPT_ASSIGN_OR_RETURN(CriuGpuSetup gpu, gpu_->SetupFor(tree));
-  GPUCKPT_ASSIGN_OR_RETURN(std::string work, MakeWorkDir("checkpoint-" + std::to_string(request.pid)));
-  bool ok = false;
-  struct WorkDirGuard {
-    Engine* engine;
-    const std::string& dir;
-    bool& ok;
-    ~WorkDirGuard() { engine->FinishWorkDir(dir, ok); }
-  } work_guard{this, work, ok};
+  GPUCKPT_ASSIGN_OR_RETURN(auto work_dir, MakeWorkDir("checkpoint-" + std::to_string(request.pid)));
+  const std::string& work = work_dir->path();
   const std::string images = work + "/images";
   if (mkdir(images.c_str(), 0700) != 0) return StatusFromErrno(errno, images);
 
   std::vector<uint64_t> start_times;
+  std::set<uint32_t> owners_in_tree;
   for (int pid : tree) {
     auto p = ReadProcess(pid, ProcReadOptions{.read_gpu_devices = false});
     start_times.push_back(p.ok() ? p->start_time : 0);
+    if (p.ok()) owners_in_tree.insert(p->creds.ruid);
   }
 
   nlohmann::json extra = {
@@ -165,15 +162,28 @@ Result<SnapshotInfo> Engine::DumpAndStore(const CheckpointRequest& request,
   GPUCKPT_ASSIGN_OR_RETURN(auto server, ImageCaptureServer::Listen(images));
   CriuCommand cmd;
   cmd.work_dir = work;
-  cmd.args = {"dump", "-t", std::to_string(request.pid), "-D", images, "-W", work, "--stream",
-              "-o", "dump.log", "-v4", "--libdir", gpu.plugin_dir.empty() ? empty_plugin_dir_ : gpu.plugin_dir};
+  cmd.args = {"dump",
+              "-t",
+              std::to_string(request.pid),
+              "-D",
+              images,
+              "-W",
+              work,
+              "--stream",
+              "-o",
+              "dump.log",
+              "-v4",
+              "--libdir",
+              gpu.plugin_dir.empty() ? empty_plugin_dir_ : gpu.plugin_dir};
   cmd.args.push_back(request.kill ? "--leave-stopped" : "--leave-running");
   if (NeedsShellJob(process, tree)) cmd.args.push_back("--shell-job");
   cmd.path_prepend = gpu.path_prepend;
-  if (process.creds.ruid != 0) {
-    // CRIU dumps a user's process as that user (CAP_CHECKPOINT_RESTORE and
-    // CAP_SYS_PTRACE only): least privilege, and root may lack what a dump
-    // of another uid needs (CAP_SYS_RESOURCE for prlimit, in containers).
+  if (process.creds.ruid != 0 && owners_in_tree.size() == 1) {
+    // CRIU dumps a tree that is wholly one user's as that user
+    // (CAP_CHECKPOINT_RESTORE and CAP_SYS_PTRACE only): least privilege, and
+    // root may lack what a dump of another uid needs (CAP_SYS_RESOURCE for
+    // prlimit, in containers). A tree of several owners (only root may ask
+    // for that) is dumped as root.
     cmd.run_as = CriuCredentials{process.creds.ruid, process.creds.rgid, process.creds.groups,
                                  /*keep_sys_ptrace=*/true, /*keep_setpcap=*/false};
     cmd.args.push_back("--unprivileged");
@@ -226,8 +236,8 @@ Result<SnapshotInfo> Engine::DumpAndStore(const CheckpointRequest& request,
   metrics_.ObserveStage("checkpoint", "dump", dump_s);
   if (!served.ok() || !exit.ok() || *exit != 0) {
     resume_on_failure();
-    return CriuFailure("criu dump of process " + std::to_string(request.pid), work,
-                       "dump.log", served, exit);
+    return CriuFailure("criu dump of process " + std::to_string(request.pid), work, "dump.log",
+                       served, exit);
   }
 
   ticket->SetStage("commit");
@@ -248,7 +258,7 @@ Result<SnapshotInfo> Engine::DumpAndStore(const CheckpointRequest& request,
     journal.Remove(tree, start_times);
     processes_->Invalidate();
   }
-  ok = true;
+  work_dir->MarkSucceeded();
   return info;
 }
 

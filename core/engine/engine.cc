@@ -5,6 +5,7 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -12,7 +13,6 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdlib>
-#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "core/engine/kill_journal.h"
@@ -120,10 +120,10 @@ void Engine::RecoverInterruptedKills() {
   journal.ResumeAll();
 }
 
-Result<std::string> Engine::MakeWorkDir(const std::string& label) {
+Result<std::unique_ptr<Engine::WorkDir>> Engine::MakeWorkDir(const std::string& label) {
   std::string templ = options_.work_dir + "/" + label + "-XXXXXX";
   if (mkdtemp(templ.data()) == nullptr) return StatusFromErrno(errno, "mkdtemp " + templ);
-  return templ;
+  return std::make_unique<WorkDir>(this, templ);
 }
 
 void Engine::FinishWorkDir(const std::string& dir, bool ok) {

@@ -124,7 +124,23 @@ class Engine {
 
  private:
   Engine(Store* store, std::unique_ptr<GpuBackend> gpu, EngineOptions options, Criu criu);
-  Result<std::string> MakeWorkDir(const std::string& label);
+  // A directory for one operation (CRIU's sockets and logs); on
+  // destruction removed, or kept for its log if the operation failed.
+  class WorkDir {
+   public:
+    WorkDir(Engine* engine, std::string path) : engine_(engine), path_(std::move(path)) {}
+    ~WorkDir() { engine_->FinishWorkDir(path_, succeeded_); }
+    WorkDir(const WorkDir&) = delete;
+    WorkDir& operator=(const WorkDir&) = delete;
+    const std::string& path() const { return path_; }
+    void MarkSucceeded() { succeeded_ = true; }
+
+   private:
+    Engine* engine_;
+    std::string path_;
+    bool succeeded_ = false;
+  };
+  Result<std::unique_ptr<WorkDir>> MakeWorkDir(const std::string& label);
   void FinishWorkDir(const std::string& dir, bool ok);
   Result<std::string> NextCheckpointName(int pid);
   Result<SnapshotInfo> DumpAndStore(const CheckpointRequest& request, const ProcessInfo& process,
@@ -145,9 +161,9 @@ class Engine {
   Metrics metrics_;
   std::string empty_plugin_dir_;
 
-  mutable std::mutex mu_;  // guards the members below
+  mutable std::mutex mu_;                            // guards the members below
   std::map<uint32_t, std::string> restore_results_;  // by uid
-  std::vector<std::string> kept_failures_;            // work dirs kept for their logs
+  std::vector<std::string> kept_failures_;           // work dirs kept for their logs
   uint64_t work_counter_ = 0;
 };
 

@@ -16,8 +16,7 @@ void Metrics::AddCheckpointBytes(uint64_t logical, uint64_t added, uint64_t stor
   stored_bytes_ += stored;
 }
 
-void Metrics::ObserveStage(const std::string& operation, const std::string& stage,
-                           double seconds) {
+void Metrics::ObserveStage(const std::string& operation, const std::string& stage, double seconds) {
   std::lock_guard lock(mu_);
   Summary& s = stages_[{operation, stage}];
   s.sum += seconds;
@@ -30,11 +29,12 @@ std::string Metrics::Render(const CacheStats& cache) const {
   out += "# HELP gpuckpt_operations_total Checkpoints, restores and imports by result.\n";
   out += "# TYPE gpuckpt_operations_total counter\n";
   for (const auto& [key, n] : operations_) {
-    out += fmt::format("gpuckpt_operations_total{{operation=\"{}\",result=\"{}\"}} {}\n",
-                       key.first, key.second, n);
+    out += fmt::format("gpuckpt_operations_total{{operation=\"{}\",result=\"{}\"}} {}\n", key.first,
+                       key.second, n);
   }
-  out += "# HELP gpuckpt_checkpoint_bytes_total Bytes of successful checkpoints: logical (image "
-         "sizes), new (raw bytes of chunks they added), stored (those chunks compressed).\n";
+  out +=
+      "# HELP gpuckpt_checkpoint_bytes_total Bytes of successful checkpoints: logical (image "
+      "sizes), new (raw bytes of chunks they added), stored (those chunks compressed).\n";
   out += "# TYPE gpuckpt_checkpoint_bytes_total counter\n";
   out += fmt::format("gpuckpt_checkpoint_bytes_total{{kind=\"logical\"}} {}\n", logical_bytes_);
   out += fmt::format("gpuckpt_checkpoint_bytes_total{{kind=\"new\"}} {}\n", new_bytes_);
@@ -42,8 +42,7 @@ std::string Metrics::Render(const CacheStats& cache) const {
   out += "# HELP gpuckpt_stage_seconds Time spent in each stage of an operation.\n";
   out += "# TYPE gpuckpt_stage_seconds summary\n";
   for (const auto& [key, s] : stages_) {
-    const std::string labels =
-        fmt::format("operation=\"{}\",stage=\"{}\"", key.first, key.second);
+    const std::string labels = fmt::format("operation=\"{}\",stage=\"{}\"", key.first, key.second);
     out += fmt::format("gpuckpt_stage_seconds_sum{{{}}} {:.6f}\n", labels, s.sum);
     out += fmt::format("gpuckpt_stage_seconds_count{{{}}} {}\n", labels, s.count);
   }

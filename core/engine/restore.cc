@@ -16,6 +16,7 @@
 //    caller's credentials (`--unprivileged`, CAP_CHECKPOINT_RESTORE only), so
 //    a crafted image cannot open files the caller could not.
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -23,10 +24,10 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
-#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "core/base/unique_fd.h"
 #include "core/criu/image_streamer.h"
 #include "core/criu/images.h"
 #include "core/engine/engine.h"
@@ -36,24 +37,6 @@ namespace {
 
 // Image records gpuckpt parses are small; a bigger one is not CRIU's.
 constexpr uint64_t kMaxParsedImage = 64u << 20;
-
-class Fd {
- public:
-  explicit Fd(int fd = -1) : fd_(fd) {}
-  ~Fd() {
-    if (fd_ >= 0) close(fd_);
-  }
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  Fd& operator=(Fd&& other) noexcept {
-    std::swap(fd_, other.fd_);
-    return *this;
-  }
-  int get() const { return fd_; }
-
- private:
-  int fd_;
-};
 
 // "/a//b/./c/../d/" -> "/a/b/d"; only for recognising paths in the mount.
 std::string Normalize(const std::string& path) {
@@ -89,7 +72,7 @@ std::vector<std::string> Split(const std::string& rel) {
 
 Result<std::string> ReadWholeFile(int dir_fd, const std::string& name, const std::string& shown,
                                   std::optional<uint32_t> owner) {
-  Fd fd(openat(dir_fd, name.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY));
+  UniqueFd fd(openat(dir_fd, name.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY));
   if (fd.get() < 0) return StatusFromErrno(errno, shown);
   struct stat st {};
   if (fstat(fd.get(), &st) != 0) return StatusFromErrno(errno, shown);
@@ -231,7 +214,7 @@ Result<SnapshotInfo> Engine::Import(const std::string& path, const std::string& 
 
 Result<SnapshotInfo> Engine::ImportImageDir(const std::string& path, const std::string& name,
                                             const Caller& caller) {
-  Fd top(open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  UniqueFd top(open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (top.get() < 0) {
     if (errno == ENOTDIR) return Status::InvalidArgument(path + " is not a directory");
     return StatusFromErrno(errno, path);
@@ -240,14 +223,15 @@ Result<SnapshotInfo> Engine::ImportImageDir(const std::string& path, const std::
   if (!caller.is_root()) owner = caller.uid;
   // A copy of a checkpoint (manifest.json, images/, device/) or CRIU's
   // own directory of images.
-  Fd images_fd;
+  UniqueFd images_fd;
   std::string images_shown;
   struct stat st {};
   if (fstatat(top.get(), "images/pstree.img", &st, AT_SYMLINK_NOFOLLOW) == 0) {
-    images_fd = Fd(openat(top.get(), "images", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+    images_fd =
+        UniqueFd(openat(top.get(), "images", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
     images_shown = path + "/images";
   } else if (fstatat(top.get(), "pstree.img", &st, AT_SYMLINK_NOFOLLOW) == 0) {
-    images_fd = Fd(dup(top.get()));
+    images_fd = UniqueFd(dup(top.get()));
     images_shown = path;
   } else {
     return Status::InvalidArgument(path +
@@ -255,18 +239,16 @@ Result<SnapshotInfo> Engine::ImportImageDir(const std::string& path, const std::
                                    "images/pstree.img)");
   }
   if (images_fd.get() < 0) return StatusFromErrno(errno, images_shown);
-  GPUCKPT_ASSIGN_OR_RETURN(std::string pstree,
-                           ReadWholeFile(images_fd.get(), "pstree.img",
-                                         images_shown + "/pstree.img", owner));
+  GPUCKPT_ASSIGN_OR_RETURN(std::string pstree, ReadWholeFile(images_fd.get(), "pstree.img",
+                                                             images_shown + "/pstree.img", owner));
   GPUCKPT_ASSIGN_OR_RETURN(auto tasks, ParsePstreeImage(pstree));
   auto root = std::find_if(tasks.begin(), tasks.end(), IsRootPid);
   if (tasks.empty() || root == tasks.end())
     return Status::InvalidArgument(images_shown + "/pstree.img names no process");
   const int pid = static_cast<int>(root->pid);
 
-  nlohmann::json extra = {{"pid", pid},
-                          {"owner", {{"uid", caller.uid}, {"gid", caller.gid}}},
-                          {"imported_from", path}};
+  nlohmann::json extra = {
+      {"pid", pid}, {"owner", {{"uid", caller.uid}, {"gid", caller.gid}}}, {"imported_from", path}};
   for (int attempt = 0;; ++attempt) {
     std::string id = name;
     if (id.empty()) {
@@ -279,11 +261,11 @@ Result<SnapshotInfo> Engine::ImportImageDir(const std::string& path, const std::
         continue;
       return writer.status();
     }
-    GPUCKPT_RETURN_IF_ERROR(AddDirectoryToSnapshot(writer->get(), images_fd.get(), images_shown,
-                                                   {"images", owner}));
-    if (images_shown != path &&
-        fstatat(top.get(), "device", &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISDIR(st.st_mode)) {
-      Fd device(openat(top.get(), "device", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+    GPUCKPT_RETURN_IF_ERROR(
+        AddDirectoryToSnapshot(writer->get(), images_fd.get(), images_shown, {"images", owner}));
+    if (images_shown != path && fstatat(top.get(), "device", &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+        S_ISDIR(st.st_mode)) {
+      UniqueFd device(openat(top.get(), "device", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
       if (device.get() < 0) return StatusFromErrno(errno, path + "/device");
       GPUCKPT_RETURN_IF_ERROR(
           AddDirectoryToSnapshot(writer->get(), device.get(), path + "/device", {"device", owner}));
@@ -310,8 +292,8 @@ Result<int> Engine::Restore(const RestoreRequest& request) {
   };
   auto pid = run();
   metrics_.CountOperation("restore", pid.ok() ? "ok" : ResultLabel(pid.status().code()));
-  SetRestoreResult(request.caller.uid, pid.ok() ? "pid " + std::to_string(*pid)
-                                                : "error: " + pid.status().message());
+  SetRestoreResult(request.caller.uid,
+                   pid.ok() ? "pid " + std::to_string(*pid) : "error: " + pid.status().message());
   if (pid.ok()) processes_->Invalidate();
   return pid;
 }
@@ -326,29 +308,28 @@ Result<int> Engine::RestoreSnapshot(const std::string& id, const Caller& caller,
       images.insert(f.path.substr(7));
   }
   GPUCKPT_ASSIGN_OR_RETURN(CriuGpuSetup gpu, gpu_->SetupFor({}));
-  GPUCKPT_ASSIGN_OR_RETURN(std::string work, MakeWorkDir("restore-" + id));
-  bool ok = false;
-  struct WorkDirGuard {
-    Engine* engine;
-    const std::string& dir;
-    bool& ok;
-    ~WorkDirGuard() { engine->FinishWorkDir(dir, ok); }
-  } work_guard{this, work, ok};
+  GPUCKPT_ASSIGN_OR_RETURN(auto work_dir, MakeWorkDir("restore-" + id));
+  const std::string& work = work_dir->path();
   const std::string images_dir = work + "/images";
   if (mkdir(images_dir.c_str(), 0700) != 0) return StatusFromErrno(errno, images_dir);
   GPUCKPT_ASSIGN_OR_RETURN(auto server, ImageServeServer::Listen(images_dir));
   if (!caller.is_root()) {
     // CRIU runs as the caller: it writes its log here and connects to the
     // socket. The work dir's parent stays root's.
-    GPUCKPT_RETURN_IF_ERROR(GiveTo(caller.uid, caller.gid, {work, images_dir, server->socket_path()}));
+    GPUCKPT_RETURN_IF_ERROR(
+        GiveTo(caller.uid, caller.gid, {work, images_dir, server->socket_path()}));
   }
   StderrFile criu_stderr(work + "/criu.stderr");
   const std::string pidfile = work + "/restored.pid";
   CriuCommand cmd;
   cmd.work_dir = work;
-  cmd.args = {"restore", "-d", "-D", images_dir, "-W", work, "--stream", "-o", "restore.log",
-              "-v4", "--pidfile", pidfile, "--libdir",
-              gpu.plugin_dir.empty() ? empty_plugin_dir_ : gpu.plugin_dir};
+  cmd.args = {"restore",     "-d",
+              "-D",          images_dir,
+              "-W",          work,
+              "--stream",    "-o",
+              "restore.log", "-v4",
+              "--pidfile",   pidfile,
+              "--libdir",    gpu.plugin_dir.empty() ? empty_plugin_dir_ : gpu.plugin_dir};
   // The manifest of a checkpoint we made says whether CRIU needed
   // --shell-job; an imported one is tried as a standalone tree.
   if (auto info = store_->Get(id); info.ok()) {
@@ -398,12 +379,12 @@ Result<int> Engine::RestoreSnapshot(const std::string& id, const Caller& caller,
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   if (!served.ok() || !exit.ok() || *exit != 0)
     return CriuFailure("criu restore of " + id, work, "restore.log", served, exit);
-  Fd pf(open(pidfile.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
+  UniqueFd pf(open(pidfile.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
   char buf[32] = {};
   const ssize_t n = pf.get() >= 0 ? read(pf.get(), buf, sizeof(buf) - 1) : -1;
   const int pid = n > 0 ? std::atoi(buf) : 0;
   if (pid <= 0) return Status::IOError("criu restored " + id + " but wrote no pid");
-  ok = true;
+  work_dir->MarkSucceeded();
   return pid;
 }
 

@@ -9,29 +9,16 @@
 #include <algorithm>
 #include <cerrno>
 #include <climits>
-#include <optional>
 #include <cstdlib>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "core/base/unique_fd.h"
 #include "core/snapshot/store_impl.h"
 
 namespace gpuckpt {
 namespace {
-
-class Fd {
- public:
-  explicit Fd(int fd = -1) : fd_(fd) {}
-  ~Fd() {
-    if (fd_ >= 0) close(fd_);
-  }
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  int get() const { return fd_; }
-
- private:
-  int fd_;
-};
 
 std::string Join(const std::string& dir, const std::string& name) {
   return dir.empty() ? name : dir + "/" + name;
@@ -89,7 +76,7 @@ uint64_t TotalBytes(int dir_fd, const std::string& shown, int depth) {
     if (fstatat(dir_fd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) continue;
     if (S_ISREG(st.st_mode)) total += static_cast<uint64_t>(st.st_size);
     if (S_ISDIR(st.st_mode)) {
-      Fd sub(openat(dir_fd, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+      UniqueFd sub(openat(dir_fd, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
       if (sub.get() >= 0) total += TotalBytes(sub.get(), Join(shown, name), depth + 1);
     }
   }
@@ -101,8 +88,8 @@ struct Walk {
   const std::string& root;
   const ProgressFn& progress;
   uint64_t total;
-  std::string dest_prefix;              // prepended to every stored path
-  std::optional<uint32_t> owner;        // every entry must belong to this uid
+  std::string dest_prefix;        // prepended to every stored path
+  std::optional<uint32_t> owner;  // every entry must belong to this uid
 
   Status CheckOwner(const std::string& shown, const struct stat& st) const {
     if (!owner || st.st_uid == *owner) return Status::Ok();
@@ -126,7 +113,7 @@ struct Walk {
       if (S_ISDIR(st.st_mode)) {
         e.type = FileType::kDirectory;
         GPUCKPT_RETURN_IF_ERROR(writer->AddEntry(e));
-        Fd sub(openat(dir_fd, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+        UniqueFd sub(openat(dir_fd, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
         if (sub.get() < 0) return StatusFromErrno(errno, shown);
         GPUCKPT_RETURN_IF_ERROR(Dir(sub.get(), path, depth + 1));
       } else if (S_ISLNK(st.st_mode)) {
@@ -152,7 +139,7 @@ struct Walk {
 
   Status File(int dir_fd, const std::string& name, const std::string& shown, FileEntry e,
               const struct stat& walked) {
-    Fd fd(openat(dir_fd, name.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY));
+    UniqueFd fd(openat(dir_fd, name.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY));
     if (fd.get() < 0) return StatusFromErrno(errno, shown);
     struct stat before {};
     if (fstat(fd.get(), &before) != 0) return StatusFromErrno(errno, shown);
@@ -213,7 +200,7 @@ Status AddDirectoryToSnapshot(SnapshotWriter* writer, int dir_fd, const std::str
 Result<SnapshotInfo> StoreImpl::ImportDirectory(const std::string& src_dir,
                                                 const SnapshotSpec& spec_in,
                                                 const ProgressFn& progress) {
-  Fd root(open(src_dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  UniqueFd root(open(src_dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (root.get() < 0) {
     if (errno == ENOTDIR)
       return Status::InvalidArgument("source " + src_dir + " is not a directory");

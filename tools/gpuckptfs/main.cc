@@ -7,9 +7,9 @@
 // no such mount point, ...); the daemon then runs in the background until
 // `fusermount3 -u MOUNTPOINT`, SIGTERM or SIGINT.
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
-#include <signal.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
