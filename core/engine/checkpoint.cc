@@ -6,7 +6,9 @@
 // checkpoint that fails to commit can still resume it; the tree is killed
 // only after the snapshot is published. A journal entry covers the window
 // in which a crash of the daemon would leave it stopped (kill_journal.h).
+#include <fcntl.h>
 #include <fmt/format.h>
+#include <malloc.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -24,6 +26,8 @@
 
 namespace gpuckpt {
 namespace {
+
+constexpr int kPipeBytes = 1 << 20;
 
 int64_t NowNs() {
   timespec ts{};
@@ -92,6 +96,7 @@ Result<SnapshotInfo> Engine::Checkpoint(const CheckpointRequest& request) {
     return info;
   };
   auto result = run();
+  ReleaseFreeMemory();
   if (result.ok()) {
     metrics_.CountOperation("checkpoint", "ok");
     metrics_.AddCheckpointBytes(result->logical_bytes, result->new_bytes, result->stored_bytes);
@@ -228,6 +233,10 @@ Result<SnapshotInfo> Engine::DumpAndStore(const CheckpointRequest& request,
         e.uid = uid;
         e.gid = gid;
         e.mtime_ns = mtime;
+        // CRIU splices pages into this pipe 64 KiB at a time by default: a
+        // larger pipe halves the wake-ups on both sides. Best effort (the
+        // limit is /proc/sys/fs/pipe-max-size).
+        fcntl(fd, F_SETPIPE_SZ, kPipeBytes);
         return writer->AddFile(e, fd);
       },
       criu->pidfd());

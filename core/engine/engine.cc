@@ -6,6 +6,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <malloc.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -59,6 +60,8 @@ void RemoveTree(const std::string& path) {
 }
 
 }  // namespace
+
+void ReleaseFreeMemory() { malloc_trim(0); }
 
 Status GiveTo(uint32_t uid, uint32_t gid, const std::vector<std::string>& paths) {
   for (const auto& p : paths) {

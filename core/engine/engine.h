@@ -68,6 +68,11 @@ struct RestoreRequest {
 Status CriuFailure(const std::string& what, const std::string& work, const std::string& log_name,
                    const Status& served, Result<int>& exit);
 
+// Gives the memory an operation freed back to the system: the read blocks
+// and chunk buffers of a large checkpoint would otherwise stay in malloc's
+// arenas, and the daemon's RSS would show its largest operation forever.
+void ReleaseFreeMemory();
+
 // Hands the paths (work dirs, sockets) to a user's CRIU.
 Status GiveTo(uint32_t uid, uint32_t gid, const std::vector<std::string>& paths);
 

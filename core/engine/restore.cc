@@ -291,6 +291,7 @@ Result<int> Engine::Restore(const RestoreRequest& request) {
     return pid;
   };
   auto pid = run();
+  ReleaseFreeMemory();
   metrics_.CountOperation("restore", pid.ok() ? "ok" : ResultLabel(pid.status().code()));
   SetRestoreResult(request.caller.uid,
                    pid.ok() ? "pid " + std::to_string(*pid) : "error: " + pid.status().message());
