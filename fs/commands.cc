@@ -15,6 +15,22 @@ Result<std::vector<std::string>> Words(const std::string& line) {
   for (char c : line) {
     if (c == '\0' || c == '\n') return Status::InvalidArgument("a command is one line of text");
   }
+  // CLI11's splitter takes an unterminated quote to the end of the line; a
+  // shell refuses it, and so do we.
+  char open_quote = 0;
+  for (size_t i = 0; i < line.size(); ++i) {
+    const char c = line[i];
+    if (c == '\\' && open_quote != '\'') {
+      ++i;  // an escaped character
+    } else if (open_quote != 0) {
+      if (c == open_quote) open_quote = 0;
+    } else if (c == '\'' || c == '"' || c == '`') {
+      open_quote = c;
+    }
+  }
+  if (open_quote != 0)
+    return Status::InvalidArgument(std::string("unterminated quote (") + open_quote +
+                                   ") in the command");
   try {
     return CLI::detail::split_up(line);
   } catch (const std::exception& e) {
@@ -22,13 +38,18 @@ Result<std::vector<std::string>> Words(const std::string& line) {
   }
 }
 
+// Usage errors carry this prefix, so that they can be told from the
+// engine's own kInvalidArgument (which it records itself).
+constexpr char kUsage[] = "usage: ";
+bool IsUsageError(const Status& s) { return s.message().rfind(kUsage, 0) == 0; }
+
 // Parses `args` (without the command word) with `app`.
 Status Parse(CLI::App& app, std::vector<std::string> args) {
   std::reverse(args.begin(), args.end());  // CLI11 takes them last-first
   try {
     app.parse(args);
   } catch (const CLI::ParseError& e) {
-    return Status::InvalidArgument(app.get_name() + ": " + e.what());
+    return Status::InvalidArgument(std::string(kUsage) + app.get_name() + ": " + e.what());
   }
   return Status::Ok();
 }
@@ -54,7 +75,9 @@ Status ProcessCommand(Engine& engine, int pid, const std::string& line, const Ca
     s = Status::InvalidArgument("unknown command '" + line +
                                 "': expected checkpoint [--kill] [--name NAME]");
   } else {
-    return Checkpoint(engine, pid, *words, caller);  // records its own result
+    s = Checkpoint(engine, pid, *words, caller);
+    // The engine records what it ran; a line it never got is recorded here.
+    if (s.ok() || s.code() != StatusCode::kInvalidArgument || !IsUsageError(s)) return s;
   }
   engine.RecordFailure(pid, "command", s);
   return s;

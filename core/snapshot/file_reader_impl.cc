@@ -46,7 +46,13 @@ Result<size_t> FileReaderImpl::Pread(uint64_t offset, size_t len, char* buf) {
                              DecodeExtentRecord(keys::ExtentOffsetOf(it->key().ToStringView()),
                                                 it->value().ToStringView()));
     if (e.offset > pos || e.offset + e.length <= pos) return MissingExtent(pos);
-    GPUCKPT_ASSIGN_OR_RETURN(auto chunk, store_->chunks().Read(e.hash, e.seq, e.length));
+    // A chunk this read consumes whole is not cached: sequential readers
+    // (cat, cp, CRIU) never come back for it, and the kernel keeps the
+    // file's pages anyway. Chunks cut by the read's edges are, since the
+    // next request reads their other part.
+    const bool whole = pos == e.offset && len - done >= e.length;
+    GPUCKPT_ASSIGN_OR_RETURN(auto chunk,
+                             store_->chunks().Read(e.hash, e.seq, e.length, /*use_cache=*/!whole));
     const size_t in_chunk = static_cast<size_t>(pos - e.offset);
     const size_t n = std::min<size_t>(len - done, chunk->size() - in_chunk);
     std::memcpy(buf + done, chunk->data() + in_chunk, n);

@@ -1,0 +1,780 @@
+// The engine's parts and the control-file commands over a real Store, with
+// real CRIU where an Engine is needed: metrics text, the operation board,
+// the kill journal, every way a command can be wrong, and a checkpoint and
+// restore of a small process through the commands gpuckptfs runs.
+#include "core/engine/engine.h"
+
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cctype>
+#include <chrono>
+#include <cstdlib>
+#include <latch>
+#include <map>
+#include <optional>
+#include <set>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core/engine/kill_journal.h"
+#include "core/engine/metrics.h"
+#include "core/engine/operation_board.h"
+#include "fs/commands.h"
+#include "gpuckpt/gpu_backend.h"
+#include "tests/unit/test_util.h"
+
+namespace gpuckpt {
+namespace {
+
+using namespace std::chrono_literals;
+using testing::MakeDirs;
+using testing::TempDir;
+using testing::WriteFile;
+
+// --- helpers ----------------------------------------------------------------------
+
+bool Contains(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
+// Whether `text` has `line` as one whole line.
+bool HasLine(const std::string& text, const std::string& line) {
+  return Contains("\n" + text, "\n" + line + "\n");
+}
+
+// Parsers for the Prometheus text format (0.0.4). Hand-written: g++ 12's
+// <regex> does not build warning-free under the sanitizers.
+bool IsNameChar(char c, bool first) {
+  return std::isalpha(static_cast<unsigned char>(c)) || c == '_' || c == ':' ||
+         (!first && std::isdigit(static_cast<unsigned char>(c)));
+}
+
+// Consumes a metric name (labels: no ':') from `s` at `*at`.
+bool ParseName(const std::string& s, size_t* at, bool label, std::string* name) {
+  const size_t begin = *at;
+  while (*at < s.size() && IsNameChar(s[*at], *at == begin) && !(label && s[*at] == ':')) ++*at;
+  *name = s.substr(begin, *at - begin);
+  return *at > begin;
+}
+
+bool IsValue(const std::string& v) {
+  if (v == "NaN" || v == "+Inf" || v == "-Inf") return true;
+  if (v.empty() || std::isspace(static_cast<unsigned char>(v[0]))) return false;
+  char* end = nullptr;
+  std::strtod(v.c_str(), &end);
+  return *end == '\0';
+}
+
+// `name{label="value",...} value` or `name value`; the name in *name.
+bool IsSample(const std::string& line, std::string* name) {
+  size_t at = 0;
+  if (!ParseName(line, &at, false, name)) return false;
+  if (at < line.size() && line[at] == '{') {
+    ++at;
+    for (bool first = true;; first = false) {
+      if (at < line.size() && line[at] == '}' && first) break;
+      std::string label;
+      if (!ParseName(line, &at, true, &label)) return false;
+      if (line.compare(at, 2, "=\"") != 0) return false;
+      at += 2;
+      while (at < line.size() && line[at] != '"') {
+        if (line[at] == '\n') return false;
+        at += line[at] == '\\' ? 2 : 1;
+      }
+      if (at >= line.size()) return false;
+      ++at;  // the closing quote
+      if (at < line.size() && line[at] == ',') {
+        ++at;
+        continue;
+      }
+      if (at < line.size() && line[at] == '}') break;
+      return false;
+    }
+    ++at;  // '}'
+  }
+  if (at >= line.size() || line[at] != ' ') return false;
+  return IsValue(line.substr(at + 1));
+}
+
+// `# HELP name text` or `# TYPE name type`: the keyword, name and rest.
+bool IsDescriptor(const std::string& line, const std::string& keyword, std::string* name,
+                  std::string* rest) {
+  const std::string prefix = "# " + keyword + " ";
+  if (line.compare(0, prefix.size(), prefix) != 0) return false;
+  size_t at = prefix.size();
+  if (!ParseName(line, &at, false, name)) return false;
+  if (at >= line.size() || line[at] != ' ') return false;
+  *rest = line.substr(at + 1);
+  return !rest->empty();
+}
+
+// Checks `text` against the Prometheus text format (0.0.4): each line is a
+// `# HELP name text`, a `# TYPE name type`, another comment, or a sample
+// `name{label="value",...} value` / `name value`; each family's HELP and
+// TYPE come once, before its samples, and a family's lines are contiguous.
+::testing::AssertionResult IsPrometheusText(const std::string& text) {
+  static const std::set<std::string> kTypes = {"counter", "gauge", "summary", "histogram",
+                                               "untyped"};
+  if (text.empty() || text.back() != '\n')
+    return ::testing::AssertionFailure() << "does not end with a newline";
+  std::map<std::string, std::string> types;  // family -> type
+  std::set<std::string> helped, finished;
+  std::string current;  // the family whose lines are being read
+  auto enter = [&](const std::string& family) -> bool {
+    if (family == current) return true;
+    if (finished.count(family) != 0) return false;
+    if (!current.empty()) finished.insert(current);
+    current = family;
+    return true;
+  };
+  std::istringstream in(text);
+  std::string line;
+  for (int n = 1; std::getline(in, line); ++n) {
+    auto fail = [&](const std::string& why) {
+      return ::testing::AssertionFailure()
+             << "line " << n << " '" << line << "': " << why << "\nwhole text:\n"
+             << text;
+    };
+    std::string name, rest;
+    if (line.empty()) continue;
+    if (IsDescriptor(line, "HELP", &name, &rest)) {
+      if (!helped.insert(name).second) return fail("second HELP");
+      if (types.count(name) != 0) return fail("HELP after TYPE");
+      if (!enter(name)) return fail("family's lines are not contiguous");
+    } else if (IsDescriptor(line, "TYPE", &name, &rest)) {
+      if (kTypes.count(rest) == 0) return fail("unknown type");
+      if (types.count(name) != 0) return fail("second TYPE");
+      types[name] = rest;
+      if (!enter(name)) return fail("family's lines are not contiguous");
+    } else if (line[0] == '#') {
+      if (line.rfind("# HELP", 0) == 0 || line.rfind("# TYPE", 0) == 0)
+        return fail("malformed HELP or TYPE");
+    } else if (IsSample(line, &name)) {
+      std::string family = name;
+      if (types.count(family) == 0) {
+        // A summary's or histogram's samples carry a suffix.
+        for (const std::string suffix : {"_sum", "_count", "_bucket"}) {
+          if (family.size() > suffix.size() &&
+              family.compare(family.size() - suffix.size(), suffix.size(), suffix) == 0) {
+            const std::string base = family.substr(0, family.size() - suffix.size());
+            auto it = types.find(base);
+            if (it != types.end() && (it->second == "summary" || it->second == "histogram"))
+              family = base;
+          }
+        }
+      }
+      if (types.count(family) == 0) return fail("sample before its family's TYPE");
+      if (helped.count(family) == 0) return fail("sample before its family's HELP");
+      if (family != current) return fail("sample outside its family's group of lines");
+    } else {
+      return fail("neither a comment nor a sample");
+    }
+  }
+  return ::testing::AssertionSuccess();
+}
+
+Caller Root() { return Caller{}; }
+
+Caller Nobody() {
+  Caller c;
+  c.uid = 65534;
+  c.gid = 65534;
+  return c;
+}
+
+// A process state from /proc ('T' stopped, 'S' sleeping, ...), '?' if gone.
+char StateOf(int pid) {
+  auto info = ReadProcess(pid, ProcReadOptions{.read_gpu_devices = false});
+  return info.ok() ? info->state : '?';
+}
+
+// Polls until `pred(state)` holds or `timeout` passes; returns the last state.
+template <typename Pred>
+char WaitForState(int pid, Pred pred, std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  char state = StateOf(pid);
+  while (!pred(state) && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(10ms);
+    state = StateOf(pid);
+  }
+  return state;
+}
+
+// Waits up to `timeout` for `pid` (a child, or an orphan we are the
+// subreaper of) to exit; its wait status, or nothing if it did not.
+std::optional<int> ReapWithin(pid_t pid, std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (;;) {
+    int status = 0;
+    const pid_t r = waitpid(pid, &status, WNOHANG);
+    if (r == pid) return status;
+    if (r < 0 || std::chrono::steady_clock::now() >= deadline) return std::nullopt;
+    std::this_thread::sleep_for(10ms);
+  }
+}
+
+// A child running `sleep` in a session of its own (so that CRIU needs no
+// --shell-job), stdio on /dev/null. It execs, so that an ASan build's
+// shadow mappings are not in what CRIU dumps. Killed and reaped when the
+// object goes, unless Release()d.
+class Sleeper {
+ public:
+  Sleeper() {
+    pid_ = fork();
+    if (pid_ == 0) {
+      setsid();
+      const int null = open("/dev/null", O_RDWR);
+      if (null >= 0) {
+        dup2(null, 0);
+        dup2(null, 1);
+        dup2(null, 2);
+        if (null > 2) close(null);
+      }
+      execl("/bin/sleep", "sleep", "1000", static_cast<char*>(nullptr));
+      _exit(127);
+    }
+    // Wait for the exec, so that nobody looks at the forked copy of us.
+    const auto deadline = std::chrono::steady_clock::now() + 5s;
+    while (std::chrono::steady_clock::now() < deadline) {
+      auto info = ReadProcess(pid_, ProcReadOptions{.read_gpu_devices = false});
+      if (info.ok() && info->comm == "sleep") {
+        start_time_ = info->start_time;
+        break;
+      }
+      std::this_thread::sleep_for(5ms);
+    }
+  }
+  ~Sleeper() {
+    if (pid_ > 0) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+    }
+  }
+  Sleeper(const Sleeper&) = delete;
+  Sleeper& operator=(const Sleeper&) = delete;
+
+  int pid() const { return pid_; }
+  bool started() const { return pid_ > 0 && start_time_ != 0; }
+  uint64_t start_time() const { return start_time_; }
+  // The caller reaps it (or it was reaped).
+  void Release() { pid_ = -1; }
+
+ private:
+  pid_t pid_ = -1;
+  uint64_t start_time_ = 0;
+};
+
+// The names in a directory, without . and ..
+std::vector<std::string> Entries(const std::string& dir) { return testing::ListDir(dir); }
+
+// --- Metrics ----------------------------------------------------------------------
+
+TEST(MetricsTest, RendersEveryCounterInPrometheusText) {
+  Metrics metrics;
+  metrics.CountOperation("checkpoint", "ok");
+  metrics.CountOperation("checkpoint", "ok");
+  metrics.CountOperation("restore", "busy");
+  metrics.CountOperation("import", "denied");
+  metrics.AddCheckpointBytes(1000, 400, 150);
+  metrics.AddCheckpointBytes(24, 1, 2);
+  metrics.ObserveStage("checkpoint", "dump", 1.5);
+  metrics.ObserveStage("checkpoint", "dump", 0.25);
+  metrics.ObserveStage("restore", "restore", 2);
+  const std::string text =
+      metrics.Render(CacheStats{.hits = 5, .misses = 7, .capacity_bytes = 1024});
+
+  EXPECT_TRUE(IsPrometheusText(text));
+  EXPECT_TRUE(HasLine(text, R"(gpuckpt_operations_total{operation="checkpoint",result="ok"} 2)"))
+      << text;
+  EXPECT_TRUE(HasLine(text, R"(gpuckpt_operations_total{operation="restore",result="busy"} 1)"))
+      << text;
+  EXPECT_TRUE(HasLine(text, R"(gpuckpt_operations_total{operation="import",result="denied"} 1)"))
+      << text;
+  EXPECT_TRUE(HasLine(text, R"(gpuckpt_checkpoint_bytes_total{kind="logical"} 1024)")) << text;
+  EXPECT_TRUE(HasLine(text, R"(gpuckpt_checkpoint_bytes_total{kind="new"} 401)")) << text;
+  EXPECT_TRUE(HasLine(text, R"(gpuckpt_checkpoint_bytes_total{kind="stored"} 152)")) << text;
+  EXPECT_TRUE(
+      HasLine(text, R"(gpuckpt_stage_seconds_sum{operation="checkpoint",stage="dump"} 1.750000)"))
+      << text;
+  EXPECT_TRUE(
+      HasLine(text, R"(gpuckpt_stage_seconds_count{operation="checkpoint",stage="dump"} 2)"))
+      << text;
+  EXPECT_TRUE(
+      HasLine(text, R"(gpuckpt_stage_seconds_count{operation="restore",stage="restore"} 1)"))
+      << text;
+  EXPECT_TRUE(HasLine(text, R"(gpuckpt_chunk_cache_requests_total{result="hit"} 5)")) << text;
+  EXPECT_TRUE(HasLine(text, R"(gpuckpt_chunk_cache_requests_total{result="miss"} 7)")) << text;
+  EXPECT_TRUE(HasLine(text, "gpuckpt_chunk_cache_capacity_bytes 1024")) << text;
+}
+
+TEST(MetricsTest, EmptyMetricsAreValidText) {
+  Metrics metrics;
+  const std::string text = metrics.Render(CacheStats{});
+  EXPECT_TRUE(IsPrometheusText(text));
+  EXPECT_FALSE(Contains(text, "gpuckpt_operations_total{")) << text;
+  EXPECT_TRUE(HasLine(text, R"(gpuckpt_checkpoint_bytes_total{kind="logical"} 0)")) << text;
+  EXPECT_TRUE(HasLine(text, "gpuckpt_chunk_cache_capacity_bytes 0")) << text;
+}
+
+// The validator itself must reject what Prometheus would.
+TEST(MetricsTest, ValidatorRejectsMalformedText) {
+  EXPECT_FALSE(IsPrometheusText("foo 1\n"));  // no TYPE
+  EXPECT_FALSE(IsPrometheusText("# HELP foo x\n# TYPE foo counter\nfoo{a=b} 1\n"));
+  EXPECT_FALSE(IsPrometheusText("# HELP foo x\n# TYPE foo counter\nfoo 1 2 3\n"));
+  EXPECT_FALSE(IsPrometheusText("# HELP foo x\n# TYPE foo counter\nfoo 1"));
+  EXPECT_FALSE(IsPrometheusText("# HELP foo x\n# TYPE foo counter\nfoo{a=\"b} 1\n"));
+  EXPECT_FALSE(IsPrometheusText("# HELP foo x\n# TYPE foo counter\nfoo{a=\"b\"} x\n"));
+  EXPECT_FALSE(IsPrometheusText("# HELP foo x\n# TYPE foo kounter\nfoo 1\n"));
+  EXPECT_FALSE(IsPrometheusText("# TYPE foo counter\n# HELP foo x\nfoo 1\n"));
+  EXPECT_FALSE(IsPrometheusText(
+      "# HELP a x\n# TYPE a counter\na 1\n# HELP b x\n# TYPE b counter\nb 1\na 2\n"));
+  EXPECT_TRUE(
+      IsPrometheusText("# HELP s x\n# TYPE s summary\ns_sum{k=\"v\"} 1.5\ns_count{k=\"v\"} 2\n"));
+}
+
+TEST(MetricsTest, ResultLabels) {
+  EXPECT_EQ(ResultLabel(StatusCode::kOk), "ok");
+  EXPECT_EQ(ResultLabel(StatusCode::kBusy), "busy");
+  EXPECT_EQ(ResultLabel(StatusCode::kPermissionDenied), "denied");
+  EXPECT_EQ(ResultLabel(StatusCode::kNoSuchProcess), "not_found");
+  EXPECT_EQ(ResultLabel(StatusCode::kNotFound), "not_found");
+  EXPECT_EQ(ResultLabel(StatusCode::kInvalidArgument), "invalid");
+  EXPECT_EQ(ResultLabel(StatusCode::kNoSpace), "no_space");
+  EXPECT_EQ(ResultLabel(StatusCode::kIOError), "failed");
+  EXPECT_EQ(ResultLabel(StatusCode::kCorruption), "failed");
+  EXPECT_EQ(ResultLabel(StatusCode::kInternal), "failed");
+}
+
+// --- OperationBoard ------------------------------------------------------------------
+
+TEST(OperationBoardTest, OneOperationPerProcess) {
+  OperationBoard board;
+  EXPECT_EQ(board.InFlight(42), "idle");
+  EXPECT_EQ(board.Last(42), "none");
+  {
+    ASSERT_OK_AND_ASSIGN(auto ticket, board.Begin(42, "checkpoint"));
+    auto second = board.Begin(42, "restore");
+    ASSERT_CODE(second, StatusCode::kBusy);
+    EXPECT_TRUE(Contains(second.status().message(), "checkpoint")) << second.status().message();
+    EXPECT_TRUE(Contains(second.status().message(), "42")) << second.status().message();
+    // Another process is not affected.
+    ASSERT_OK_AND_ASSIGN(auto other, board.Begin(43, "restore"));
+    EXPECT_TRUE(Contains(board.InFlight(43), "restore")) << board.InFlight(43);
+
+    ticket->SetStage("dump");
+    ticket->SetBytes(1'500'000);
+    const std::string shown = board.InFlight(42);
+    EXPECT_EQ(shown.rfind("checkpoint (", 0), 0u) << shown;
+    EXPECT_TRUE(Contains(shown, "stage dump")) << shown;
+    EXPECT_TRUE(Contains(shown, "1.5 MB read")) << shown;
+    ticket->SetResult("checkpoint 42-1 ok");
+  }
+  EXPECT_EQ(board.InFlight(42), "idle");
+  EXPECT_EQ(board.Last(42), "checkpoint 42-1 ok");
+  {
+    ASSERT_OK_AND_ASSIGN(auto again, board.Begin(42, "restore"));
+    EXPECT_TRUE(Contains(board.InFlight(42), "restore (stage starting")) << board.InFlight(42);
+    // The last result stays until this one sets its own.
+    EXPECT_EQ(board.Last(42), "checkpoint 42-1 ok");
+    again->SetResult("restore failed: x");
+  }
+  EXPECT_EQ(board.Last(42), "restore failed: x");
+}
+
+TEST(OperationBoardTest, ConcurrentBeginHasOneWinner) {
+  OperationBoard board;
+  constexpr int kThreads = 8;
+  for (int round = 0; round < 50; ++round) {
+    std::latch start(kThreads);
+    std::vector<std::optional<Result<std::unique_ptr<OperationBoard::Ticket>>>> results(kThreads);
+    std::vector<std::thread> threads;
+    for (int i = 0; i < kThreads; ++i) {
+      threads.emplace_back([&, i] {
+        start.arrive_and_wait();
+        results[i].emplace(board.Begin(7, "checkpoint"));
+      });
+    }
+    for (auto& t : threads) t.join();
+    int won = 0, busy = 0;
+    for (const auto& r : results) {
+      ASSERT_TRUE(r.has_value());
+      if (r->ok()) ++won;
+      if (!r->ok() && r->status().code() == StatusCode::kBusy) ++busy;
+    }
+    ASSERT_EQ(won, 1) << "round " << round;
+    ASSERT_EQ(busy, kThreads - 1) << "round " << round;
+    results.clear();  // drops the winner's ticket
+    ASSERT_EQ(board.InFlight(7), "idle") << "round " << round;
+  }
+}
+
+// --- KillJournal -------------------------------------------------------------------
+
+TEST(KillJournalTest, ResumeAllContinuesStoppedProcessesAndClears) {
+  TempDir tmp;
+  Sleeper child;
+  ASSERT_TRUE(child.started());
+  ASSERT_EQ(kill(child.pid(), SIGSTOP), 0);
+  int status = 0;
+  ASSERT_EQ(waitpid(child.pid(), &status, WUNTRACED), child.pid());
+  ASSERT_TRUE(WIFSTOPPED(status));
+  ASSERT_EQ(StateOf(child.pid()), 'T');
+
+  KillJournal journal(tmp.Sub("stopped"));
+  ASSERT_OK(journal.Add({child.pid()}, {child.start_time()}));
+  EXPECT_EQ(Entries(tmp.Sub("stopped")).size(), 1u);
+  journal.ResumeAll();
+  const char state = WaitForState(
+      child.pid(), [](char s) { return s != 'T'; }, 2s);
+  EXPECT_NE(state, 'T') << "process " << child.pid() << " still stopped";
+  EXPECT_NE(state, '?');
+  EXPECT_TRUE(Entries(tmp.Sub("stopped")).empty());
+}
+
+TEST(KillJournalTest, WrongStartTimeIsNotResumed) {
+  TempDir tmp;
+  Sleeper child;
+  ASSERT_TRUE(child.started());
+  ASSERT_EQ(kill(child.pid(), SIGSTOP), 0);
+  int status = 0;
+  ASSERT_EQ(waitpid(child.pid(), &status, WUNTRACED), child.pid());
+
+  // The pid with another start time: a process that reused the pid.
+  KillJournal journal(tmp.Sub("stopped"));
+  ASSERT_OK(journal.Add({child.pid()}, {child.start_time() + 1}));
+  journal.ResumeAll();
+  std::this_thread::sleep_for(300ms);
+  EXPECT_EQ(StateOf(child.pid()), 'T');
+  EXPECT_TRUE(Entries(tmp.Sub("stopped")).empty());
+
+  // Remove() forgets an entry without touching the process.
+  ASSERT_OK(journal.Add({child.pid()}, {child.start_time()}));
+  journal.Remove({child.pid()}, {child.start_time()});
+  EXPECT_TRUE(Entries(tmp.Sub("stopped")).empty());
+  journal.ResumeAll();
+  std::this_thread::sleep_for(100ms);
+  EXPECT_EQ(StateOf(child.pid()), 'T');
+
+  // The right start time resumes it.
+  ResumeProcesses({child.pid()}, {child.start_time()});
+  EXPECT_NE(WaitForState(
+                child.pid(), [](char s) { return s != 'T'; }, 2s),
+            'T');
+}
+
+// A journal left by a daemon that died mid `checkpoint --kill` is repaired
+// by the next Engine.
+TEST(KillJournalTest, EngineCreateResumesInterruptedKills) {
+  if (geteuid() != 0) GTEST_SKIP() << "the engine needs root";
+  if (auto criu = Criu::Find(""); !criu.ok())
+    GTEST_SKIP() << "no criu: " << criu.status().message();
+  TempDir tmp;
+  Sleeper child;
+  ASSERT_TRUE(child.started());
+  ASSERT_EQ(kill(child.pid(), SIGSTOP), 0);
+  int status = 0;
+  ASSERT_EQ(waitpid(child.pid(), &status, WUNTRACED), child.pid());
+  MakeDirs(tmp.Sub("work"), 0711);
+  ASSERT_OK(KillJournal(tmp.Sub("work/stopped")).Add({child.pid()}, {child.start_time()}));
+
+  ASSERT_OK_AND_ASSIGN(auto store, Store::Open(tmp.Sub("store"), testing::TestOptions()));
+  EngineOptions options;
+  options.work_dir = tmp.Sub("work");
+  options.mountpoint = tmp.Sub("mnt");
+  ASSERT_OK_AND_ASSIGN(auto engine, Engine::Create(store.get(), MakeNoGpuBackend(), options));
+  EXPECT_NE(WaitForState(
+                child.pid(), [](char s) { return s != 'T'; }, 2s),
+            'T');
+  EXPECT_TRUE(Entries(tmp.Sub("work/stopped")).empty());
+}
+
+// --- commands against a real Engine -------------------------------------------------
+
+class EngineTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (geteuid() != 0) GTEST_SKIP() << "the engine runs as root (CRIU and chown need it)";
+    if (auto criu = Criu::Find(""); !criu.ok())
+      GTEST_SKIP() << "no criu: " << criu.status().message();
+    ASSERT_OK_AND_ASSIGN(store_, Store::Open(tmp_.Sub("store"), testing::TestOptions()));
+    EngineOptions options;
+    options.work_dir = tmp_.Sub("work");
+    options.mountpoint = mnt_;
+    options.all_processes = true;
+    options.process_cache_ttl = 0ms;
+    ASSERT_OK_AND_ASSIGN(engine_, Engine::Create(store_.get(), MakeNoGpuBackend(), options));
+  }
+
+  Status Run(NodeKind file, int pid, const std::string& line, const Caller& caller = Root()) {
+    return RunCommand(*engine_, file, pid, line, caller);
+  }
+  Status Ctl(const std::string& line, const Caller& caller = Root()) {
+    return Run(NodeKind::kCtl, 0, line, caller);
+  }
+  Status Restore(const std::string& line, const Caller& caller = Root()) {
+    return Run(NodeKind::kRestore, 0, line, caller);
+  }
+
+  // The "last:" line of <pid>/status, without "last: ".
+  std::string LastOf(int pid) {
+    auto info = ReadProcess(pid);
+    if (!info.ok()) return "<cannot read process: " + info.status().message() + ">";
+    const std::string text = engine_->ProcessStatus(*info);
+    const size_t at = text.find("\nlast: ");
+    if (at == std::string::npos) return "<no last: line in '" + text + "'>";
+    const size_t begin = at + 7;
+    return text.substr(begin, text.find('\n', begin) - begin);
+  }
+
+  std::vector<std::string> SnapshotIds() {
+    std::vector<std::string> ids;
+    auto list = store_->List();
+    EXPECT_OK(list);
+    if (list.ok())
+      for (const auto& s : *list) ids.push_back(s.id);
+    return ids;
+  }
+
+  TempDir tmp_;
+  const std::string mnt_ = tmp_.Sub("mnt");
+  std::unique_ptr<Store> store_;
+  std::unique_ptr<Engine> engine_;
+};
+
+// Every malformed <pid>/ctl write is kInvalidArgument, and <pid>/status
+// says why; nothing is checkpointed.
+TEST_F(EngineTest, PidCtlRejectsBadCommandsAndRecordsWhy) {
+  Sleeper child;
+  ASSERT_TRUE(child.started());
+  struct Case {
+    std::string line;
+    std::string why;  // in the "last:" line
+  };
+  const std::vector<Case> cases = {
+      {"frobnicate", "unknown command 'frobnicate'"},
+      {"", "unknown command"},
+      {"checkpoint --bogus", "--bogus"},
+      {"checkpoint extra", "extra"},
+      {"checkpoint --name", "--name"},
+      {"checkpoint " + std::string(5000, 'a'), "too long"},
+      {std::string("checkpoint\0--kill", 17), "one line"},
+      {"checkpoint\n--kill", "one line"},
+      {"checkpoint --name \"foo", "quot"},
+  };
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const Case& c = cases[i];
+    SCOPED_TRACE("command '" + c.line.substr(0, 60) + "'");
+    // A failure recorded before, so that a case that records nothing shows.
+    const std::string marker = "marker-" + std::to_string(i);
+    EXPECT_CODE(Run(NodeKind::kPidCtl, child.pid(), marker), StatusCode::kInvalidArgument);
+    ASSERT_TRUE(Contains(LastOf(child.pid()), marker)) << LastOf(child.pid());
+
+    EXPECT_CODE(Run(NodeKind::kPidCtl, child.pid(), c.line), StatusCode::kInvalidArgument);
+    const std::string last = LastOf(child.pid());
+    EXPECT_FALSE(Contains(last, marker)) << "not recorded in status: " << last;
+    EXPECT_TRUE(Contains(last, "failed")) << last;
+    EXPECT_TRUE(Contains(last, c.why)) << last;
+  }
+  EXPECT_TRUE(SnapshotIds().empty()) << "a malformed command made a checkpoint";
+  EXPECT_NE(StateOf(child.pid()), '?');
+  const std::string metrics = engine_->MetricsText();
+  EXPECT_TRUE(IsPrometheusText(metrics));
+  EXPECT_TRUE(
+      Contains(metrics, R"(gpuckpt_operations_total{operation="command",result="invalid"})"))
+      << metrics;
+}
+
+TEST_F(EngineTest, GlobalCtlRejectsBadCommands) {
+  Sleeper child;
+  ASSERT_TRUE(child.started());
+  for (const std::string& line :
+       {std::string("frobnicate"), std::string(""), std::string("gc now"), std::string("track"),
+        std::string("track 1 2"), std::string("import"), std::string("import /a b c"),
+        std::string("track ") + std::string(5000, '1'), std::string("gc\0", 3),
+        std::string("track\n1"), std::string("track abc"), std::string("track 12abc"),
+        std::string("track 0"), std::string("track -5"), std::string("track 99999999999"),
+        std::string("import relative/dir"), std::string("import ./x name"),
+        "track '" + std::to_string(child.pid())}) {
+    SCOPED_TRACE("command '" + line.substr(0, 60) + "'");
+    EXPECT_CODE(Ctl(line), StatusCode::kInvalidArgument);
+  }
+  // The same pid, well formed, is tracked: the rejections above were the syntax.
+  EXPECT_OK(Ctl("track " + std::to_string(child.pid())));
+  EXPECT_OK(Ctl("  track   " + std::to_string(child.pid()) + "  "));
+}
+
+TEST_F(EngineTest, TrackOfMissingProcessIsNoSuchProcess) {
+  // A pid that was just reaped (and is, almost surely, not reused yet).
+  const pid_t gone = fork();
+  if (gone == 0) _exit(0);
+  ASSERT_GT(gone, 0);
+  ASSERT_EQ(waitpid(gone, nullptr, 0), gone);
+  EXPECT_CODE(Ctl("track " + std::to_string(gone)), StatusCode::kNoSuchProcess);
+}
+
+TEST_F(EngineTest, GcIsForRootOnly) {
+  EXPECT_CODE(Ctl("gc", Nobody()), StatusCode::kPermissionDenied);
+  EXPECT_OK(Ctl("gc", Root()));
+}
+
+TEST_F(EngineTest, RestoreRejectsBadPaths) {
+  EXPECT_EQ(engine_->RestoreResult(0), "none\n");
+  // The plain directory has files, but no pstree.img.
+  MakeDirs(tmp_.Sub("plain/sub"));
+  WriteFile(tmp_.Sub("plain/core-1.img"), "not an image");
+  WriteFile(tmp_.Sub("plain/sub/pstree.img"), "too deep to count");
+  const std::vector<std::string> paths = {
+      "",
+      "relative/path",
+      "./" + tmp_.Sub("plain"),
+      std::string(5000, '/'),
+      tmp_.Sub("plain") + std::string("\0x", 2),
+      mnt_ + "/README",
+      mnt_ + "/ctl",
+      mnt_ + "/checkpoints",
+      mnt_ + "/checkpoints/a/images/pstree.img",
+      mnt_ + "/123/status",
+      mnt_ + "/123/checkpoints/1",  // no checkpoint of 123
+      tmp_.Sub("plain"),
+      tmp_.Sub("plain/core-1.img"),  // a file, not a directory
+  };
+  for (const auto& path : paths) {
+    SCOPED_TRACE("restore '" + path.substr(0, 60) + "'");
+    for (const Caller& caller : {Root(), Nobody()}) {
+      EXPECT_CODE(Restore(path, caller), StatusCode::kInvalidArgument);
+      const std::string result = engine_->RestoreResult(caller.uid);
+      EXPECT_EQ(result.rfind("error: ", 0), 0u) << result;
+      EXPECT_EQ(result.back(), '\n');
+    }
+  }
+  // Results are per user.
+  EXPECT_EQ(engine_->RestoreResult(1234), "none\n");
+  EXPECT_TRUE(SnapshotIds().empty());
+}
+
+TEST_F(EngineTest, ImportReadsOnlyTheCallersFiles) {
+  const std::string dir = tmp_.Sub("theirs");
+  MakeDirs(dir, 0755);
+  ASSERT_EQ(chown(dir.c_str(), 65534, 65534), 0);
+  WriteFile(dir + "/pstree.img", "root's file, not an image", 0644);  // owned by root
+  EXPECT_CODE(Ctl("import " + dir, Nobody()), StatusCode::kPermissionDenied);
+  EXPECT_CODE(Ctl("import " + dir + " mine", Nobody()), StatusCode::kPermissionDenied);
+  EXPECT_CODE(Restore(dir, Nobody()), StatusCode::kPermissionDenied);
+  EXPECT_EQ(engine_->RestoreResult(65534).rfind("error: ", 0), 0u);
+  // Made theirs, the same file gets past the owner check and fails as what
+  // it is: not an image.
+  ASSERT_EQ(chown((dir + "/pstree.img").c_str(), 65534, 65534), 0);
+  Status s = Ctl("import " + dir, Nobody());
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.code(), StatusCode::kPermissionDenied) << s.message();
+  EXPECT_TRUE(SnapshotIds().empty());
+}
+
+// A real checkpoint and restore of a small process, through the commands.
+TEST_F(EngineTest, CheckpointAndRestoreThroughCommands) {
+  // The restored process is reparented from CRIU to its nearest subreaper:
+  // us, so that we can reap it.
+  ASSERT_EQ(prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0), 0);
+  Sleeper child;
+  ASSERT_TRUE(child.started());
+  const int pid = child.pid();
+  const std::string p = std::to_string(pid);
+
+  ASSERT_OK(Run(NodeKind::kPidCtl, pid, "checkpoint"));
+  const std::string first = p + "-1";
+  {
+    ASSERT_OK_AND_ASSIGN(SnapshotInfo info, store_->Get(first));
+    EXPECT_EQ(OwnerOf(info).pid, pid);
+    EXPECT_EQ(OwnerOf(info).uid, 0u);
+    ASSERT_OK_AND_ASSIGN(auto reader, store_->OpenFile(first, "images/pstree.img"));
+    EXPECT_GT(reader->entry().size, 0u);
+  }
+  EXPECT_TRUE(Contains(LastOf(pid), "checkpoint " + first + " ok")) << LastOf(pid);
+  // Left running.
+  EXPECT_EQ(waitpid(pid, nullptr, WNOHANG), 0);
+  EXPECT_NE(StateOf(pid), 'T');
+
+  ASSERT_OK(Run(NodeKind::kPidCtl, pid, "checkpoint --name foo"));
+  ASSERT_OK(store_->Get("foo").status());
+  ASSERT_OK(store_->OpenFile("foo", "images/pstree.img").status());
+
+  // Its pid is taken while it runs.
+  Status busy = Restore(mnt_ + "/checkpoints/" + first);
+  EXPECT_CODE(busy, StatusCode::kBusy);
+  EXPECT_TRUE(Contains(busy.message(), "in use")) << busy.message();
+  EXPECT_TRUE(Contains(engine_->RestoreResult(0), "in use")) << engine_->RestoreResult(0);
+
+  ASSERT_OK(Run(NodeKind::kPidCtl, pid, "checkpoint --kill"));
+  const std::string second = p + "-2";
+  ASSERT_OK(store_->Get(second).status());
+  {
+    std::optional<int> status = ReapWithin(pid, 5s);
+    ASSERT_TRUE(status.has_value()) << "checkpoint --kill left process " << pid << " alive";
+    child.Release();
+    EXPECT_TRUE(WIFSIGNALED(*status) && WTERMSIG(*status) == SIGKILL) << *status;
+  }
+  // Kills and reaps a restored process if an assertion below returns early.
+  struct Restored {
+    int pid;
+    ~Restored() {
+      if (kill(pid, SIGKILL) == 0) ReapWithin(pid, 5s);
+    }
+  } restored{pid};
+  EXPECT_TRUE(Entries(tmp_.Sub("work/stopped")).empty());
+
+  // Restore from a path in the mount (not mounted: the engine knows it).
+  ASSERT_OK(Restore(mnt_ + "/checkpoints/" + first));
+  EXPECT_EQ(engine_->RestoreResult(0), "pid " + p + "\n");
+  const char state = WaitForState(
+      pid, [](char s) { return s == 'S'; }, 1s);
+  EXPECT_TRUE(state == 'S' || state == 'R') << "restored process " << pid << " state " << state;
+  {
+    auto info = ReadProcess(pid, ProcReadOptions{.read_gpu_devices = false});
+    ASSERT_OK(info);
+    EXPECT_EQ(info->comm, "sleep");
+    EXPECT_EQ(info->sid, pid);
+  }
+  // A second restore while the first runs: its pid is in use.
+  busy = Restore(mnt_ + "/checkpoints/" + second + "/images");
+  EXPECT_CODE(busy, StatusCode::kBusy);
+  EXPECT_TRUE(Contains(busy.message(), "in use")) << busy.message();
+  EXPECT_TRUE(Contains(engine_->RestoreResult(0), "error: ")) << engine_->RestoreResult(0);
+  ASSERT_EQ(kill(pid, SIGKILL), 0);
+  ASSERT_TRUE(ReapWithin(pid, 5s).has_value()) << "restored process " << pid << " not reaped";
+
+  // Again, from the newest (the --kill) checkpoint, named by an untidy
+  // path through the process's directory.
+  ASSERT_OK(Restore(mnt_ + "//" + p + "/checkpoints/./latest/"));
+  EXPECT_EQ(engine_->RestoreResult(0), "pid " + p + "\n");
+  EXPECT_TRUE(Contains(LastOf(pid), "restore of " + second + " ok")) << LastOf(pid);
+  EXPECT_NE(StateOf(pid), '?');
+  ASSERT_EQ(kill(pid, SIGKILL), 0);
+  ASSERT_TRUE(ReapWithin(pid, 5s).has_value()) << "restored process " << pid << " not reaped";
+
+  const std::string metrics = engine_->MetricsText();
+  EXPECT_TRUE(IsPrometheusText(metrics));
+  EXPECT_TRUE(HasLine(metrics, R"(gpuckpt_operations_total{operation="checkpoint",result="ok"} 3)"))
+      << metrics;
+  EXPECT_TRUE(HasLine(metrics, R"(gpuckpt_operations_total{operation="restore",result="ok"} 2)"))
+      << metrics;
+  EXPECT_TRUE(HasLine(metrics, R"(gpuckpt_operations_total{operation="restore",result="busy"} 2)"))
+      << metrics;
+  EXPECT_TRUE(
+      Contains(metrics, R"(gpuckpt_stage_seconds_count{operation="checkpoint",stage="dump"} 3)"))
+      << metrics;
+  const std::vector<std::string> ids = SnapshotIds();
+  EXPECT_EQ(std::set<std::string>(ids.begin(), ids.end()),
+            (std::set<std::string>{first, second, "foo"}));
+}
+
+}  // namespace
+}  // namespace gpuckpt
