@@ -198,7 +198,7 @@ Result<SnapshotInfo> Engine::DumpAndStore(const CheckpointRequest& request,
   StderrFile criu_stderr(work + "/criu.stderr");
   cmd.stderr_fd = criu_stderr.fd();
 
-  KillJournal journal(options_.work_dir + "/stopped");
+  KillJournal journal(JournalDir());
   if (request.kill) GPUCKPT_RETURN_IF_ERROR(journal.Add(tree, start_times));
   auto resume_on_failure = [&] {
     if (!request.kill) return;

@@ -119,9 +119,11 @@ void Engine::RecoverInterruptedKills() {
   // A daemon that died between CRIU's dump (which leaves a `--kill` target
   // stopped) and its own commit left a journal entry: the checkpoint was
   // never published, so the process must run on.
-  KillJournal journal(options_.work_dir + "/stopped");
+  KillJournal journal(JournalDir());
   journal.ResumeAll();
 }
+
+std::string Engine::JournalDir() const { return KillJournalDir(options_.work_dir, store_->dir()); }
 
 Result<std::unique_ptr<Engine::WorkDir>> Engine::MakeWorkDir(const std::string& label) {
   std::string templ = options_.work_dir + "/" + label + "-XXXXXX";

@@ -156,6 +156,7 @@ class Engine {
   Result<int> RestoreSnapshot(const std::string& id, const Caller& caller,
                               OperationBoard::Ticket* ticket);
   void RecoverInterruptedKills();
+  std::string JournalDir() const;
 
   Store* store_;
   std::unique_ptr<GpuBackend> gpu_;

@@ -7,6 +7,8 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
+#include <functional>
 
 #include "core/proc/process_info.h"
 
@@ -36,6 +38,12 @@ void ResumeProcesses(const std::vector<int>& pids, const std::vector<uint64_t>& 
     auto info = ReadProcess(pids[i], ProcReadOptions{.read_gpu_devices = false});
     if (info.ok() && info->start_time == start_times[i]) kill(pids[i], SIGCONT);
   }
+}
+
+std::string KillJournalDir(const std::string& work_dir, const std::string& store_dir) {
+  char hash[17];
+  std::snprintf(hash, sizeof(hash), "%016zx", std::hash<std::string>{}(store_dir));
+  return work_dir + "/stopped-" + hash;
 }
 
 void KillJournal::ResumeAll() {

@@ -34,6 +34,11 @@ class KillJournal {
   std::string dir_;
 };
 
+// The journal directory of the store in `store_dir` under `work_dir`: one
+// per store, since daemons of different stores may share a work dir and
+// must not resume (or forget) each other's stopped processes.
+std::string KillJournalDir(const std::string& work_dir, const std::string& store_dir);
+
 // SIGCONT to each of `pids` whose start time still matches.
 void ResumeProcesses(const std::vector<int>& pids, const std::vector<uint64_t>& start_times);
 

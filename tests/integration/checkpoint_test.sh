@@ -93,25 +93,9 @@ fail() {
 
 as_user() { setpriv --reuid="$user" --regid="$user" --init-groups "$@"; }
 
-# wait_for FILE SECONDS: until FILE exists.
-wait_for() {
-  local i
-  for ((i = 0; i < $2 * 10; i++)); do
-    [[ -e $1 ]] && return 0
-    sleep 0.1
-  done
-  return 1
-}
-
-# gone PID SECONDS: until no process of session PID is left.
-gone() {
-  local i
-  for ((i = 0; i < $2 * 10; i++)); do
-    [[ ! -e /proc/$1 ]] && ! pgrep -s "$1" >/dev/null && return 0
-    sleep 0.1
-  done
-  return 1
-}
+# wait_for and gone.
+# shellcheck source=tests/workloads/wait.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../workloads/wait.sh"
 
 # end_session PID: kills the workload (its whole session) and waits for it.
 end_session() {

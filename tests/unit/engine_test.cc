@@ -484,9 +484,10 @@ TEST(KillJournalTest, EngineCreateResumesInterruptedKills) {
   int status = 0;
   ASSERT_EQ(waitpid(child.pid(), &status, WUNTRACED), child.pid());
   MakeDirs(tmp.Sub("work"), 0711);
-  ASSERT_OK(KillJournal(tmp.Sub("work/stopped")).Add({child.pid()}, {child.start_time()}));
-
   ASSERT_OK_AND_ASSIGN(auto store, Store::Open(tmp.Sub("store"), testing::TestOptions()));
+  const std::string journal = KillJournalDir(tmp.Sub("work"), store->dir());
+  ASSERT_OK(KillJournal(journal).Add({child.pid()}, {child.start_time()}));
+
   EngineOptions options;
   options.work_dir = tmp.Sub("work");
   options.mountpoint = tmp.Sub("mnt");
@@ -494,7 +495,7 @@ TEST(KillJournalTest, EngineCreateResumesInterruptedKills) {
   EXPECT_NE(WaitForState(
                 child.pid(), [](char s) { return s != 'T'; }, 2s),
             'T');
-  EXPECT_TRUE(Entries(tmp.Sub("work/stopped")).empty());
+  EXPECT_TRUE(Entries(journal).empty());
 }
 
 // --- commands against a real Engine -------------------------------------------------
@@ -729,7 +730,7 @@ TEST_F(EngineTest, CheckpointAndRestoreThroughCommands) {
       if (kill(pid, SIGKILL) == 0) ReapWithin(pid, 5s);
     }
   } restored{pid};
-  EXPECT_TRUE(Entries(tmp_.Sub("work/stopped")).empty());
+  EXPECT_TRUE(Entries(KillJournalDir(tmp_.Sub("work"), store_->dir())).empty());
 
   // Restore from a path in the mount (not mounted: the engine knows it).
   ASSERT_OK(Restore(mnt_ + "/checkpoints/" + first));
