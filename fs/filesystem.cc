@@ -142,25 +142,26 @@ class Filesystem {
     return Status(StatusCode::kPermissionDenied, "cannot be removed");
   }
 
-  // Reads into `*data` (valid until this thread's next read): images
-  // through the thread's reusable buffer, which is neither allocated nor
-  // zeroed per request; generated files straight from the handle.
+  // Reads into this thread's reusable buffer, which is neither allocated
+  // nor zeroed per request; `*data` stays valid until the thread's next
+  // read. Generated files are copied there too: once the kernel has the
+  // reply, the reader may close the file and its release (on another
+  // thread) frees the handle while fuse_reply_buf() is still returning.
   Result<size_t> DoRead(FileHandle* h, off_t offset, size_t size, const char** data) {
     if (offset < 0) return Status::InvalidArgument("negative offset");
-    if (h->reader) {
-      thread_local std::unique_ptr<char[]> buffer;
-      thread_local size_t capacity = 0;
-      if (capacity < size) {
-        buffer.reset(new char[size]);
-        capacity = size;
-      }
-      *data = buffer.get();
-      return h->reader->Pread(static_cast<uint64_t>(offset), size, buffer.get());
+    thread_local std::unique_ptr<char[]> buffer;
+    thread_local size_t capacity = 0;
+    if (capacity < size) {
+      buffer.reset(new char[size]);
+      capacity = size;
     }
+    *data = buffer.get();
+    if (h->reader) return h->reader->Pread(static_cast<uint64_t>(offset), size, buffer.get());
     const size_t off = static_cast<size_t>(offset);
     if (off >= h->content.size()) return size_t{0};
-    *data = h->content.data() + off;
-    return std::min(size, h->content.size() - off);
+    const size_t n = std::min(size, h->content.size() - off);
+    std::memcpy(buffer.get(), h->content.data() + off, n);
+    return n;
   }
 
   Result<struct statvfs> DoStatfs() {
