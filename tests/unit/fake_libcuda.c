@@ -1,0 +1,1 @@
+int gpuckpt_fake_libcuda_placeholder;
