@@ -62,6 +62,10 @@ Status Checkpoint(Engine& engine, int pid, const std::vector<std::string>& words
   CLI::App app{"checkpoint", "checkpoint"};
   app.add_flag("--kill", request.kill);
   app.add_option("--name", request.name);
+  // Up to an hour: the driver waits this long for the GPU work in flight.
+  app.add_option("--lock-timeout", request.lock_timeout_ms,
+                 "milliseconds the GPU driver may take to lock the process")
+      ->check(CLI::Range(1u, 3600u * 1000u));
   GPUCKPT_RETURN_IF_ERROR(Parse(app, {words.begin() + 1, words.end()}));
   return engine.Checkpoint(request).status();
 }
@@ -73,7 +77,7 @@ Status ProcessCommand(Engine& engine, int pid, const std::string& line, const Ca
     s = words.status();
   } else if (words->empty() || (*words)[0] != "checkpoint") {
     s = Status::InvalidArgument("unknown command '" + line +
-                                "': expected checkpoint [--kill] [--name NAME]");
+                                "': expected checkpoint [--kill] [--name NAME] [--lock-timeout MS]");
   } else {
     s = Checkpoint(engine, pid, *words, caller);
     // The engine records what it ran; a line it never got is recorded here.
@@ -101,13 +105,31 @@ Status GlobalCommand(Engine& engine, const std::string& line, const Caller& call
                                  "': expected track PID | import DIR [NAME] | gc");
 }
 
+// `PATH` alone is taken as it is (spaces and all); `PATH --option ...` is
+// split like a command line, so a path with spaces is then quoted.
 Status RestoreCommand(Engine& engine, const std::string& line, const Caller& caller) {
-  if (line.empty() || line.size() > kMaxCommand || line.find('\0') != std::string::npos) {
-    Status s = Status::InvalidArgument("write the absolute path of a checkpoint to restore");
+  auto refuse = [&](Status s) {
     engine.SetRestoreResult(caller.uid, "error: " + s.message());
     return s;
+  };
+  if (line.empty() || line.size() > kMaxCommand || line.find('\0') != std::string::npos)
+    return refuse(Status::InvalidArgument("write the absolute path of a checkpoint to restore"));
+  RestoreRequest request{line, "", caller};
+  if (line.find(" --") != std::string::npos) {
+    auto words = Words(line);
+    if (!words.ok()) return refuse(words.status());
+    CLI::App app{"restore", "restore"};
+    std::string path;
+    app.add_option("path", path)->required();
+    app.add_option("--gpu-map", request.gpu_map,
+                   "OLD_UUID=NEW_UUID,...: restore the checkpoint's GPUs onto these");
+    Status parsed = Parse(app, *words);
+    if (!parsed.ok())
+      return refuse(Status::InvalidArgument(
+          parsed.message() + " (expected: PATH [--gpu-map OLD_UUID=NEW_UUID,...])"));
+    request.path = path;
   }
-  return engine.Restore(RestoreRequest{line, caller}).status();
+  return engine.Restore(request).status();
 }
 
 }  // namespace

@@ -1,9 +1,9 @@
 // Commands written to gpuckptfs's control files: parsing (CLI11, so that
 // quoting and errors behave like a command line) and dispatch to the Engine.
 //
-//   <pid>/ctl   checkpoint [--kill] [--name NAME]
+//   <pid>/ctl   checkpoint [--kill] [--name NAME] [--lock-timeout MS]
 //   ctl         track PID | import DIR [NAME] | gc
-//   restore     PATH
+//   restore     PATH [--gpu-map OLD_UUID=NEW_UUID,...]
 //
 // Every input is untrusted: anything unknown is kInvalidArgument with a line
 // saying what was expected, recorded where the caller reads results

@@ -15,13 +15,18 @@ constexpr char kReadme[] =
     "result\n"
     "  echo checkpoint > <pid>/ctl      checkpoint it; it keeps running (blocks until done)\n"
     "  echo 'checkpoint --kill' > <pid>/ctl   checkpoint it, then stop it\n"
-    "       options: --name NAME\n"
+    "       options: --name NAME, --lock-timeout MS (how long the GPU driver may take\n"
+    "       to stop the process's GPU work; past it the checkpoint fails, EAGAIN)\n"
     "  <pid>/checkpoints/{1,2,...,latest}  its checkpoints\n"
     "  checkpoints/<id>/manifest.json   what a checkpoint is (JSON)\n"
     "  checkpoints/<id>/images/         CRIU's image files, read lazily from the store\n"
+    "  checkpoints/<id>/device/         device state: the GPU memory CUDA moved to host\n"
+    "                                   memory (cuda-*.bin, listed in cuda-ranges.json),\n"
+    "                                   AMD plugin files\n"
     "  echo PATH > restore              restore a checkpoint: a directory here, a `cp -r` copy\n"
     "                                   of one, or a CRIU image directory; `cat restore`: the\n"
     "                                   new pid, or why it failed\n"
+    "       options: PATH --gpu-map OLD_UUID=NEW_UUID,...  restore onto other GPUs\n"
     "  echo track PID > ctl             show a process that uses no GPU\n"
     "  echo 'import DIR [NAME]' > ctl   import an image directory as a checkpoint\n"
     "  echo gc > ctl                    reclaim chunks of deleted checkpoints (root)\n"
@@ -32,7 +37,7 @@ constexpr char kReadme[] =
     "sizes; `du` shows what each checkpoint added to the deduplicated store.\n";
 
 constexpr char kCtlHelp[] = "commands: track PID | import DIR [NAME] | gc\n";
-constexpr char kPidCtlHelp[] = "commands: checkpoint [--kill] [--name NAME]\n";
+constexpr char kPidCtlHelp[] = "commands: checkpoint [--kill] [--name NAME] [--lock-timeout MS]\n";
 
 NodeId MakeNode(NodeKind kind, std::string snapshot = "", std::string path = "", int pid = 0) {
   return NodeId{kind, std::move(snapshot), std::move(path), pid};
@@ -111,6 +116,14 @@ Result<std::shared_ptr<const StoreView::SnapshotTree>> StoreView::Tree(const std
   GPUCKPT_ASSIGN_OR_RETURN(tree->info, store_->Get(id));
   tree->owner = OwnerOf(tree->info);
   GPUCKPT_ASSIGN_OR_RETURN(auto files, store_->ListFiles(id));
+  // A device/ that cannot be built (a damaged pagemap) is left out; the
+  // images themselves stay readable.
+  if (auto device = BuildDeviceFiles(store_, tree->info, tree->owner, files); device.ok()) {
+    for (auto& d : *device) {
+      files.push_back(d->entry);
+      tree->device_files.emplace(d->entry.path, std::move(d));
+    }
+  }
   tree->children[""];
   for (auto& e : files) {
     // The manifest is generated; a stored file of that name stays hidden.
@@ -387,6 +400,9 @@ Result<std::string> StoreView::GeneratedContent(const NodeId& node, const Caller
 
 Result<std::unique_ptr<FileReader>> StoreView::OpenImage(const NodeId& node) {
   if (node.kind != NodeKind::kSnapshotEntry) return Status::InvalidArgument("not an image file");
+  GPUCKPT_ASSIGN_OR_RETURN(auto tree, Tree(node.snapshot));
+  if (auto it = tree->device_files.find(node.path); it != tree->device_files.end())
+    return OpenDeviceFile(store_, node.snapshot, it->second);
   return store_->OpenFile(node.snapshot, node.path);
 }
 

@@ -5,6 +5,7 @@
 //   /README /ctl /restore /metrics       help, global commands, restore, metrics
 //   /checkpoints/<id>/manifest.json      the manifest (JSON)
 //   /checkpoints/<id>/images/...         the snapshot's files, read lazily
+//   /checkpoints/<id>/device/...         device state (fs/device_view.h)
 //   /<pid>/{ctl,status}                  one directory per process shown
 //   /<pid>/checkpoints/{1,2,..,latest}   symlinks to ../../checkpoints/<id>
 //
@@ -34,6 +35,7 @@
 #include <vector>
 
 #include "core/engine/engine.h"
+#include "fs/device_view.h"
 #include "gpuckpt/store.h"
 
 namespace gpuckpt {
@@ -96,6 +98,8 @@ class StoreView {
     SnapshotOwner owner;
     std::map<std::string, FileEntry> entries;                  // by path
     std::map<std::string, std::vector<std::string>> children;  // dir path ("" = top) -> names
+    // device/ files that are views of the images (fs/device_view.h), by path.
+    std::map<std::string, std::shared_ptr<const DeviceFile>> device_files;
   };
   Result<std::shared_ptr<const SnapshotTree>> Tree(const std::string& id);
   Result<std::vector<SnapshotInfo>> Snapshots();

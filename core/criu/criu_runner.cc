@@ -138,8 +138,25 @@ std::vector<char*> CStrings(std::vector<std::string>& strings) {
   return out;
 }
 
-// The caller's environment with PATH replaced by path_prepend + its PATH.
-std::vector<std::string> ChildEnvironment(const std::vector<std::string>& path_prepend) {
+// Variables that steer one operation of cuda-checkpoint: set per command,
+// never leaked from the daemon's environment into every operation.
+constexpr const char* kPerOperationVariables[] = {"GPUCKPT_LOCK_TIMEOUT_MS=",
+                                                  "GPUCKPT_DEVICE_RANGES_DIR=", "GPUCKPT_GPU_MAP="};
+
+bool NameIn(const char* entry, const std::vector<std::string>& extra) {
+  for (const char* prefix : kPerOperationVariables)
+    if (strncmp(entry, prefix, strlen(prefix)) == 0) return true;
+  for (const std::string& e : extra) {
+    const size_t eq = e.find('=');
+    if (eq != std::string::npos && strncmp(entry, e.c_str(), eq + 1) == 0) return true;
+  }
+  return false;
+}
+
+// The caller's environment with PATH replaced by path_prepend + its PATH,
+// and `extra` set.
+std::vector<std::string> ChildEnvironment(const std::vector<std::string>& path_prepend,
+                                          const std::vector<std::string>& extra) {
   std::vector<std::string> env;
   const char* old_path = getenv("PATH");
   std::string path = "PATH=";
@@ -147,8 +164,9 @@ std::vector<std::string> ChildEnvironment(const std::vector<std::string>& path_p
   path += old_path != nullptr && *old_path != '\0' ? old_path : kDefaultPath;
   env.push_back(path);
   for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
-    if (strncmp(*e, "PATH=", 5) != 0) env.emplace_back(*e);
+    if (strncmp(*e, "PATH=", 5) != 0 && !NameIn(*e, extra)) env.emplace_back(*e);
   }
+  for (const std::string& e : extra) env.push_back(e);
   return env;
 }
 
@@ -246,7 +264,7 @@ Result<CriuProcess> Criu::Start(const CriuCommand& command) const {
   }
   std::vector<std::string> args = {path_};
   args.insert(args.end(), command.args.begin(), command.args.end());
-  std::vector<std::string> env = ChildEnvironment(command.path_prepend);
+  std::vector<std::string> env = ChildEnvironment(command.path_prepend, command.environment);
   std::vector<char*> argv = CStrings(args), envp = CStrings(env);
   const int null_fd = open("/dev/null", O_RDWR | O_CLOEXEC);
   if (null_fd < 0) return StatusFromErrno(errno, "open /dev/null");

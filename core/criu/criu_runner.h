@@ -57,6 +57,11 @@ struct CriuCommand {
   std::optional<CriuCredentials> run_as;
   // Directories put first on CRIU's PATH (where our cuda-checkpoint lives).
   std::vector<std::string> path_prepend;
+  // Extra environment, "NAME=value"; replaces an inherited variable of the
+  // same name. The per-operation settings of gpuckpt's cuda-checkpoint
+  // (GPUCKPT_LOCK_TIMEOUT_MS, GPUCKPT_DEVICE_RANGES_DIR, GPUCKPT_GPU_MAP)
+  // are never inherited from the daemon's own environment, only set here.
+  std::vector<std::string> environment;
   // Descriptors (>= 3) inherited as they are, close-on-exec cleared. Every
   // other descriptor is closed in the child.
   std::vector<int> keep_fds;

@@ -233,6 +233,57 @@ Result<CriuCreds> ParseCoreCreds(std::string_view bytes, std::string_view file_n
   return ParseCreds(*creds);
 }
 
+Result<CriuPagemap> ParsePagemapImage(std::string_view bytes, std::string_view file_name) {
+  GPUCKPT_ASSIGN_OR_RETURN(std::vector<ProtoReader> records,
+                           SplitImage(bytes, kCriuPagemapMagic, file_name));
+  if (records.empty()) return ProtoReader(bytes, 0, file_name).Corrupt("no pagemap head");
+  CriuPagemap map;
+  {
+    ProtoReader r = records[0];
+    bool seen = false;
+    while (!r.done()) {
+      uint32_t field = 0, wire = 0;
+      GPUCKPT_RETURN_IF_ERROR(r.Tag(&field, &wire));
+      if (field == 1) {
+        GPUCKPT_RETURN_IF_ERROR(r.ScalarUint32(wire, &map.pages_id));
+        seen = true;
+      } else {
+        GPUCKPT_RETURN_IF_ERROR(r.Skip(wire));
+      }
+    }
+    if (!seen) return r.Corrupt("pagemap_head lacks pages_id");
+  }
+  for (size_t i = 1; i < records.size(); ++i) {
+    ProtoReader r = records[i];
+    CriuPagemapEntry e;
+    uint32_t seen = 0, in_parent = 0;
+    bool has_flags = false;
+    while (!r.done()) {
+      uint32_t field = 0, wire = 0;
+      GPUCKPT_RETURN_IF_ERROR(r.Tag(&field, &wire));
+      if (field == 1) {
+        if (wire != kVarint) return r.Corrupt("vaddr with wrong wire type");
+        GPUCKPT_ASSIGN_OR_RETURN(e.vaddr, r.Varint());
+        seen |= 1;
+      } else if (field == 2) {
+        GPUCKPT_RETURN_IF_ERROR(r.ScalarUint32(wire, &e.nr_pages));
+        seen |= 2;
+      } else if (field == 3) {
+        GPUCKPT_RETURN_IF_ERROR(r.ScalarUint32(wire, &in_parent));
+      } else if (field == 4) {
+        GPUCKPT_RETURN_IF_ERROR(r.ScalarUint32(wire, &e.flags));
+        has_flags = true;
+      } else {
+        GPUCKPT_RETURN_IF_ERROR(r.Skip(wire));
+      }
+    }
+    if (seen != 3) return r.Corrupt("pagemap_entry lacks vaddr or nr_pages");
+    if (!has_flags) e.flags = in_parent ? CriuPagemapEntry::kParent : CriuPagemapEntry::kPresent;
+    map.entries.push_back(e);
+  }
+  return map;
+}
+
 bool LooksLikeCriuImage(std::string_view first_bytes) {
   if (first_bytes.size() < 4) return false;
   const uint32_t magic = LoadU32(first_bytes, 0);

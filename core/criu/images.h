@@ -32,6 +32,7 @@ inline constexpr uint32_t kCriuImgServiceMagic = 0x55105940;
 inline constexpr uint32_t kCriuInventoryMagic = 0x58313116;
 inline constexpr uint32_t kCriuPstreeMagic = 0x50273030;
 inline constexpr uint32_t kCriuCoreMagic = 0x55053847;
+inline constexpr uint32_t kCriuPagemapMagic = 0x56084025;
 
 // One pstree_entry (images/pstree.proto).
 struct CriuTask {
@@ -55,6 +56,28 @@ Result<std::vector<CriuTask>> ParsePstreeImage(std::string_view bytes,
 // core_entry.thread_core.creds of a core-<pid>.img. kCorruption when the
 // bytes are malformed; kNotFound when the (optional) creds are absent.
 Result<CriuCreds> ParseCoreCreds(std::string_view bytes, std::string_view file_name = "core.img");
+
+// One pagemap_entry (images/pagemap.proto): `nr_pages` pages from `vaddr`.
+// Only entries with PE_PRESENT have their bytes in the pages image, one
+// after the other in pagemap order; the others are in a parent image or
+// lazy (never written by gpuckpt's dumps).
+struct CriuPagemapEntry {
+  uint64_t vaddr = 0;
+  uint32_t nr_pages = 0;
+  uint32_t flags = 0;
+  bool present() const { return (flags & kPresent) != 0; }
+  static constexpr uint32_t kParent = 1u << 0;
+  static constexpr uint32_t kLazy = 1u << 1;
+  static constexpr uint32_t kPresent = 1u << 2;
+};
+struct CriuPagemap {
+  uint32_t pages_id = 0;  // the pages image is pages-<pages_id>.img
+  std::vector<CriuPagemapEntry> entries;
+};
+// pagemap-<pid>.img. kCorruption when malformed. Entries written by CRIU
+// before flags existed (in_parent only) get kParent or kPresent.
+Result<CriuPagemap> ParsePagemapImage(std::string_view bytes,
+                                      std::string_view file_name = "pagemap.img");
 
 // Whether `first_bytes` start with a CRIU image magic: the common or service
 // head magic, or the inventory magic. Raw images (pages-*.img) have none and

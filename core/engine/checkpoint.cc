@@ -112,11 +112,19 @@ Result<SnapshotInfo> Engine::DumpAndStore(const CheckpointRequest& request,
                                           const ProcessInfo& process, const std::vector<int>& tree,
                                           OperationBoard::Ticket* ticket) {
   const auto start = std::chrono::steady_clock::now();
-  GPUCKPT_ASSIGN_OR_RETURN(CriuGpuSetup gpu, gpu_->SetupFor(tree));
   GPUCKPT_ASSIGN_OR_RETURN(auto work_dir, MakeWorkDir("checkpoint-" + std::to_string(request.pid)));
   const std::string& work = work_dir->path();
   const std::string images = work + "/images";
   if (mkdir(images.c_str(), 0700) != 0) return StatusFromErrno(errno, images);
+  // Where gpuckpt's cuda-checkpoint records the device memory it saw the
+  // driver move into host memory.
+  GpuCheckpointOptions gpu_options;
+  gpu_options.lock_timeout_ms =
+      request.lock_timeout_ms != 0 ? request.lock_timeout_ms : options_.lock_timeout_ms;
+  gpu_options.scratch_dir = work + "/gpu";
+  if (mkdir(gpu_options.scratch_dir.c_str(), 0700) != 0)
+    return StatusFromErrno(errno, gpu_options.scratch_dir);
+  GPUCKPT_ASSIGN_OR_RETURN(CriuGpuSetup gpu, gpu_->SetupForCheckpoint(tree, gpu_options));
 
   std::vector<uint64_t> start_times;
   std::set<uint32_t> owners_in_tree;
@@ -134,9 +142,10 @@ Result<SnapshotInfo> Engine::DumpAndStore(const CheckpointRequest& request,
       {"mode", request.kill ? "kill" : "leave-running"},
       {"shell_job", NeedsShellJob(process, tree)},
       {"criu_version", criu_.version()},
-      {"gpu_backend", gpu_->name()},
-      {"driver_version", gpu_->driver_version()},
+      {"gpu_backend", gpu.kind},
+      {"driver_version", gpu.kind == "none" ? "" : gpu_->driver_version()},
   };
+  if (gpu.kind != "none") extra["lock_timeout_ms"] = gpu_options.lock_timeout_ms;
   nlohmann::json gpus = nlohmann::json::array();
   if (auto g = gpu_->Describe(request.pid); g.ok()) {
     for (const auto& d : g->gpus)
@@ -182,7 +191,9 @@ Result<SnapshotInfo> Engine::DumpAndStore(const CheckpointRequest& request,
               gpu.plugin_dir.empty() ? empty_plugin_dir_ : gpu.plugin_dir};
   cmd.args.push_back(request.kill ? "--leave-stopped" : "--leave-running");
   if (NeedsShellJob(process, tree)) cmd.args.push_back("--shell-job");
+  cmd.args.insert(cmd.args.end(), gpu.criu_args.begin(), gpu.criu_args.end());
   cmd.path_prepend = gpu.path_prepend;
+  cmd.environment = gpu.environment;
   if (process.creds.ruid != 0 && owners_in_tree.size() == 1) {
     // CRIU dumps a tree that is wholly one user's as that user
     // (CAP_CHECKPOINT_RESTORE and CAP_SYS_PTRACE only): least privilege, and
@@ -192,17 +203,21 @@ Result<SnapshotInfo> Engine::DumpAndStore(const CheckpointRequest& request,
     cmd.run_as = CriuCredentials{process.creds.ruid, process.creds.rgid, process.creds.groups,
                                  /*keep_sys_ptrace=*/true, /*keep_setpcap=*/false};
     cmd.args.push_back("--unprivileged");
-    GPUCKPT_RETURN_IF_ERROR(
-        GiveTo(process.creds.ruid, process.creds.rgid, {work, images, server->socket_path()}));
+    GPUCKPT_RETURN_IF_ERROR(GiveTo(process.creds.ruid, process.creds.rgid,
+                                   {work, images, gpu_options.scratch_dir, server->socket_path()}));
   }
   StderrFile criu_stderr(work + "/criu.stderr");
   cmd.stderr_fd = criu_stderr.fd();
 
   KillJournal journal(JournalDir());
   if (request.kill) GPUCKPT_RETURN_IF_ERROR(journal.Add(tree, start_times));
+  // CRIU gives a failed dump's GPU processes back running itself; a dump
+  // that succeeded with --leave-stopped left them stopped with their device
+  // state in host memory, so a commit that fails must continue them and
+  // bring their GPU state back.
   auto resume_on_failure = [&] {
     if (!request.kill) return;
-    ResumeProcesses(tree, start_times);
+    gpu_->Release(ResumeProcesses(tree, start_times)).PermitUnchecked();
     journal.Remove(tree, start_times);
   };
 
@@ -245,8 +260,27 @@ Result<SnapshotInfo> Engine::DumpAndStore(const CheckpointRequest& request,
   metrics_.ObserveStage("checkpoint", "dump", dump_s);
   if (!served.ok() || !exit.ok() || *exit != 0) {
     resume_on_failure();
-    return CriuFailure("criu dump of process " + std::to_string(request.pid), work, "dump.log",
-                       served, exit);
+    Status failure = CriuFailure("criu dump of process " + std::to_string(request.pid), work,
+                                 "dump.log", served, exit);
+    // The driver could not lock the process in time (long GPU work in
+    // flight): nothing is wrong, it runs on; try again later (EAGAIN).
+    if (failure.message().find("not locked within") != std::string::npos)
+      return Status::Aborted(fmt::format(
+          "the GPU driver could not lock process {} within {} ms (GPU work in flight); it was "
+          "left running: try again, or with a longer --lock-timeout. {}",
+          request.pid, gpu_options.lock_timeout_ms, failure.message()));
+    return failure;
+  }
+
+  // The device memory the driver moved into host memory, found by
+  // cuda-checkpoint: shown under device/ as slices of the pages images.
+  auto ranges = gpu_->DeviceRanges(gpu_options);
+  if (ranges.ok() && !ranges->empty()) {
+    nlohmann::json list = nlohmann::json::array();
+    for (const auto& r : *ranges) list.push_back({{"pid", r.pid}, {"start", r.start}, {"end", r.end}});
+    extra["device"] = {{"cuda_host_ranges", list}};
+  } else if (!ranges.ok()) {
+    extra["device_error"] = ranges.status().message();
   }
 
   ticket->SetStage("commit");

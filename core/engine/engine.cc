@@ -119,8 +119,10 @@ void Engine::RecoverInterruptedKills() {
   // A daemon that died between CRIU's dump (which leaves a `--kill` target
   // stopped) and its own commit left a journal entry: the checkpoint was
   // never published, so the process must run on.
+  // Their GPU state is still in host memory (CUDA "checkpointed"): bring
+  // it back, or they would block in their next CUDA call.
   KillJournal journal(JournalDir());
-  journal.ResumeAll();
+  gpu_->Release(journal.ResumeAll()).PermitUnchecked();
 }
 
 std::string Engine::JournalDir() const { return KillJournalDir(options_.work_dir, store_->dir()); }
@@ -188,15 +190,15 @@ std::string Engine::ProcessStatus(const ProcessInfo& p) {
   out += fmt::format("gpu devices: {}\n", devices.empty() ? "none" : devices);
   const std::string unavailable = gpu_->unavailable_reason();
   if (!unavailable.empty()) {
-    out += fmt::format("gpu: {} backend unavailable: {}\n", gpu_->name(), unavailable);
+    out += fmt::format("gpu: off, GPU state cannot be checkpointed here ({})\n", unavailable);
   } else if (auto g = gpu_->Describe(p.pid); g.ok()) {
     out += fmt::format("gpu state: {}\n", g->state);
     for (const auto& d : g->gpus)
-      out += fmt::format("gpu: {} {} ({:.1f} GiB)\n", d.name, d.uuid,
+      out += fmt::format("gpu: {} {} ({:.1f} GiB)\n", d.name, d.uuid.empty() ? "-" : d.uuid,
                          static_cast<double>(d.memory_bytes) / (1u << 30));
     if (g->device_memory_bytes > 0)
-      out += fmt::format("device memory: {:.1f} MB\n",
-                         static_cast<double>(g->device_memory_bytes) / 1e6);
+      out += fmt::format("device memory: {} bytes ({:.2f} GiB)\n", g->device_memory_bytes,
+                         static_cast<double>(g->device_memory_bytes) / (1u << 30));
   }
   out += "operation: " + board_.InFlight(p.pid) + "\n";
   out += "last: " + board_.Last(p.pid) + "\n";

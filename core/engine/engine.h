@@ -49,17 +49,24 @@ struct EngineOptions {
   // Keep each operation's CRIU log directory after success (they are
   // always kept after a failure, the last 16 of them). Default: false.
   bool keep_logs = false;
+  // How long the GPU driver may take to lock a process for a checkpoint
+  // (its GPU work in flight must finish); past it the checkpoint fails with
+  // kAborted (EAGAIN) and the process runs on. A request may set its own.
+  // Default: 10 s, CRIU's own default timeout.
+  uint32_t lock_timeout_ms = 10000;
 };
 
 struct CheckpointRequest {
   int pid = 0;
   bool kill = false;  // stop the process after a successful checkpoint
   std::string name;   // empty: "<pid>-<n>"
+  uint32_t lock_timeout_ms = 0;  // 0: EngineOptions::lock_timeout_ms
   Caller caller;
 };
 
 struct RestoreRequest {
   std::string path;  // a checkpoint dir in the mount, a copy of one, or a CRIU image dir
+  std::string gpu_map;  // "OLD_UUID=NEW_UUID,...": restore onto other GPUs
   Caller caller;
 };
 
@@ -153,7 +160,7 @@ class Engine {
   Result<std::string> ResolveRestoreSource(const RestoreRequest& request);
   Result<SnapshotInfo> ImportImageDir(const std::string& path, const std::string& name,
                                       const Caller& caller);
-  Result<int> RestoreSnapshot(const std::string& id, const Caller& caller,
+  Result<int> RestoreSnapshot(const std::string& id, const CriuGpuSetup& gpu, const Caller& caller,
                               OperationBoard::Ticket* ticket);
   void RecoverInterruptedKills();
   std::string JournalDir() const;

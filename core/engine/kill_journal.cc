@@ -33,11 +33,15 @@ void KillJournal::Remove(const std::vector<int>& pids, const std::vector<uint64_
   for (size_t i = 0; i < pids.size(); ++i) unlink(Entry(pids[i], start_times[i]).c_str());
 }
 
-void ResumeProcesses(const std::vector<int>& pids, const std::vector<uint64_t>& start_times) {
+std::vector<int> ResumeProcesses(const std::vector<int>& pids,
+                                 const std::vector<uint64_t>& start_times) {
+  std::vector<int> resumed;
   for (size_t i = 0; i < pids.size(); ++i) {
     auto info = ReadProcess(pids[i], ProcReadOptions{.read_gpu_devices = false});
-    if (info.ok() && info->start_time == start_times[i]) kill(pids[i], SIGCONT);
+    if (info.ok() && info->start_time == start_times[i] && kill(pids[i], SIGCONT) == 0)
+      resumed.push_back(pids[i]);
   }
+  return resumed;
 }
 
 std::string KillJournalDir(const std::string& work_dir, const std::string& store_dir) {
@@ -46,9 +50,9 @@ std::string KillJournalDir(const std::string& work_dir, const std::string& store
   return work_dir + "/stopped-" + hash;
 }
 
-void KillJournal::ResumeAll() {
+std::vector<int> KillJournal::ResumeAll() {
   DIR* d = opendir(dir_.c_str());
-  if (d == nullptr) return;
+  if (d == nullptr) return {};
   std::vector<int> pids;
   std::vector<uint64_t> starts;
   std::vector<std::string> names;
@@ -63,9 +67,10 @@ void KillJournal::ResumeAll() {
     names.emplace_back(e->d_name);
   }
   closedir(d);
-  ResumeProcesses(pids, starts);
+  std::vector<int> resumed = ResumeProcesses(pids, starts);
   for (const auto& n : names)
     if (n != "." && n != "..") unlink((dir_ + "/" + n).c_str());
+  return resumed;
 }
 
 }  // namespace gpuckpt

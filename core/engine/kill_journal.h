@@ -26,8 +26,9 @@ class KillJournal {
   // Forgets them (killed or resumed).
   void Remove(const std::vector<int>& pids, const std::vector<uint64_t>& start_times);
   // Resumes every recorded process that still exists and is stopped, and
-  // clears the journal.
-  void ResumeAll();
+  // clears the journal. Returns the pids resumed (their GPU state, if any,
+  // is still to be brought back: GpuBackend::Release).
+  std::vector<int> ResumeAll();
 
  private:
   std::string Entry(int pid, uint64_t start_time) const;
@@ -40,7 +41,10 @@ class KillJournal {
 std::string KillJournalDir(const std::string& work_dir, const std::string& store_dir);
 
 // SIGCONT to each of `pids` whose start time still matches.
-void ResumeProcesses(const std::vector<int>& pids, const std::vector<uint64_t>& start_times);
+// Sends SIGCONT to each of `pids` still alive with its recorded start time;
+// returns those.
+std::vector<int> ResumeProcesses(const std::vector<int>& pids,
+                                 const std::vector<uint64_t>& start_times);
 
 }  // namespace gpuckpt
 

@@ -9,7 +9,22 @@ class NoGpuBackend final : public GpuBackend {
   std::string name() const override { return "none"; }
   std::string unavailable_reason() const override { return ""; }
   Result<GpuProcessState> Describe(int) override { return GpuProcessState{}; }
-  Result<CriuGpuSetup> SetupFor(const std::vector<int>&) override { return CriuGpuSetup{}; }
+  Result<CriuGpuSetup> SetupForCheckpoint(const std::vector<int>&,
+                                          const GpuCheckpointOptions&) override {
+    return CriuGpuSetup{};
+  }
+  Result<std::vector<DeviceRange>> DeviceRanges(const GpuCheckpointOptions&) override {
+    return std::vector<DeviceRange>{};
+  }
+  Result<CriuGpuSetup> SetupForRestore(const GpuRestoreOptions& options) override {
+    if (!options.gpu_map.empty())
+      return Status::InvalidArgument("--gpu-map: this gpuckptfs runs without a GPU backend");
+    if (options.checkpoint_backend == "cuda" || options.checkpoint_backend == "rocm")
+      return Status::Unavailable("the checkpoint holds " + options.checkpoint_backend +
+                                 " GPU state and this gpuckptfs runs without a GPU backend");
+    return CriuGpuSetup{};
+  }
+  Status Release(const std::vector<int>&) override { return Status::Ok(); }
   std::string driver_version() const override { return ""; }
 };
 

@@ -300,6 +300,38 @@ Result<SnapshotInfo> Engine::ImportImageDir(const std::string& path, const std::
 
   nlohmann::json extra = {
       {"pid", pid}, {"owner", {{"uid", caller.uid}, {"gid", caller.gid}}}, {"imported_from", path}};
+  // A copy of a checkpoint brings its manifest: what a restore needs to
+  // know of it (the GPU stack, its GPUs, --shell-job) is taken over, each
+  // field checked for its type; the rest (owner, sizes) is this import's.
+  if (images_shown != path) {
+    auto manifest = ReadWholeFile(top.get(), "manifest.json", path + "/manifest.json", owner);
+    if (manifest.ok()) {
+      auto copied = nlohmann::json::parse(*manifest, nullptr, false);
+      const nlohmann::json* from = nullptr;
+      if (copied.is_object() && copied.contains("extra") && copied["extra"].is_object())
+        from = &copied["extra"];
+      else if (copied.is_object())
+        from = &copied;
+      if (from != nullptr) {
+        for (const char* key : {"gpu_backend", "driver_version"})
+          if (from->contains(key) && (*from)[key].is_string()) extra[key] = (*from)[key];
+        if (from->contains("shell_job") && (*from)["shell_job"].is_boolean())
+          extra["shell_job"] = (*from)["shell_job"];
+        if (from->contains("gpus") && (*from)["gpus"].is_array()) {
+          nlohmann::json gpus = nlohmann::json::array();
+          for (const auto& g : (*from)["gpus"]) {
+            if (!g.is_object() || !g.contains("uuid") || !g["uuid"].is_string()) continue;
+            nlohmann::json gpu = {{"uuid", g["uuid"]}};
+            if (g.contains("name") && g["name"].is_string()) gpu["name"] = g["name"];
+            if (g.contains("memory_bytes") && g["memory_bytes"].is_number_unsigned())
+              gpu["memory_bytes"] = g["memory_bytes"];
+            gpus.push_back(gpu);
+          }
+          extra["gpus"] = gpus;
+        }
+      }
+    }
+  }
   for (int attempt = 0;; ++attempt) {
     std::string id = name;
     if (id.empty()) {
@@ -335,8 +367,23 @@ Result<int> Engine::Restore(const RestoreRequest& request) {
       return Status::InvalidArgument("checkpoint " + id + " names no root process");
     GPUCKPT_RETURN_IF_ERROR(CheckImageCredentials(store_, id, tasks, request.caller));
     GPUCKPT_RETURN_IF_ERROR(CheckIdsFree(tasks));
+    GpuRestoreOptions gpu_options;
+    gpu_options.gpu_map = request.gpu_map;
+    if (auto info = store_->Get(id); info.ok()) {
+      auto extra = nlohmann::json::parse(info->extra_json, nullptr, false);
+      if (extra.is_object()) {
+        if (extra.contains("gpu_backend") && extra["gpu_backend"].is_string())
+          gpu_options.checkpoint_backend = extra["gpu_backend"];
+        if (extra.contains("gpus") && extra["gpus"].is_array()) {
+          for (const auto& g : extra["gpus"])
+            if (g.is_object() && g.contains("uuid") && g["uuid"].is_string())
+              gpu_options.checkpoint_gpus.push_back(g["uuid"]);
+        }
+      }
+    }
+    GPUCKPT_ASSIGN_OR_RETURN(CriuGpuSetup gpu, gpu_->SetupForRestore(gpu_options));
     GPUCKPT_ASSIGN_OR_RETURN(auto ticket, board_.Begin(static_cast<int>(root->pid), "restore"));
-    auto pid = RestoreSnapshot(id, request.caller, ticket.get());
+    auto pid = RestoreSnapshot(id, gpu, request.caller, ticket.get());
     ticket->SetResult(pid.ok() ? fmt::format("restore of {} ok as pid {}", id, *pid)
                                : "restore of " + id + " failed: " + pid.status().message());
     return pid;
@@ -350,8 +397,8 @@ Result<int> Engine::Restore(const RestoreRequest& request) {
   return pid;
 }
 
-Result<int> Engine::RestoreSnapshot(const std::string& id, const Caller& caller,
-                                    OperationBoard::Ticket* ticket) {
+Result<int> Engine::RestoreSnapshot(const std::string& id, const CriuGpuSetup& gpu,
+                                    const Caller& caller, OperationBoard::Ticket* ticket) {
   const auto start = std::chrono::steady_clock::now();
   GPUCKPT_ASSIGN_OR_RETURN(auto files, store_->ListFiles(id));
   std::set<std::string> images;
@@ -359,7 +406,6 @@ Result<int> Engine::RestoreSnapshot(const std::string& id, const Caller& caller,
     if (f.type == FileType::kRegular && f.path.compare(0, 7, "images/") == 0)
       images.insert(f.path.substr(7));
   }
-  GPUCKPT_ASSIGN_OR_RETURN(CriuGpuSetup gpu, gpu_->SetupFor({}));
   GPUCKPT_ASSIGN_OR_RETURN(auto work_dir, MakeWorkDir("restore-" + id));
   const std::string& work = work_dir->path();
   const std::string images_dir = work + "/images";
@@ -396,7 +442,9 @@ Result<int> Engine::RestoreSnapshot(const std::string& id, const Caller& caller,
     cmd.run_as = CriuCredentials{caller.uid, caller.gid, caller.groups,
                                  /*keep_sys_ptrace=*/false, /*keep_setpcap=*/true};
   }
+  cmd.args.insert(cmd.args.end(), gpu.criu_args.begin(), gpu.criu_args.end());
   cmd.path_prepend = gpu.path_prepend;
+  cmd.environment = gpu.environment;
   cmd.stderr_fd = criu_stderr.fd();
 
   ticket->SetStage("restore");

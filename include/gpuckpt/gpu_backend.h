@@ -40,6 +40,9 @@ struct GpuProcessState {
 
 // How CRIU must be run for the processes of one checkpoint or restore.
 struct CriuGpuSetup {
+  // The GPU stacks this setup is for: "none", "cuda", "rocm", "cuda+rocm"
+  // (recorded in the manifest as gpu_backend).
+  std::string kind = "none";
   // Directory CRIU loads plugins from (--libdir). Empty: a directory with
   // no plugin, so a process without a GPU is dumped exactly as plain CRIU
   // would, and no plugin can fail it.
@@ -47,15 +50,45 @@ struct CriuGpuSetup {
   // Directories put first on CRIU's PATH (where the plugins find the
   // cuda-checkpoint command).
   std::vector<std::string> path_prepend;
-  // Extra environment for CRIU, "NAME=value".
+  // Extra environment for CRIU, "NAME=value" (the plugins' commands inherit it).
   std::vector<std::string> environment;
+  // Extra arguments for CRIU (e.g. a --timeout that covers the lock timeout).
+  std::vector<std::string> criu_args;
+};
+
+struct GpuCheckpointOptions {
+  // How long the driver may take to lock the process (wait for its GPU
+  // work in flight); past it the checkpoint fails and the process runs on.
+  uint32_t lock_timeout_ms = 10000;
+  // A directory the backend's helpers may write what they find during the
+  // dump into (the CUDA device-memory ranges); read with DeviceRanges().
+  std::string scratch_dir;
+};
+
+struct GpuRestoreOptions {
+  // "OLD_UUID=NEW_UUID,...": restore the checkpoint's GPUs onto others.
+  // Empty: onto the same GPUs.
+  std::string gpu_map;
+  // The backend the checkpoint was made with ("cuda", "rocm", "none"; ""
+  // when unknown, e.g. a plain CRIU image directory).
+  std::string checkpoint_backend;
+  // The UUIDs of the GPUs the checkpoint used, where known.
+  std::vector<std::string> checkpoint_gpus;
+};
+
+// Device memory that the driver moved into a process's host memory at the
+// checkpoint step: the range [start, end) of process `pid`.
+struct DeviceRange {
+  int pid = 0;
+  uint64_t start = 0;
+  uint64_t end = 0;
 };
 
 class GpuBackend {
  public:
   virtual ~GpuBackend() = default;
 
-  // "none", "cuda", "rocm".
+  // "none", "cuda", "rocm", or "cuda+rocm".
   virtual std::string name() const = 0;
 
   // A line for status when the backend cannot work here (no driver), else "".
@@ -65,8 +98,23 @@ class GpuBackend {
   // for every read of a status file.
   virtual Result<GpuProcessState> Describe(int pid) = 0;
 
-  // How to run CRIU to checkpoint (or restore) the tree of `pids`.
-  virtual Result<CriuGpuSetup> SetupFor(const std::vector<int>& pids) = 0;
+  // How to run CRIU to checkpoint the tree of `pids`: no plugin for a tree
+  // without GPU processes; kUnavailable when the tree uses a GPU whose
+  // driver or plugin is missing here (a dump would lose the device state).
+  virtual Result<CriuGpuSetup> SetupForCheckpoint(const std::vector<int>& pids,
+                                                  const GpuCheckpointOptions& options) = 0;
+
+  // What the helpers found during a successful dump run with `options`.
+  virtual Result<std::vector<DeviceRange>> DeviceRanges(const GpuCheckpointOptions& options) = 0;
+
+  // How to run CRIU to restore; kInvalidArgument for a bad gpu_map,
+  // kUnavailable when the checkpoint needs a GPU stack missing here.
+  virtual Result<CriuGpuSetup> SetupForRestore(const GpuRestoreOptions& options) = 0;
+
+  // Brings the GPU processes of `pids` that a failed or abandoned
+  // checkpoint left locked or checkpointed back to running (best effort;
+  // the first error is returned after trying all).
+  virtual Status Release(const std::vector<int>& pids) = 0;
 
   // The driver version for the manifest ("" when none).
   virtual std::string driver_version() const = 0;

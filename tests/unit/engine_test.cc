@@ -570,6 +570,11 @@ TEST_F(EngineTest, PidCtlRejectsBadCommandsAndRecordsWhy) {
       {std::string("checkpoint\0--kill", 17), "one line"},
       {"checkpoint\n--kill", "one line"},
       {"checkpoint --name \"foo", "quot"},
+      {"checkpoint --lock-timeout", "--lock-timeout"},
+      {"checkpoint --lock-timeout 0", "--lock-timeout"},
+      {"checkpoint --lock-timeout -5", "--lock-timeout"},
+      {"checkpoint --lock-timeout soon", "--lock-timeout"},
+      {"checkpoint --lock-timeout 99999999999", "--lock-timeout"},
   };
   for (size_t i = 0; i < cases.size(); ++i) {
     const Case& c = cases[i];
@@ -657,6 +662,16 @@ TEST_F(EngineTest, RestoreRejectsBadPaths) {
       EXPECT_EQ(result.back(), '\n');
     }
   }
+  // Options after the path: only --gpu-map, with a value; and this engine
+  // has no GPU backend, so a map is refused with the reason.
+  for (const std::string& line :
+       {tmp_.Sub("plain") + " --bogus", tmp_.Sub("plain") + " --gpu-map",
+        tmp_.Sub("plain") + " --gpu-map a=b extra", "'" + tmp_.Sub("plain") + " --gpu-map x=y",
+        std::string(" --gpu-map GPU-1=GPU-2")}) {
+    SCOPED_TRACE("restore '" + line + "'");
+    EXPECT_CODE(Restore(line), StatusCode::kInvalidArgument);
+    EXPECT_EQ(engine_->RestoreResult(0).rfind("error: ", 0), 0u) << engine_->RestoreResult(0);
+  }
   // Results are per user.
   EXPECT_EQ(engine_->RestoreResult(1234), "none\n");
   EXPECT_TRUE(SnapshotIds().empty());
@@ -732,6 +747,12 @@ TEST_F(EngineTest, CheckpointAndRestoreThroughCommands) {
   } restored{pid};
   EXPECT_TRUE(Entries(KillJournalDir(tmp_.Sub("work"), store_->dir())).empty());
 
+  // A GPU map for a checkpoint of a process without a GPU is refused
+  // before CRIU runs, saying why.
+  const std::string uuid = "GPU-01234567-89ab-cdef-0123-456789abcdef";
+  EXPECT_CODE(Restore(mnt_ + "/checkpoints/" + first + " --gpu-map " + uuid + "=" + uuid),
+              StatusCode::kInvalidArgument);
+  EXPECT_TRUE(Contains(engine_->RestoreResult(0), "--gpu-map")) << engine_->RestoreResult(0);
   // Restore from a path in the mount (not mounted: the engine knows it).
   ASSERT_OK(Restore(mnt_ + "/checkpoints/" + first));
   EXPECT_EQ(engine_->RestoreResult(0), "pid " + p + "\n");

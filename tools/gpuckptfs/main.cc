@@ -1,6 +1,6 @@
 // gpuckptfs: mounts the gpuckpt filesystem.
 //
-//   gpuckptfs [--store DIR] [--all-processes] [--foreground] [MOUNTPOINT]
+//   gpuckptfs [--store DIR] [--all-processes] [--lock-timeout MS] [--foreground] [MOUNTPOINT]
 //
 // Without --foreground it returns once the filesystem is mounted (exit 0),
 // or with exit 1 and one line on stderr when it could not be (store in use,
@@ -20,6 +20,7 @@
 #include <string>
 
 #include "core/engine/engine.h"
+#include "core/gpu/system_gpu_backend.h"
 #include "fs/filesystem.h"
 #include "gpuckpt/gpu_backend.h"
 #include "gpuckpt/store.h"
@@ -35,9 +36,55 @@ Status CheckMountpoint(const std::string& path) {
   return Status::Ok();
 }
 
+struct GpuSettings {
+  bool off = false;
+  std::string criu_plugin_dir;      // "": next to the criu binary
+  std::string cuda_checkpoint_dir;  // "": next to this binary
+};
+
+std::string DirOf(const std::string& path) {
+  const size_t slash = path.rfind('/');
+  return slash == std::string::npos ? "." : path.substr(0, slash);
+}
+
+bool IsFile(const std::string& path) {
+  struct stat st {};
+  return stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+}
+
+// gpuckpt's cuda-checkpoint: installed in <prefix>/libexec/gpuckpt beside
+// <prefix>/bin/gpuckptfs, or in <build>/libexec/gpuckpt of a build tree.
+std::string FindCudaCheckpointDir() {
+  char exe[4096];
+  const ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+  if (n <= 0) return "";
+  exe[n] = '\0';
+  const std::string dir = DirOf(exe);
+  for (const std::string& candidate :
+       {dir + "/../libexec/gpuckpt", dir + "/../../libexec/gpuckpt", dir}) {
+    if (IsFile(candidate + "/cuda-checkpoint")) {
+      char* real = realpath(candidate.c_str(), nullptr);
+      std::string out = real ? real : candidate;
+      free(real);
+      return out;
+    }
+  }
+  return "";
+}
+
+// CRIU's plugins: <prefix>/lib/criu beside <prefix>/sbin/criu.
+std::string FindCriuPluginDir(const std::string& criu_path) {
+  std::string criu = criu_path.empty() ? "/usr/local/sbin/criu" : criu_path;
+  if (char* real = realpath(criu.c_str(), nullptr)) {
+    criu = real;
+    free(real);
+  }
+  return DirOf(DirOf(criu)) + "/lib/criu";
+}
+
 // Opens the store and serves; `ready` gets "" once mounted, or the error.
 int Serve(const std::string& store_dir, EngineOptions engine_options, const MountOptions& mount,
-          const std::function<void(const std::string&)>& ready) {
+          const GpuSettings& gpu_settings, const std::function<void(const std::string&)>& ready) {
   // A CRIU that closes an image pipe early must not kill the daemon.
   signal(SIGPIPE, SIG_IGN);
   StoreOptions options;
@@ -47,7 +94,22 @@ int Serve(const std::string& store_dir, EngineOptions engine_options, const Moun
     return 1;
   }
   engine_options.mountpoint = mount.mountpoint;
-  auto engine = Engine::Create(store->get(), MakeNoGpuBackend(), engine_options);
+  // The GPU drivers are loaded here, in the daemon, after the fork.
+  std::unique_ptr<GpuBackend> gpu;
+  if (gpu_settings.off) {
+    gpu = MakeNoGpuBackend();
+  } else {
+    SystemGpuBackendOptions gpu_options;
+    gpu_options.criu_plugin_dir = gpu_settings.criu_plugin_dir.empty()
+                                      ? FindCriuPluginDir(engine_options.criu_path)
+                                      : gpu_settings.criu_plugin_dir;
+    gpu_options.cuda_checkpoint_dir = gpu_settings.cuda_checkpoint_dir.empty()
+                                          ? FindCudaCheckpointDir()
+                                          : gpu_settings.cuda_checkpoint_dir;
+    gpu_options.work_dir = engine_options.work_dir;
+    gpu = MakeSystemGpuBackend(gpu_options);
+  }
+  auto engine = Engine::Create(store->get(), std::move(gpu), engine_options);
   if (!engine.ok()) {
     ready(engine.status().ToString());
     return 1;
@@ -85,6 +147,19 @@ int Main(int argc, char** argv) {
       ->capture_default_str();
   app.add_flag("--keep-logs", engine_options.keep_logs,
                "Keep CRIU's logs of successful operations in the work dir");
+  GpuSettings gpu_settings;
+  app.add_option("--lock-timeout", engine_options.lock_timeout_ms,
+                 "Milliseconds the GPU driver may take to lock a process for a checkpoint "
+                 "(checkpoint --lock-timeout overrides it)")
+      ->check(CLI::Range(1u, 3600u * 1000u))
+      ->capture_default_str();
+  app.add_option("--criu-plugin-dir", gpu_settings.criu_plugin_dir,
+                 "Where CRIU's cuda_plugin.so and amdgpu_plugin.so are (default: lib/criu "
+                 "beside the criu binary's sbin/)");
+  app.add_option("--cuda-checkpoint-dir", gpu_settings.cuda_checkpoint_dir,
+                 "The directory of gpuckpt's cuda-checkpoint (default: libexec/gpuckpt beside "
+                 "this binary)");
+  app.add_flag("--no-gpu", gpu_settings.off, "Do not load any GPU driver; GPU processes cannot be checkpointed");
   app.add_flag("-f,--foreground", foreground, "Stay in the foreground");
   app.add_flag("-d,--debug", mount.debug, "Log every FUSE request (implies --foreground)");
   app.add_option("MOUNTPOINT", mount.mountpoint, "Where to mount")->capture_default_str();
@@ -108,7 +183,7 @@ int Main(int argc, char** argv) {
     free(real);
   }
   if (foreground) {
-    return Serve(store_dir, engine_options, mount, [](const std::string& error) {
+    return Serve(store_dir, engine_options, mount, gpu_settings, [](const std::string& error) {
       if (!error.empty()) std::fprintf(stderr, "gpuckptfs: %s\n", error.c_str());
     });
   }
@@ -143,7 +218,7 @@ int Main(int argc, char** argv) {
   setsid();
   if (chdir("/") != 0) _exit(1);
   const int report_fd = pipe_fds[1];
-  return Serve(store_dir, engine_options, mount, [report_fd](const std::string& error) {
+  return Serve(store_dir, engine_options, mount, gpu_settings, [report_fd](const std::string& error) {
     const std::string message = error.empty() ? "ok" : error;
     if (write(report_fd, message.data(), message.size()) < 0) {
       // The parent is gone; nothing to tell.

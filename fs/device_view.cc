@@ -1,0 +1,239 @@
+#include "fs/device_view.h"
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include <nlohmann/json.hpp>
+
+#include "core/criu/images.h"
+
+namespace gpuckpt {
+namespace {
+
+// Pagemap images are small (one record per run of pages); a huge one is
+// not CRIU's.
+constexpr uint64_t kMaxPagemapBytes = 64u << 20;
+
+Result<std::string> ReadSmallStoredFile(Store* store, const std::string& id,
+                                        const std::string& path) {
+  GPUCKPT_ASSIGN_OR_RETURN(auto reader, store->OpenFile(id, path));
+  const uint64_t size = reader->entry().size;
+  if (size > kMaxPagemapBytes) return Status::InvalidArgument(path + " is too large");
+  std::string data(size, '\0');
+  GPUCKPT_ASSIGN_OR_RETURN(size_t n, reader->Pread(0, data.size(), data.data()));
+  data.resize(n);
+  return data;
+}
+
+// The slices of the pages image that hold [start, end) of the process
+// whose pagemap is `map`.
+std::vector<DeviceFile::Segment> Slices(const CriuPagemap& map, uint64_t page_size,
+                                        uint64_t start, uint64_t end) {
+  std::vector<DeviceFile::Segment> out;
+  auto add = [&](uint64_t length, int64_t offset) {
+    if (length == 0) return;
+    if (!out.empty()) {
+      auto& last = out.back();
+      const bool both_zero = last.source_offset < 0 && offset < 0;
+      const bool contiguous = last.source_offset >= 0 && offset >= 0 &&
+                              static_cast<uint64_t>(last.source_offset) + last.length ==
+                                  static_cast<uint64_t>(offset);
+      if (both_zero || contiguous) {
+        last.length += length;
+        return;
+      }
+    }
+    out.push_back({length, offset});
+  };
+  uint64_t cursor = start;
+  uint64_t pages_offset = 0;  // where the current entry's pages start in the image
+  for (const auto& e : map.entries) {
+    const uint64_t bytes = uint64_t{e.nr_pages} * page_size;
+    const uint64_t e_end = e.vaddr + bytes;
+    const uint64_t here = pages_offset;
+    if (e.present()) pages_offset += bytes;
+    if (e_end <= cursor || e.vaddr >= end) continue;
+    if (e.vaddr > cursor) {
+      add(e.vaddr - cursor, -1);
+      cursor = e.vaddr;
+    }
+    const uint64_t stop = std::min(end, e_end);
+    add(stop - cursor, e.present() ? static_cast<int64_t>(here + (cursor - e.vaddr)) : -1);
+    cursor = stop;
+  }
+  if (cursor < end) add(end - cursor, -1);
+  return out;
+}
+
+class SliceReader final : public FileReader {
+ public:
+  SliceReader(std::shared_ptr<const DeviceFile> file, std::unique_ptr<FileReader> source)
+      : file_(std::move(file)), source_(std::move(source)) {
+    uint64_t at = 0;
+    for (const auto& s : file_->segments) {
+      starts_.push_back(at);
+      at += s.length;
+    }
+  }
+
+  Result<size_t> Pread(uint64_t offset, size_t len, char* buf) override {
+    const uint64_t size = file_->entry.size;
+    if (offset >= size) return size_t{0};
+    len = static_cast<size_t>(std::min<uint64_t>(len, size - offset));
+    size_t done = 0;
+    size_t i = std::upper_bound(starts_.begin(), starts_.end(), offset) - starts_.begin() - 1;
+    while (done < len && i < starts_.size()) {
+      const auto& seg = file_->segments[i];
+      const uint64_t within = offset + done - starts_[i];
+      const size_t n = static_cast<size_t>(std::min<uint64_t>(len - done, seg.length - within));
+      if (seg.source_offset < 0) {
+        std::memset(buf + done, 0, n);
+      } else {
+        GPUCKPT_ASSIGN_OR_RETURN(
+            size_t got, source_->Pread(static_cast<uint64_t>(seg.source_offset) + within, n,
+                                       buf + done));
+        if (got != n)
+          return Status::Corruption(file_->entry.path + ": " + file_->source +
+                                    " ends before the pages its pagemap names");
+      }
+      done += n;
+      ++i;
+    }
+    return done;
+  }
+
+  const FileEntry& entry() const override { return file_->entry; }
+
+ private:
+  std::shared_ptr<const DeviceFile> file_;
+  std::unique_ptr<FileReader> source_;
+  std::vector<uint64_t> starts_;
+};
+
+class AliasReader final : public FileReader {
+ public:
+  AliasReader(std::shared_ptr<const DeviceFile> file, std::unique_ptr<FileReader> source)
+      : file_(std::move(file)), source_(std::move(source)) {}
+  Result<size_t> Pread(uint64_t offset, size_t len, char* buf) override {
+    return source_->Pread(offset, len, buf);
+  }
+  const FileEntry& entry() const override { return file_->entry; }
+
+ private:
+  std::shared_ptr<const DeviceFile> file_;
+  std::unique_ptr<FileReader> source_;
+};
+
+class ContentReader final : public FileReader {
+ public:
+  explicit ContentReader(std::shared_ptr<const DeviceFile> file) : file_(std::move(file)) {}
+  Result<size_t> Pread(uint64_t offset, size_t len, char* buf) override {
+    const std::string& c = file_->content;
+    if (offset >= c.size()) return size_t{0};
+    const size_t n = std::min<size_t>(len, c.size() - offset);
+    std::memcpy(buf, c.data() + offset, n);
+    return n;
+  }
+  const FileEntry& entry() const override { return file_->entry; }
+
+ private:
+  std::shared_ptr<const DeviceFile> file_;
+};
+
+FileEntry DeviceEntry(const std::string& name, uint64_t size, const SnapshotInfo& info,
+                      const SnapshotOwner& owner) {
+  FileEntry e;
+  e.path = "device/" + name;
+  e.type = FileType::kRegular;
+  e.mode = 0600;
+  e.uid = owner.uid;
+  e.gid = owner.gid;
+  e.size = size;
+  e.mtime_ns = info.created_ns;
+  return e;  // stored_bytes 0: the bytes are the images' own
+}
+
+}  // namespace
+
+Result<std::vector<std::shared_ptr<const DeviceFile>>> BuildDeviceFiles(
+    Store* store, const SnapshotInfo& info, const SnapshotOwner& owner,
+    const std::vector<FileEntry>& files) {
+  std::vector<std::shared_ptr<const DeviceFile>> out;
+  for (const auto& f : files)
+    if (f.path == "device" || f.path.rfind("device/", 0) == 0) return out;  // stored itself
+
+  // AMD plugin files.
+  for (const auto& f : files) {
+    if (f.type != FileType::kRegular || f.path.rfind("images/amdgpu-", 0) != 0) continue;
+    auto file = std::make_shared<DeviceFile>();
+    file->entry = DeviceEntry(f.path.substr(7), f.size, info, owner);
+    file->alias_of = f.path;
+    out.push_back(std::move(file));
+  }
+
+  // CUDA device memory moved to host memory.
+  auto extra = nlohmann::json::parse(info.extra_json, nullptr, false);
+  if (!extra.is_object() || !extra.contains("device") || !extra["device"].is_object()) return out;
+  const auto& device = extra["device"];
+  if (!device.contains("cuda_host_ranges") || !device["cuda_host_ranges"].is_array()) return out;
+  const uint64_t page_size = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+  std::map<int, CriuPagemap> pagemaps;
+  nlohmann::json listing = nlohmann::json::array();
+  for (const auto& r : device["cuda_host_ranges"]) {
+    if (!r.is_object() || !r.contains("pid") || !r["pid"].is_number_integer() ||
+        !r.contains("start") || !r["start"].is_number_unsigned() || !r.contains("end") ||
+        !r["end"].is_number_unsigned())
+      return Status::Corruption("checkpoint " + info.id + ": malformed device range");
+    const int pid = r["pid"];
+    const uint64_t start = r["start"], end = r["end"];
+    if (end <= start || pid <= 0)
+      return Status::Corruption("checkpoint " + info.id + ": empty device range");
+    if (pagemaps.count(pid) == 0) {
+      const std::string path = "images/pagemap-" + std::to_string(pid) + ".img";
+      GPUCKPT_ASSIGN_OR_RETURN(std::string bytes, ReadSmallStoredFile(store, info.id, path));
+      GPUCKPT_ASSIGN_OR_RETURN(CriuPagemap map, ParsePagemapImage(bytes, path));
+      pagemaps.emplace(pid, std::move(map));
+    }
+    const CriuPagemap& map = pagemaps.at(pid);
+    auto file = std::make_shared<DeviceFile>();
+    const std::string name = fmt::format("cuda-{}-{:x}.bin", pid, start);
+    file->entry = DeviceEntry(name, end - start, info, owner);
+    file->source = "images/pages-" + std::to_string(map.pages_id) + ".img";
+    file->segments = Slices(map, page_size, start, end);
+    listing.push_back({{"pid", pid},
+                       {"start", start},
+                       {"end", end},
+                       {"size", end - start},
+                       {"start_hex", fmt::format("0x{:x}", start)},
+                       {"file", name}});
+    out.push_back(std::move(file));
+  }
+  auto index = std::make_shared<DeviceFile>();
+  index->content =
+      nlohmann::json{{"version", 1},
+                     {"what", "device memory the CUDA driver moved into host memory at checkpoint"},
+                     {"ranges", listing}}
+          .dump(2) +
+      "\n";
+  index->entry = DeviceEntry("cuda-ranges.json", index->content.size(), info, owner);
+  out.push_back(std::move(index));
+  return out;
+}
+
+Result<std::unique_ptr<FileReader>> OpenDeviceFile(Store* store, const std::string& id,
+                                                   std::shared_ptr<const DeviceFile> file) {
+  if (!file->alias_of.empty()) {
+    GPUCKPT_ASSIGN_OR_RETURN(auto source, store->OpenFile(id, file->alias_of));
+    return std::unique_ptr<FileReader>(new AliasReader(std::move(file), std::move(source)));
+  }
+  if (!file->source.empty()) {
+    GPUCKPT_ASSIGN_OR_RETURN(auto source, store->OpenFile(id, file->source));
+    return std::unique_ptr<FileReader>(new SliceReader(std::move(file), std::move(source)));
+  }
+  return std::unique_ptr<FileReader>(new ContentReader(std::move(file)));
+}
+
+}  // namespace gpuckpt

@@ -1,0 +1,54 @@
+// The device/ directory of a checkpoint, where the checkpoint does not
+// store one itself (copies imported with their device/ files do):
+//
+//  - CUDA: the device memory the driver moved into the process's host
+//    memory at the checkpoint step. cuda-checkpoint recorded those ranges
+//    (manifest "extra.device.cuda_host_ranges"); their bytes are already in
+//    CRIU's pages image, so each range is shown as a file made of slices of
+//    images/pages-<id>.img, found through images/pagemap-<pid>.img (pages
+//    CRIU did not dump read as zeros), plus cuda-ranges.json listing them.
+//    Nothing is stored twice: `du` shows 0 for them.
+//  - AMD: the amdgpu plugin's image files (images/amdgpu-*), shown again
+//    under device/ with the same bytes.
+//
+// Thread-safety: DeviceFile is immutable once built; the readers are as
+// safe for concurrent Pread() as the Store's.
+#ifndef GPUCKPT_FS_DEVICE_VIEW_H_
+#define GPUCKPT_FS_DEVICE_VIEW_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/engine/engine.h"
+#include "gpuckpt/file_reader.h"
+#include "gpuckpt/store.h"
+
+namespace gpuckpt {
+
+struct DeviceFile {
+  FileEntry entry;       // "device/<name>", the logical size, the owner
+  std::string alias_of;  // AMD: the stored file read in its place
+  std::string content;   // generated: cuda-ranges.json
+  // CUDA: slices of `source` (a stored pages image), in file order.
+  struct Segment {
+    uint64_t length = 0;
+    int64_t source_offset = -1;  // -1: zeros
+  };
+  std::string source;
+  std::vector<Segment> segments;
+};
+
+// The device/ files of snapshot `info`, whose stored files are `files`.
+// Empty when it has none, or stores device/ itself.
+Result<std::vector<std::shared_ptr<const DeviceFile>>> BuildDeviceFiles(
+    Store* store, const SnapshotInfo& info, const SnapshotOwner& owner,
+    const std::vector<FileEntry>& files);
+
+// A reader of one device file of snapshot `id`.
+Result<std::unique_ptr<FileReader>> OpenDeviceFile(Store* store, const std::string& id,
+                                                   std::shared_ptr<const DeviceFile> file);
+
+}  // namespace gpuckpt
+
+#endif  // GPUCKPT_FS_DEVICE_VIEW_H_
