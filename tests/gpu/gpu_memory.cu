@@ -1,0 +1,263 @@
+// gpu_memory: device memory with a known content, for checkpoints of a CUDA
+// process (the zdtm-style protocol of tests/workloads/workload.h).
+//
+//   gpu_memory RESULT_FILE --gib N [--idle] [--busy-kernel-ms MS]
+//
+// Allocates N GiB with cudaMalloc (plain device memory, never managed) and
+// fills 32-bit word i with WordHash(i). Then, about every 50 ms, unless
+// --idle, a kernel adds kStep to every word; the host counts the kernels, so
+// after k of them word i must be WordHash(i) + k * kStep (mod 2^32). A
+// checkpoint that loses, tears or shifts device memory, or a restore that
+// replays or drops a kernel, breaks the relation.
+//
+// --busy-kernel-ms MS launches, once before the loop, a kernel that spins on
+// the GPU for MS milliseconds (it touches none of the words): a driver lock
+// asked for meanwhile has to wait for it, so a short lock timeout must fail.
+//
+// On SIGUSR1 (blocked in every thread, taken only by sigtimedwait in the
+// loop) a kernel counts the words that differ from what they must be, and
+// the verdict goes to RESULT_FILE: "PASS" or "FAIL: <what>" (exit 0 or 1).
+// Any CUDA error after ready is a FAIL naming the call and the error.
+//
+// Once ready it prints nothing (stdout and stderr are pointed at /dev/null):
+// CRIU checks the size of every open regular file on restore.
+//
+// Built by tests/gpu/prepare: nvcc -arch=sm_90 -O2 -cudart static, with
+// tests/workloads/workload.cc for the protocol.
+#include <cuda_runtime.h>
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "tests/workloads/workload.h"
+
+namespace wl = gpuckpt::workload;
+
+namespace {
+
+constexpr std::uint32_t kStep = 0x9e3779b9u;  // Odd: k * kStep differs for every k < 2^32.
+constexpr int kIntervalMs = 50;
+constexpr int kThreads = 256;
+
+// splitmix64's finalizer (as wl::Mix64), folded to 32 bits.
+__host__ __device__ inline std::uint32_t WordHash(std::uint64_t i) {
+  std::uint64_t x = i + 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  x ^= x >> 31;
+  return static_cast<std::uint32_t>(x ^ (x >> 32));
+}
+
+__global__ void FillKernel(std::uint32_t* words, std::size_t n) {
+  const std::size_t stride = static_cast<std::size_t>(gridDim.x) * blockDim.x;
+  for (std::size_t i = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += stride) {
+    words[i] = WordHash(i);
+  }
+}
+
+__global__ void AddKernel(std::uint32_t* words, std::size_t n, std::uint32_t add) {
+  const std::size_t stride = static_cast<std::size_t>(gridDim.x) * blockDim.x;
+  for (std::size_t i = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += stride) {
+    words[i] += add;
+  }
+}
+
+// Counts the words that are not WordHash(i) + add; keeps the lowest index
+// of one that is not (first stays ~0 when all match).
+__global__ void CheckKernel(const std::uint32_t* words, std::size_t n, std::uint32_t add,
+                            unsigned long long* mismatches, unsigned long long* first) {
+  const std::size_t stride = static_cast<std::size_t>(gridDim.x) * blockDim.x;
+  unsigned long long bad = 0;
+  for (std::size_t i = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += stride) {
+    if (words[i] != WordHash(i) + add) {
+      if (bad == 0) atomicMin(first, static_cast<unsigned long long>(i));
+      ++bad;
+    }
+  }
+  if (bad != 0) atomicAdd(mismatches, bad);
+}
+
+__device__ inline unsigned long long GlobalTimerNs() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+// Spins for `ns` nanoseconds of the GPU's global timer.
+__global__ void SpinKernel(unsigned long long ns, unsigned long long* sink) {
+  const unsigned long long start = GlobalTimerNs();
+  unsigned long long spins = 0;
+  while (GlobalTimerNs() - start < ns) ++spins;
+  *sink = spins;
+}
+
+struct Args {
+  wl::Options options;  // result_file only; the size is --gib.
+  std::size_t gib = 0;
+  bool idle = false;
+  long busy_kernel_ms = 0;
+};
+
+[[noreturn]] void Usage(const char* argv0) {
+  std::fprintf(stderr, "usage: %s RESULT_FILE --gib N [--idle] [--busy-kernel-ms MS]\n", argv0);
+  std::_Exit(2);
+}
+
+Args Parse(int argc, char** argv) {
+  Args args;
+  if (argc < 2 || argv[1][0] == '-') Usage(argv[0]);
+  args.options.result_file = argv[1];
+  for (int i = 2; i < argc; ++i) {
+    const std::string arg = argv[i];
+    auto number = [&](long min) {
+      if (i + 1 >= argc) Usage(argv[0]);
+      char* end = nullptr;
+      const long v = std::strtol(argv[++i], &end, 10);
+      if (*end != '\0' || v < min) Usage(argv[0]);
+      return v;
+    };
+    if (arg == "--gib") {
+      args.gib = static_cast<std::size_t>(number(1));
+    } else if (arg == "--idle") {
+      args.idle = true;
+    } else if (arg == "--busy-kernel-ms") {
+      args.busy_kernel_ms = number(1);
+    } else {
+      Usage(argv[0]);
+    }
+  }
+  if (args.gib == 0) Usage(argv[0]);
+  return args;
+}
+
+std::string Describe(const char* call, cudaError_t e) {
+  return std::string(call) + ": " + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ")";
+}
+
+// Before ready: say what failed and exit 2 (the driver times out waiting for
+// the ready file and shows this output).
+void CheckOrDie(cudaError_t e, const char* call) {
+  if (e == cudaSuccess) return;
+  std::fprintf(stderr, "gpu_memory: %s\n", Describe(call, e).c_str());
+  std::_Exit(2);
+}
+
+// After ready: the first CUDA error is kept for the verdict.
+class ErrorLog {
+ public:
+  bool Check(cudaError_t e, const char* call) {
+    if (e == cudaSuccess) return true;
+    if (text_.empty()) text_ = Describe(call, e);
+    return false;
+  }
+  bool ok() const { return text_.empty(); }
+  const std::string& text() const { return text_; }
+
+ private:
+  std::string text_;
+};
+
+void SilenceOutput() {
+  const int null_fd = open("/dev/null", O_WRONLY | O_CLOEXEC);
+  if (null_fd < 0) return;
+  std::fflush(stdout);
+  std::fflush(stderr);
+  dup2(null_fd, STDOUT_FILENO);
+  dup2(null_fd, STDERR_FILENO);
+  close(null_fd);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const Args args = Parse(argc, argv);
+  // Before the first CUDA call: the driver's threads inherit the mask, so
+  // SIGUSR1 is only ever taken by WaitForCheck().
+  wl::BlockCheckSignal();
+
+  CheckOrDie(cudaSetDevice(0), "cudaSetDevice(0)");
+  cudaDeviceProp prop{};
+  CheckOrDie(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
+  const std::size_t bytes = args.gib << 30;
+  const std::size_t n = bytes / sizeof(std::uint32_t);
+  std::size_t free_bytes = 0, total_bytes = 0;
+  CheckOrDie(cudaMemGetInfo(&free_bytes, &total_bytes), "cudaMemGetInfo");
+  if (free_bytes < bytes) {
+    std::fprintf(stderr, "gpu_memory: --gib %zu needs %zu bytes; %s has %zu free of %zu\n", args.gib,
+                 bytes, prop.name, free_bytes, total_bytes);
+    return 2;
+  }
+  std::uint32_t* words = nullptr;
+  CheckOrDie(cudaMalloc(&words, bytes), "cudaMalloc(words)");
+  unsigned long long* counters = nullptr;  // [0] mismatches, [1] first, [2] spin sink
+  CheckOrDie(cudaMalloc(&counters, 3 * sizeof(unsigned long long)), "cudaMalloc(counters)");
+  const int blocks = prop.multiProcessorCount * 8;
+  FillKernel<<<blocks, kThreads>>>(words, n);
+  CheckOrDie(cudaGetLastError(), "FillKernel launch");
+  CheckOrDie(cudaDeviceSynchronize(), "FillKernel");
+  std::printf("gpu_memory: pid %d, %zu GiB on %s (%d SMs)%s\n", getpid(), args.gib, prop.name,
+              prop.multiProcessorCount, args.idle ? ", idle" : "");
+  if (args.busy_kernel_ms > 0) {
+    // Asynchronous: it is still running when the driver is asked to lock.
+    SpinKernel<<<1, 1>>>(static_cast<unsigned long long>(args.busy_kernel_ms) * 1000000ULL,
+                         counters + 2);
+    CheckOrDie(cudaGetLastError(), "SpinKernel launch");
+    std::printf("gpu_memory: a kernel spins for %ld ms\n", args.busy_kernel_ms);
+  }
+  SilenceOutput();
+  wl::AnnounceReady(args.options);
+
+  ErrorLog errors;
+  std::uint32_t kernels = 0;  // AddKernel launches that succeeded.
+  wl::WaitForCheck(
+      [&] {
+        if (args.idle || !errors.ok()) return;
+        AddKernel<<<blocks, kThreads>>>(words, n, kStep);
+        if (!errors.Check(cudaGetLastError(), "AddKernel launch")) return;
+        ++kernels;
+        // One kernel in flight at most, and its errors are seen at once.
+        errors.Check(cudaDeviceSynchronize(), "AddKernel");
+      },
+      kIntervalMs);
+
+  if (!errors.ok()) wl::Finish(args.options, errors.text());
+  if (!errors.Check(cudaDeviceSynchronize(), "cudaDeviceSynchronize before the check")) {
+    wl::Finish(args.options, errors.text());
+  }
+  const unsigned long long init[2] = {0, ~0ULL};
+  if (!errors.Check(cudaMemcpy(counters, init, sizeof(init), cudaMemcpyHostToDevice),
+                    "cudaMemcpy(counters)")) {
+    wl::Finish(args.options, errors.text());
+  }
+  const std::uint32_t add = kernels * kStep;
+  CheckKernel<<<blocks, kThreads>>>(words, n, add, counters, counters + 1);
+  unsigned long long result[2] = {0, 0};
+  if (!errors.Check(cudaGetLastError(), "CheckKernel launch") ||
+      !errors.Check(cudaMemcpy(result, counters, sizeof(result), cudaMemcpyDeviceToHost),
+                    "CheckKernel")) {
+    wl::Finish(args.options, errors.text());
+  }
+  if (result[0] == 0) wl::Finish(args.options, "");
+
+  std::uint32_t got = 0;
+  std::string what = std::to_string(result[0]) + " of " + std::to_string(n) +
+                     " words differ after " + std::to_string(kernels) + " kernels; first at word " +
+                     std::to_string(result[1]);
+  if (result[1] < n && errors.Check(cudaMemcpy(&got, words + result[1], sizeof(got),
+                                               cudaMemcpyDeviceToHost),
+                                    "cudaMemcpy(first bad word)")) {
+    char buf[96];
+    std::snprintf(buf, sizeof(buf), ": 0x%08x, expected 0x%08x", got,
+                  WordHash(result[1]) + add);
+    what += buf;
+  }
+  wl::Finish(args.options, what);
+}

@@ -1,0 +1,155 @@
+#!/usr/bin/env python3
+"""train.py: a deterministic PyTorch training run, checkpointed mid-run.
+
+    train.py --steps N --log FILE --ready FILE [--step-ms MS] [--data-mib MIB] [--seed S]
+
+Trains a small MLP on synthetic data that is generated on the GPU from the
+seed (labels from a fixed random "teacher"), one step about every --step-ms
+(100 ms: a checkpoint taken after ready lands mid-run). Everything is seeded
+and deterministic (torch.use_deterministic_algorithms, no TF32, cuBLAS with
+CUBLAS_WORKSPACE_CONFIG=:4096:8), so two runs on the same GPU give the same
+losses bit for bit. Device memory: the data set (--data-mib, 384 MiB) plus
+the model, Adam's state and the allocator's cache: about 0.5-0.6 GiB.
+
+After --warmup steps (5: cuBLAS and the caching allocator are set up by
+then) it writes its pid to the ready file (temp + rename). When all steps
+are done it writes FILE: one line per step, "STEP LOSS" with the loss as
+float.hex() (exact), then exits 0. An exception after ready ends the log
+with an "error: ..." line and exit 1.
+
+Why the log is written at the end, from memory, and never held open:
+
+CRIU records the size of every regular file the process has open and, on
+restore, refuses a file whose size differs ("bad size"). A log appended to
+while running would break restores: with `checkpoint` (leave running) the
+original keeps appending after the dump; after a first restore the restored
+run appends too; so the file never has the size the checkpoint recorded.
+Here the lines live in the process's memory, which the checkpoint captures
+with the rest of the state: a restored run carries the lines from before the
+checkpoint and adds the ones after it, and at the end writes the whole log
+(temp file + rename). Whatever the mode and however often a checkpoint is
+restored, each run that reaches the end leaves a log that must be
+byte-identical to an uninterrupted run's. For the same reason stdout and
+stderr are pointed at /dev/null once ready: a warning printed after the dump
+into a redirected output file would change its size.
+"""
+
+import argparse
+import os
+import sys
+import time
+import traceback
+
+# Must be set before cuBLAS starts (deterministic GEMMs need a fixed
+# workspace); the caller may set it too.
+os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+
+import torch  # noqa: E402  (after the environment above)
+
+FEATURES = 1024
+CLASSES = 16
+HIDDEN = 2048
+BATCH = 4096
+
+
+def write_atomically(path, text):
+    tmp = "%s.tmp.%d" % (path, os.getpid())
+    with open(tmp, "w") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.rename(tmp, path)
+
+
+def silence_output():
+    sys.stdout.flush()
+    sys.stderr.flush()
+    null = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(null, 1)
+    os.dup2(null, 2)
+    os.close(null)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--steps", type=int, required=True)
+    p.add_argument("--log", required=True)
+    p.add_argument("--ready", required=True)
+    p.add_argument("--step-ms", type=float, default=100.0)
+    p.add_argument("--data-mib", type=int, default=384)
+    p.add_argument("--seed", type=int, default=20240601)
+    p.add_argument("--warmup", type=int, default=5)
+    a = p.parse_args()
+    if a.steps <= a.warmup:
+        p.error("--steps must be more than --warmup")
+    if not torch.cuda.is_available():
+        print("train.py: torch.cuda.is_available() is False", file=sys.stderr)
+        return 2
+
+    torch.manual_seed(a.seed)
+    torch.cuda.manual_seed_all(a.seed)
+    torch.use_deterministic_algorithms(True)
+    torch.backends.cudnn.benchmark = False
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    torch.set_num_threads(2)
+    dev = torch.device("cuda:0")
+
+    # The data set lives on the GPU: the checkpoint must carry it.
+    rows = (a.data_mib << 20) // (FEATURES * 4)
+    rows -= rows % BATCH
+    gen = torch.Generator(device=dev)
+    gen.manual_seed(a.seed)
+    x = torch.randn(rows, FEATURES, device=dev, generator=gen)
+    teacher = torch.randn(FEATURES, CLASSES, device=dev, generator=gen)
+    y = (x @ teacher).argmax(dim=1)
+
+    model = torch.nn.Sequential(
+        torch.nn.Linear(FEATURES, HIDDEN),
+        torch.nn.ReLU(),
+        torch.nn.Linear(HIDDEN, HIDDEN),
+        torch.nn.ReLU(),
+        torch.nn.Linear(HIDDEN, CLASSES),
+    ).to(dev)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    loss_fn = torch.nn.CrossEntropyLoss()
+    batches = rows // BATCH
+    print(
+        "train.py: pid %d, %s, %d rows, %d steps, %.0f MiB allocated"
+        % (os.getpid(), torch.cuda.get_device_name(dev), rows, a.steps,
+           torch.cuda.memory_allocated(dev) / 2**20),
+        flush=True,
+    )
+
+    lines = []
+    ready = False
+    try:
+        for step in range(a.steps):
+            b = step % batches
+            xb = x[b * BATCH:(b + 1) * BATCH]
+            yb = y[b * BATCH:(b + 1) * BATCH]
+            opt.zero_grad(set_to_none=True)
+            loss = loss_fn(model(xb), yb)
+            loss.backward()
+            opt.step()
+            lines.append("%d %s\n" % (step, float(loss.item()).hex()))
+            if step + 1 == a.warmup:
+                silence_output()
+                write_atomically(a.ready, "%d\n" % os.getpid())
+                ready = True
+            # A fixed pause per step, not a schedule: after a restore the
+            # clocks have moved on, and a schedule would run steps back to
+            # back to catch up.
+            time.sleep(a.step_ms / 1000.0)
+    except BaseException:  # noqa: BLE001  (the log says what happened)
+        if not ready:
+            raise
+        lines.append("error: " + traceback.format_exc().replace("\n", " | ") + "\n")
+        write_atomically(a.log, "".join(lines))
+        return 1
+    write_atomically(a.log, "".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
