@@ -264,11 +264,12 @@ Result<SnapshotInfo> Engine::DumpAndStore(const CheckpointRequest& request,
                                  "dump.log", served, exit);
     // The driver could not lock the process in time (long GPU work in
     // flight): nothing is wrong, it runs on; try again later (EAGAIN).
+    // (CRIU's summary also holds unrelated error lines; the log has all.)
     if (failure.message().find("not locked within") != std::string::npos)
       return Status::Aborted(fmt::format(
           "the GPU driver could not lock process {} within {} ms (GPU work in flight); it was "
-          "left running: try again, or with a longer --lock-timeout. {}",
-          request.pid, gpu_options.lock_timeout_ms, failure.message()));
+          "left running: try again, or with a longer --lock-timeout (log: {}/dump.log)",
+          request.pid, gpu_options.lock_timeout_ms, work));
     return failure;
   }
 

@@ -201,3 +201,9 @@ EOF
 
 # proc_state PID: the one-letter state of a process ("" if gone).
 proc_state() { { sed 's/.*) //' "/proc/$1/stat" 2>/dev/null || true; } | cut -d' ' -f1; }
+
+# The commit the bundle was built from (the GPU machine's copy of .git may
+# be older than the working tree that travelled).
+bundle_commit() {
+  sed -n 's/^commit: //p' "$BUNDLE/BUILD-INFO" 2>/dev/null | head -n 1 | grep . || echo unknown
+}
