@@ -146,11 +146,22 @@ Result<SnapshotInfo> Engine::DumpAndStore(const CheckpointRequest& request,
       {"driver_version", gpu.kind == "none" ? "" : gpu_->driver_version()},
   };
   if (gpu.kind != "none") extra["lock_timeout_ms"] = gpu_options.lock_timeout_ms;
+  // The GPUs of the whole tree (a launcher's child may be the GPU user),
+  // each once, and the device memory they all hold.
   nlohmann::json gpus = nlohmann::json::array();
-  if (auto g = gpu_->Describe(request.pid); g.ok()) {
-    for (const auto& d : g->gpus)
-      gpus.push_back({{"name", d.name}, {"uuid", d.uuid}, {"memory_bytes", d.memory_bytes}});
-    extra["device_memory_bytes"] = g->device_memory_bytes;
+  uint64_t device_memory = 0;
+  std::set<std::string> seen_gpus;
+  if (gpu.kind != "none") {
+    for (int pid : tree) {
+      auto g = gpu_->Describe(pid);
+      if (!g.ok()) continue;
+      device_memory += g->device_memory_bytes;
+      for (const auto& d : g->gpus) {
+        if (!seen_gpus.insert(d.uuid.empty() ? d.name : d.uuid).second) continue;
+        gpus.push_back({{"name", d.name}, {"uuid", d.uuid}, {"memory_bytes", d.memory_bytes}});
+      }
+    }
+    extra["device_memory_bytes"] = device_memory;
   }
   extra["gpus"] = gpus;
 
