@@ -76,8 +76,9 @@ Status ProcessCommand(Engine& engine, int pid, const std::string& line, const Ca
   if (!words.ok()) {
     s = words.status();
   } else if (words->empty() || (*words)[0] != "checkpoint") {
-    s = Status::InvalidArgument("unknown command '" + line +
-                                "': expected checkpoint [--kill] [--name NAME] [--lock-timeout MS]");
+    s = Status::InvalidArgument(
+        "unknown command '" + line +
+        "': expected checkpoint [--kill] [--name NAME] [--lock-timeout MS]");
   } else {
     s = Checkpoint(engine, pid, *words, caller);
     // The engine records what it ran; a line it never got is recorded here.
@@ -125,8 +126,8 @@ Status RestoreCommand(Engine& engine, const std::string& line, const Caller& cal
                    "OLD_UUID=NEW_UUID,...: restore the checkpoint's GPUs onto these");
     Status parsed = Parse(app, *words);
     if (!parsed.ok())
-      return refuse(Status::InvalidArgument(
-          parsed.message() + " (expected: PATH [--gpu-map OLD_UUID=NEW_UUID,...])"));
+      return refuse(Status::InvalidArgument(parsed.message() +
+                                            " (expected: PATH [--gpu-map OLD_UUID=NEW_UUID,...])"));
     request.path = path;
   }
   return engine.Restore(request).status();

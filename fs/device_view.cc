@@ -30,17 +30,17 @@ Result<std::string> ReadSmallStoredFile(Store* store, const std::string& id,
 
 // The slices of the pages image that hold [start, end) of the process
 // whose pagemap is `map`.
-std::vector<DeviceFile::Segment> Slices(const CriuPagemap& map, uint64_t page_size,
-                                        uint64_t start, uint64_t end) {
+std::vector<DeviceFile::Segment> Slices(const CriuPagemap& map, uint64_t page_size, uint64_t start,
+                                        uint64_t end) {
   std::vector<DeviceFile::Segment> out;
   auto add = [&](uint64_t length, int64_t offset) {
     if (length == 0) return;
     if (!out.empty()) {
       auto& last = out.back();
       const bool both_zero = last.source_offset < 0 && offset < 0;
-      const bool contiguous = last.source_offset >= 0 && offset >= 0 &&
-                              static_cast<uint64_t>(last.source_offset) + last.length ==
-                                  static_cast<uint64_t>(offset);
+      const bool contiguous =
+          last.source_offset >= 0 && offset >= 0 &&
+          static_cast<uint64_t>(last.source_offset) + last.length == static_cast<uint64_t>(offset);
       if (both_zero || contiguous) {
         last.length += length;
         return;
@@ -93,8 +93,8 @@ class SliceReader final : public FileReader {
         std::memset(buf + done, 0, n);
       } else {
         GPUCKPT_ASSIGN_OR_RETURN(
-            size_t got, source_->Pread(static_cast<uint64_t>(seg.source_offset) + within, n,
-                                       buf + done));
+            size_t got,
+            source_->Pread(static_cast<uint64_t>(seg.source_offset) + within, n, buf + done));
         if (got != n)
           return Status::Corruption(file_->entry.path + ": " + file_->source +
                                     " ends before the pages its pagemap names");

@@ -140,8 +140,8 @@ std::vector<char*> CStrings(std::vector<std::string>& strings) {
 
 // Variables that steer one operation of cuda-checkpoint: set per command,
 // never leaked from the daemon's environment into every operation.
-constexpr const char* kPerOperationVariables[] = {"GPUCKPT_LOCK_TIMEOUT_MS=",
-                                                  "GPUCKPT_DEVICE_RANGES_DIR=", "GPUCKPT_GPU_MAP="};
+constexpr const char* kPerOperationVariables[] = {
+    "GPUCKPT_LOCK_TIMEOUT_MS=", "GPUCKPT_DEVICE_RANGES_DIR=", "GPUCKPT_GPU_MAP="};
 
 bool NameIn(const char* entry, const std::vector<std::string>& extra) {
   for (const char* prefix : kPerOperationVariables)

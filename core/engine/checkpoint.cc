@@ -289,7 +289,8 @@ Result<SnapshotInfo> Engine::DumpAndStore(const CheckpointRequest& request,
   auto ranges = gpu_->DeviceRanges(gpu_options);
   if (ranges.ok() && !ranges->empty()) {
     nlohmann::json list = nlohmann::json::array();
-    for (const auto& r : *ranges) list.push_back({{"pid", r.pid}, {"start", r.start}, {"end", r.end}});
+    for (const auto& r : *ranges)
+      list.push_back({{"pid", r.pid}, {"start", r.start}, {"end", r.end}});
     extra["device"] = {{"cuda_host_ranges", list}};
   } else if (!ranges.ok()) {
     extra["device_error"] = ranges.status().message();

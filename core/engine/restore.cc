@@ -173,8 +173,7 @@ Status CheckIdsFree(const std::vector<CriuTask>& tasks) {
 // at 0.9 GB/s with 3 on 16 cores).
 constexpr size_t kStreamBlock = 4u << 20;
 size_t StreamAhead() {
-  static const size_t ahead =
-      std::clamp<size_t>(std::thread::hardware_concurrency(), 3, 16);
+  static const size_t ahead = std::clamp<size_t>(std::thread::hardware_concurrency(), 3, 16);
   return ahead;
 }
 

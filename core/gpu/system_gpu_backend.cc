@@ -50,7 +50,8 @@ Result<std::string> MakePluginDir(const std::string& work_dir, const std::string
   chmod(dir.c_str(), 0755);
   for (const auto& plugin : plugins) {
     const std::string target = criu_plugin_dir + "/" + plugin;
-    if (!Exists(target)) return Status::Unavailable("CRIU's " + plugin + " is not in " + criu_plugin_dir);
+    if (!Exists(target))
+      return Status::Unavailable("CRIU's " + plugin + " is not in " + criu_plugin_dir);
     const std::string link = dir + "/" + plugin;
     unlink(link.c_str());
     if (symlink(target.c_str(), link.c_str()) != 0)
@@ -166,7 +167,8 @@ class SystemGpuBackend final : public GpuBackend {
     }
     if (kfd) {
       if (out.state == "none") out.state = "running";
-      for (const auto& g : amd_gpus_) out.gpus.push_back({KfdGpuDisplayName(g), g.uuid, g.vram_bytes});
+      for (const auto& g : amd_gpus_)
+        out.gpus.push_back({KfdGpuDisplayName(g), g.uuid, g.vram_bytes});
     }
     return out;
   }
@@ -218,8 +220,7 @@ class SystemGpuBackend final : public GpuBackend {
     closedir(dir);
     std::sort(names.begin(), names.end());
     for (const auto& name : names) {
-      GPUCKPT_ASSIGN_OR_RETURN(auto ranges,
-                               ReadDeviceRangesFile(options.scratch_dir + "/" + name));
+      GPUCKPT_ASSIGN_OR_RETURN(auto ranges, ReadDeviceRangesFile(options.scratch_dir + "/" + name));
       for (const auto& m : ranges.ranges) out.push_back({ranges.pid, m.start, m.end});
     }
     return out;
@@ -231,11 +232,11 @@ class SystemGpuBackend final : public GpuBackend {
     const bool wants_rocm = kind.find("rocm") != std::string::npos;
     const bool unknown = kind.empty();
     if (wants_cuda && !cuda_ready())
-      return Status::Unavailable("the checkpoint holds CUDA state, which cannot be restored here: " +
-                                 cuda_reason_);
+      return Status::Unavailable(
+          "the checkpoint holds CUDA state, which cannot be restored here: " + cuda_reason_);
     if (wants_rocm && !rocm_ready())
-      return Status::Unavailable("the checkpoint holds ROCm state, which cannot be restored here: " +
-                                 rocm_reason_);
+      return Status::Unavailable(
+          "the checkpoint holds ROCm state, which cannot be restored here: " + rocm_reason_);
     CriuGpuSetup setup;
     const bool cuda = wants_cuda || (unknown && cuda_ready());
     const bool rocm = wants_rocm || (unknown && rocm_ready());

@@ -19,26 +19,14 @@ namespace {
 using ::gpuckpt::testing::Rng;
 using ::gpuckpt::testing::TempDir;
 
-std::string U32(uint32_t v) { return std::string(reinterpret_cast<const char*>(&v), 4); }
-
-std::string Varint(uint64_t v) {
-  std::string out;
-  do {
-    out.push_back(static_cast<char>((v & 0x7f) | (v > 0x7f ? 0x80 : 0)));
-    v >>= 7;
-  } while (v != 0);
-  return out;
-}
-
-std::string VarintField(uint32_t field, uint64_t v) { return Varint(field << 3) + Varint(v); }
+std::string U32(uint32_t v) { return testing::ImageU32(v); }
+std::string Varint(uint64_t v) { return testing::ProtoVarint(v); }
+std::string VarintField(uint32_t field, uint64_t v) { return testing::ProtoVarintField(field, v); }
 std::string BytesField(uint32_t field, const std::string& b) {
-  return Varint(field << 3 | 2) + Varint(b.size()) + b;
+  return testing::ProtoBytesField(field, b);
 }
-
 std::string Image(uint32_t magic, const std::vector<std::string>& records) {
-  std::string out = U32(kCriuImgCommonMagic) + U32(magic);
-  for (const std::string& r : records) out += U32(static_cast<uint32_t>(r.size())) + r;
-  return out;
+  return testing::CriuImageBytes(magic, records);
 }
 
 std::string PstreeEntry(uint32_t pid, std::vector<uint32_t> threads) {

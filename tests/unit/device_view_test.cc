@@ -22,27 +22,14 @@ namespace {
 
 using ::gpuckpt::testing::TempDir;
 
-std::string U32(uint32_t v) { return std::string(reinterpret_cast<const char*>(&v), 4); }
-std::string Varint(uint64_t v) {
-  std::string out;
-  do {
-    out.push_back(static_cast<char>((v & 0x7f) | (v > 0x7f ? 0x80 : 0)));
-    v >>= 7;
-  } while (v != 0);
-  return out;
-}
-std::string VarintField(uint32_t field, uint64_t v) { return Varint(field << 3) + Varint(v); }
+using testing::ProtoVarintField;
 
 std::string PagemapImage(uint32_t pages_id, const std::vector<CriuPagemapEntry>& entries) {
-  std::string out = U32(kCriuImgCommonMagic) + U32(kCriuPagemapMagic);
-  const std::string head = VarintField(1, pages_id);
-  out += U32(static_cast<uint32_t>(head.size())) + head;
-  for (const auto& e : entries) {
-    const std::string r =
-        VarintField(1, e.vaddr) + VarintField(2, e.nr_pages) + VarintField(4, e.flags);
-    out += U32(static_cast<uint32_t>(r.size())) + r;
-  }
-  return out;
+  std::vector<std::string> records = {ProtoVarintField(1, pages_id)};
+  for (const auto& e : entries)
+    records.push_back(ProtoVarintField(1, e.vaddr) + ProtoVarintField(2, e.nr_pages) +
+                      ProtoVarintField(4, e.flags));
+  return testing::CriuImageBytes(kCriuPagemapMagic, records);
 }
 
 NodeId CheckpointsDir() {
@@ -130,8 +117,8 @@ TEST_F(DeviceViewTest, CudaRangesAreSlicesOfThePagesImage) {
   EXPECT_EQ(st.st_blocks, 0) << "device files add nothing to the store";
   // base+p: A's second page; base+2p: in the parent, zeros; base+3p: not
   // dumped, zeros; base+4p, base+5p: C's first two pages.
-  const std::string expected = pages.substr(page, page) + std::string(2 * page, '\0') +
-                               pages.substr(2 * page, 2 * page);
+  const std::string expected =
+      pages.substr(page, page) + std::string(2 * page, '\0') + pages.substr(2 * page, 2 * page);
   EXPECT_TRUE(ReadAll(view, file) == expected);
 
   ASSERT_OK_AND_ASSIGN(NodeId index, view.Child(device, "cuda-ranges.json", root));
@@ -188,16 +175,15 @@ TEST(CriuPagemapTest, ParsesAndRejects) {
   EXPECT_TRUE(map.entries[0].present());
   EXPECT_FALSE(map.entries[1].present());
   // Old images: in_parent instead of flags.
-  std::string old = U32(kCriuImgCommonMagic) + U32(kCriuPagemapMagic);
-  const std::string head = VarintField(1, 1);
-  const std::string entry = VarintField(1, 0x2000) + VarintField(2, 4);
-  old += U32(head.size()) + head + U32(entry.size()) + entry;
+  const std::string old = testing::CriuImageBytes(
+      kCriuPagemapMagic,
+      {ProtoVarintField(1, 1), ProtoVarintField(1, 0x2000) + ProtoVarintField(2, 4)});
   ASSERT_OK_AND_ASSIGN(CriuPagemap old_map, ParsePagemapImage(old));
   EXPECT_TRUE(old_map.entries[0].present());
   for (const std::string& bad :
-       {std::string(), U32(kCriuImgCommonMagic) + U32(kCriuPstreeMagic),
-        U32(kCriuImgCommonMagic) + U32(kCriuPagemapMagic), good.substr(0, good.size() - 1),
-        U32(kCriuImgCommonMagic) + U32(kCriuPagemapMagic) + U32(2) + VarintField(2, 1)}) {
+       {std::string(), testing::CriuImageBytes(kCriuPstreeMagic, {}),
+        testing::CriuImageBytes(kCriuPagemapMagic, {}), good.substr(0, good.size() - 1),
+        testing::CriuImageBytes(kCriuPagemapMagic, {ProtoVarintField(2, 1)})}) {
     EXPECT_CODE(ParsePagemapImage(bad).status(), StatusCode::kCorruption);
   }
 }

@@ -47,8 +47,10 @@ class SystemGpuBackendTest : public ::testing::Test {
   }
 
   std::unique_ptr<GpuBackend> Make(bool fake_cuda, const std::string& sysfs = "/nonexistent") {
-    if (fake_cuda) setenv("GPUCKPT_LIBCUDA", GPUCKPT_FAKE_LIBCUDA_PATH, 1);
-    else setenv("GPUCKPT_LIBCUDA", "/nonexistent/libcuda.so.1", 1);
+    if (fake_cuda)
+      setenv("GPUCKPT_LIBCUDA", GPUCKPT_FAKE_LIBCUDA_PATH, 1);
+    else
+      setenv("GPUCKPT_LIBCUDA", "/nonexistent/libcuda.so.1", 1);
     SystemGpuBackendOptions options;
     options.criu_plugin_dir = plugins_;
     options.cuda_checkpoint_dir = libexec_;
@@ -118,16 +120,16 @@ TEST_F(SystemGpuBackendTest, CudaRestoreGetsPluginPathAndCompletedMap) {
       << ::testing::PrintToString(swapped.environment);
   options.gpu_map = kGpu1 + "=" + kGpu1;
   ASSERT_OK_AND_ASSIGN(CriuGpuSetup one, gpu->SetupForRestore(options));
-  EXPECT_TRUE(Has(one.environment, "GPUCKPT_GPU_MAP=" + kGpu1 + "=" + kGpu1 + "," + kGpu0 + "=" +
-                                       kGpu0))
+  EXPECT_TRUE(
+      Has(one.environment, "GPUCKPT_GPU_MAP=" + kGpu1 + "=" + kGpu1 + "," + kGpu0 + "=" + kGpu0))
       << ::testing::PrintToString(one.environment);
 
   for (const std::string& bad : {
-           kGpu0 + "=" + kOther,           // not a GPU of this machine
-           kOther + "=" + kGpu0,           // not a GPU of the checkpoint
-           kGpu1 + "=" + kGpu0,            // GPU 0 is taken and GPU 0's own is left unmapped
-           std::string("GPU-1=GPU-2"),     // not UUIDs
-           kGpu0 + "=" + kGpu1 + ",",      // a stray comma
+           kGpu0 + "=" + kOther,        // not a GPU of this machine
+           kOther + "=" + kGpu0,        // not a GPU of the checkpoint
+           kGpu1 + "=" + kGpu0,         // GPU 0 is taken and GPU 0's own is left unmapped
+           std::string("GPU-1=GPU-2"),  // not UUIDs
+           kGpu0 + "=" + kGpu1 + ",",   // a stray comma
            kGpu0 + "=" + kGpu1 + "," + kGpu0 + "=" + kGpu0,  // GPU 0 twice
        }) {
     SCOPED_TRACE(bad);

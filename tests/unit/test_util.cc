@@ -632,4 +632,30 @@ std::vector<std::string> ListDir(const std::string& dir) {
   return out;
 }
 
+std::string ImageU32(uint32_t v) { return std::string(reinterpret_cast<const char*>(&v), 4); }
+
+std::string ProtoVarint(uint64_t v) {
+  std::string out;
+  do {
+    out.push_back(static_cast<char>((v & 0x7f) | (v > 0x7f ? 0x80 : 0)));
+    v >>= 7;
+  } while (v != 0);
+  return out;
+}
+
+std::string ProtoVarintField(uint32_t field, uint64_t v) {
+  return ProtoVarint(uint64_t{field} << 3) + ProtoVarint(v);
+}
+
+std::string ProtoBytesField(uint32_t field, const std::string& bytes) {
+  return ProtoVarint(uint64_t{field} << 3 | 2) + ProtoVarint(bytes.size()) + bytes;
+}
+
+std::string CriuImageBytes(uint32_t type_magic, const std::vector<std::string>& records) {
+  // IMG_COMMON_MAGIC (criu/include/magic.h).
+  std::string out = ImageU32(0x54564319) + ImageU32(type_magic);
+  for (const std::string& r : records) out += ImageU32(static_cast<uint32_t>(r.size())) + r;
+  return out;
+}
+
 }  // namespace gpuckpt::testing

@@ -124,6 +124,15 @@ Result<SnapshotInfo> Import(Store& store, const std::string& src, const std::str
 ::testing::AssertionResult ExportMatches(Store& store, const std::string& id,
                                          const std::string& src, const std::string& scratch);
 
+// Bytes of a CRIU image built by hand, as CRIU writes them: u32s in host
+// byte order, protobuf fields, and the image framing (head magic, type
+// magic, length-prefixed records).
+std::string ImageU32(uint32_t v);
+std::string ProtoVarint(uint64_t v);
+std::string ProtoVarintField(uint32_t field, uint64_t v);
+std::string ProtoBytesField(uint32_t field, const std::string& bytes);
+std::string CriuImageBytes(uint32_t type_magic, const std::vector<std::string>& records);
+
 // Options for tests: two workers (the CI machine's cores), the rest default.
 StoreOptions TestOptions();
 

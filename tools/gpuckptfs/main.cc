@@ -159,7 +159,8 @@ int Main(int argc, char** argv) {
   app.add_option("--cuda-checkpoint-dir", gpu_settings.cuda_checkpoint_dir,
                  "The directory of gpuckpt's cuda-checkpoint (default: libexec/gpuckpt beside "
                  "this binary)");
-  app.add_flag("--no-gpu", gpu_settings.off, "Do not load any GPU driver; GPU processes cannot be checkpointed");
+  app.add_flag("--no-gpu", gpu_settings.off,
+               "Do not load any GPU driver; GPU processes cannot be checkpointed");
   app.add_flag("-f,--foreground", foreground, "Stay in the foreground");
   app.add_flag("-d,--debug", mount.debug, "Log every FUSE request (implies --foreground)");
   app.add_option("MOUNTPOINT", mount.mountpoint, "Where to mount")->capture_default_str();
@@ -218,23 +219,24 @@ int Main(int argc, char** argv) {
   setsid();
   if (chdir("/") != 0) _exit(1);
   const int report_fd = pipe_fds[1];
-  return Serve(store_dir, engine_options, mount, gpu_settings, [report_fd](const std::string& error) {
-    const std::string message = error.empty() ? "ok" : error;
-    if (write(report_fd, message.data(), message.size()) < 0) {
-      // The parent is gone; nothing to tell.
-    }
-    close(report_fd);
-    if (error.empty()) {
-      // Detach from the terminal only once nothing more needs saying.
-      const int null_fd = open("/dev/null", O_RDWR | O_CLOEXEC);
-      if (null_fd >= 0) {
-        dup2(null_fd, STDIN_FILENO);
-        dup2(null_fd, STDOUT_FILENO);
-        dup2(null_fd, STDERR_FILENO);
-        close(null_fd);
-      }
-    }
-  });
+  return Serve(store_dir, engine_options, mount, gpu_settings,
+               [report_fd](const std::string& error) {
+                 const std::string message = error.empty() ? "ok" : error;
+                 if (write(report_fd, message.data(), message.size()) < 0) {
+                   // The parent is gone; nothing to tell.
+                 }
+                 close(report_fd);
+                 if (error.empty()) {
+                   // Detach from the terminal only once nothing more needs saying.
+                   const int null_fd = open("/dev/null", O_RDWR | O_CLOEXEC);
+                   if (null_fd >= 0) {
+                     dup2(null_fd, STDIN_FILENO);
+                     dup2(null_fd, STDOUT_FILENO);
+                     dup2(null_fd, STDERR_FILENO);
+                     close(null_fd);
+                   }
+                 }
+               });
 }
 
 }  // namespace
