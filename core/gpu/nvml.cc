@@ -34,6 +34,7 @@ struct Nvml::Api {
   nvmlReturn_t (*uuid)(nvmlDevice_t, char*, unsigned int);
   nvmlReturn_t (*memory)(nvmlDevice_t, nvmlMemory_t*);
   nvmlReturn_t (*processes)(nvmlDevice_t, unsigned int*, nvmlProcessInfo_t*);
+  nvmlReturn_t (*driver_version)(char*, unsigned int);  // optional
 
   std::string Error(const char* call, nvmlReturn_t r) const {
     return fmt::format("NVML {}: {}", call, error_string ? error_string(r) : std::to_string(r));
@@ -66,6 +67,9 @@ Result<std::unique_ptr<Nvml>> Nvml::Load() {
   sym(api->uuid, "nvmlDeviceGetUUID");
   sym(api->memory, "nvmlDeviceGetMemoryInfo");
   sym(api->processes, "nvmlDeviceGetComputeRunningProcesses_v3");
+  // Optional: only the manifest's driver version string comes from it.
+  api->driver_version = reinterpret_cast<nvmlReturn_t (*)(char*, unsigned int)>(
+      dlsym(handle, "nvmlSystemGetDriverVersion"));
   if (missing) {
     dlclose(handle);
     return Status::Unavailable("libnvidia-ml.so.1 lacks " + missing_name + " (driver too old)");
@@ -105,6 +109,13 @@ Result<std::vector<NvmlGpu>> Nvml::Gpus() const {
     gpus.push_back(std::move(gpu));
   }
   return gpus;
+}
+
+std::string Nvml::DriverVersion() const {
+  char buf[96] = {};
+  if (api_->driver_version == nullptr || api_->driver_version(buf, sizeof(buf) - 1) != kNvmlSuccess)
+    return "";
+  return buf;
 }
 
 Result<std::vector<NvmlProcessMemory>> Nvml::ComputeProcesses() const {

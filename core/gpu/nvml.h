@@ -44,6 +44,8 @@ class Nvml {
   Nvml& operator=(const Nvml&) = delete;
 
   Result<std::vector<NvmlGpu>> Gpus() const;
+  // The kernel driver's version, e.g. "580.159.04"; "" if NVML cannot say.
+  std::string DriverVersion() const;
   // The compute processes on every GPU, with their device memory.
   Result<std::vector<NvmlProcessMemory>> ComputeProcesses() const;
 

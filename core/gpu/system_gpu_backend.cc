@@ -134,8 +134,13 @@ class SystemGpuBackend final : public GpuBackend {
     return "CUDA: " + cuda_reason_ + "; ROCm: " + rocm_reason_;
   }
 
+  // "580.159.04 (CUDA 13.0)": the kernel driver's version where NVML
+  // tells it, and the CUDA version of the driver API.
   std::string driver_version() const override {
-    return cuda_ ? "cuda " + cuda_->version_string() : "";
+    if (!cuda_) return "";
+    const std::string cuda = "CUDA " + cuda_->version_string();
+    const std::string kernel = nvml_ ? nvml_->DriverVersion() : "";
+    return kernel.empty() ? cuda : kernel + " (" + cuda + ")";
   }
 
   Result<GpuProcessState> Describe(int pid) override {
