@@ -42,6 +42,14 @@ struct GpuSettings {
   std::string cuda_checkpoint_dir;  // "": next to this binary
 };
 
+// `path` made absolute against the current directory ("" stays "").
+std::string Absolute(const std::string& path) {
+  if (path.empty() || path[0] == '/') return path;
+  char cwd[4096];
+  if (getcwd(cwd, sizeof(cwd)) == nullptr) return path;
+  return std::string(cwd) + "/" + path;
+}
+
 std::string DirOf(const std::string& path) {
   const size_t slash = path.rfind('/');
   return slash == std::string::npos ? "." : path.substr(0, slash);
@@ -173,6 +181,12 @@ int Main(int argc, char** argv) {
     return rc == 0 ? 0 : 2;
   }
   if (mount.debug) foreground = true;
+  // The daemon leaves this directory: paths given relative to it are made
+  // absolute now (the mount point is resolved below).
+  for (std::string* path : {&store_dir, &engine_options.criu_path, &engine_options.work_dir,
+                            &gpu_settings.criu_plugin_dir, &gpu_settings.cuda_checkpoint_dir}) {
+    *path = Absolute(*path);
+  }
 
   if (Status s = CheckMountpoint(mount.mountpoint); !s.ok()) {
     std::fprintf(stderr, "gpuckptfs: %s\n", s.ToString().c_str());
