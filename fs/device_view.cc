@@ -17,17 +17,6 @@ namespace {
 // not CRIU's.
 constexpr uint64_t kMaxPagemapBytes = 64u << 20;
 
-Result<std::string> ReadSmallStoredFile(Store* store, const std::string& id,
-                                        const std::string& path) {
-  GPUCKPT_ASSIGN_OR_RETURN(auto reader, store->OpenFile(id, path));
-  const uint64_t size = reader->entry().size;
-  if (size > kMaxPagemapBytes) return Status::InvalidArgument(path + " is too large");
-  std::string data(size, '\0');
-  GPUCKPT_ASSIGN_OR_RETURN(size_t n, reader->Pread(0, data.size(), data.data()));
-  data.resize(n);
-  return data;
-}
-
 // The slices of the pages image that hold [start, end) of the process
 // whose pagemap is `map`.
 std::vector<DeviceFile::Segment> Slices(const CriuPagemap& map, uint64_t page_size, uint64_t start,
@@ -193,7 +182,8 @@ Result<std::vector<std::shared_ptr<const DeviceFile>>> BuildDeviceFiles(
       return Status::Corruption("checkpoint " + info.id + ": empty device range");
     if (pagemaps.count(pid) == 0) {
       const std::string path = "images/pagemap-" + std::to_string(pid) + ".img";
-      GPUCKPT_ASSIGN_OR_RETURN(std::string bytes, ReadSmallStoredFile(store, info.id, path));
+      GPUCKPT_ASSIGN_OR_RETURN(std::string bytes,
+                               ReadSmallStoredFile(*store, info.id, path, kMaxPagemapBytes));
       GPUCKPT_ASSIGN_OR_RETURN(CriuPagemap map, ParsePagemapImage(bytes, path));
       pagemaps.emplace(pid, std::move(map));
     }

@@ -58,14 +58,14 @@ struct EngineOptions {
 
 struct CheckpointRequest {
   int pid = 0;
-  bool kill = false;  // stop the process after a successful checkpoint
-  std::string name;   // empty: "<pid>-<n>"
+  bool kill = false;             // stop the process after a successful checkpoint
+  std::string name;              // empty: "<pid>-<n>"
   uint32_t lock_timeout_ms = 0;  // 0: EngineOptions::lock_timeout_ms
   Caller caller;
 };
 
 struct RestoreRequest {
-  std::string path;  // a checkpoint dir in the mount, a copy of one, or a CRIU image dir
+  std::string path;     // a checkpoint dir in the mount, a copy of one, or a CRIU image dir
   std::string gpu_map;  // "OLD_UUID=NEW_UUID,...": restore onto other GPUs
   Caller caller;
 };
@@ -160,8 +160,8 @@ class Engine {
   Result<std::string> ResolveRestoreSource(const RestoreRequest& request);
   Result<SnapshotInfo> ImportImageDir(const std::string& path, const std::string& name,
                                       const Caller& caller);
-  Result<int> RestoreSnapshot(const std::string& id, const CriuGpuSetup& gpu, const Caller& caller,
-                              OperationBoard::Ticket* ticket);
+  Result<int> RestoreSnapshot(const std::string& id, bool shell_job, const CriuGpuSetup& gpu,
+                              const Caller& caller, OperationBoard::Ticket* ticket);
   void RecoverInterruptedKills();
   std::string JournalDir() const;
 

@@ -99,14 +99,7 @@ Result<std::string> ReadWholeFile(int dir_fd, const std::string& name, const std
 }
 
 Result<std::string> ReadStoredFile(Store* store, const std::string& id, const std::string& path) {
-  GPUCKPT_ASSIGN_OR_RETURN(auto reader, store->OpenFile(id, path));
-  const uint64_t size = reader->entry().size;
-  if (size > kMaxParsedImage)
-    return Status::InvalidArgument(path + " of checkpoint " + id + " is too large");
-  std::string data(size, '\0');
-  GPUCKPT_ASSIGN_OR_RETURN(size_t n, reader->Pread(0, data.size(), data.data()));
-  data.resize(n);
-  return data;
+  return ReadSmallStoredFile(*store, id, path, kMaxParsedImage);
 }
 
 bool IsRootPid(const CriuTask& t) { return t.ppid == 0; }
@@ -374,11 +367,17 @@ Result<int> Engine::Restore(const RestoreRequest& request) {
       return Status::InvalidArgument("checkpoint " + id + " names no root process");
     GPUCKPT_RETURN_IF_ERROR(CheckImageCredentials(store_, id, tasks, request.caller));
     GPUCKPT_RETURN_IF_ERROR(CheckIdsFree(tasks));
+    // What the manifest says of how to restore it: whether CRIU needed
+    // --shell-job (an imported plain image dir is tried as a standalone
+    // tree), and its GPU stack and GPUs.
+    bool shell_job = false;
     GpuRestoreOptions gpu_options;
     gpu_options.gpu_map = request.gpu_map;
     if (auto info = store_->Get(id); info.ok()) {
       auto extra = nlohmann::json::parse(info->extra_json, nullptr, false);
       if (extra.is_object()) {
+        if (extra.contains("shell_job") && extra["shell_job"].is_boolean())
+          shell_job = extra["shell_job"];
         if (extra.contains("gpu_backend") && extra["gpu_backend"].is_string())
           gpu_options.checkpoint_backend = extra["gpu_backend"];
         if (extra.contains("gpus") && extra["gpus"].is_array()) {
@@ -390,7 +389,7 @@ Result<int> Engine::Restore(const RestoreRequest& request) {
     }
     GPUCKPT_ASSIGN_OR_RETURN(CriuGpuSetup gpu, gpu_->SetupForRestore(gpu_options));
     GPUCKPT_ASSIGN_OR_RETURN(auto ticket, board_.Begin(static_cast<int>(root->pid), "restore"));
-    auto pid = RestoreSnapshot(id, gpu, request.caller, ticket.get());
+    auto pid = RestoreSnapshot(id, shell_job, gpu, request.caller, ticket.get());
     ticket->SetResult(pid.ok() ? fmt::format("restore of {} ok as pid {}", id, *pid)
                                : "restore of " + id + " failed: " + pid.status().message());
     return pid;
@@ -404,7 +403,7 @@ Result<int> Engine::Restore(const RestoreRequest& request) {
   return pid;
 }
 
-Result<int> Engine::RestoreSnapshot(const std::string& id, const CriuGpuSetup& gpu,
+Result<int> Engine::RestoreSnapshot(const std::string& id, bool shell_job, const CriuGpuSetup& gpu,
                                     const Caller& caller, OperationBoard::Ticket* ticket) {
   const auto start = std::chrono::steady_clock::now();
   GPUCKPT_ASSIGN_OR_RETURN(auto files, store_->ListFiles(id));
@@ -435,12 +434,7 @@ Result<int> Engine::RestoreSnapshot(const std::string& id, const CriuGpuSetup& g
               "restore.log", "-v4",
               "--pidfile",   pidfile,
               "--libdir",    gpu.plugin_dir.empty() ? empty_plugin_dir_ : gpu.plugin_dir};
-  // The manifest of a checkpoint we made says whether CRIU needed
-  // --shell-job; an imported one is tried as a standalone tree.
-  if (auto info = store_->Get(id); info.ok()) {
-    auto extra = nlohmann::json::parse(info->extra_json, nullptr, false);
-    if (extra.is_object() && extra.value("shell_job", false)) cmd.args.push_back("--shell-job");
-  }
+  if (shell_job) cmd.args.push_back("--shell-job");
   if (!caller.is_root()) {
     cmd.args.push_back("--unprivileged");
     // CAP_SETPCAP as well: CRIU's restorer drops every capability missing

@@ -86,7 +86,12 @@ class SystemGpuBackend final : public GpuBackend {
     auto cuda = CudaDriver::Load();
     if (cuda.ok()) {
       cuda_ = std::move(cuda).value();
-      if (auto nvml = Nvml::Load(); nvml.ok()) nvml_ = std::move(nvml).value();
+      if (auto nvml = Nvml::Load(); nvml.ok()) {
+        nvml_ = std::move(nvml).value();
+        // Names, UUIDs and sizes do not change while the daemon runs: read
+        // once, not on every read of a status file.
+        if (auto gpus = nvml_->Gpus(); gpus.ok()) nvml_gpus_ = std::move(gpus).value();
+      }
       if (options_.cuda_checkpoint_dir.empty() ||
           !Exists(options_.cuda_checkpoint_dir + "/cuda-checkpoint")) {
         cuda_reason_ = "gpuckpt's cuda-checkpoint is not in '" + options_.cuda_checkpoint_dir + "'";
@@ -158,12 +163,10 @@ class SystemGpuBackend final : public GpuBackend {
       if (auto state = cuda_->GetState(pid); state.ok())
         out.state = std::string(CudaProcessStateName(*state));
       if (nvml_) {
-        auto used = nvml_->ComputeProcesses();
-        auto gpus = nvml_->Gpus();
-        if (used.ok() && gpus.ok()) {
+        if (auto used = nvml_->ComputeProcesses(); used.ok()) {
           for (const auto& u : *used) {
-            if (u.pid != pid || u.gpu_index >= gpus->size()) continue;
-            const NvmlGpu& g = (*gpus)[u.gpu_index];
+            if (u.pid != pid || u.gpu_index >= nvml_gpus_.size()) continue;
+            const NvmlGpu& g = nvml_gpus_[u.gpu_index];
             out.gpus.push_back({g.name, g.uuid, g.memory_total_bytes});
             out.device_memory_bytes += u.used_bytes;
           }
@@ -322,6 +325,7 @@ class SystemGpuBackend final : public GpuBackend {
   SystemGpuBackendOptions options_;
   std::unique_ptr<CudaDriver> cuda_;
   std::unique_ptr<Nvml> nvml_;
+  std::vector<NvmlGpu> nvml_gpus_;  // by NVML index
   std::string cuda_reason_;
   std::string cuda_plugin_dir_;
   std::vector<KfdGpu> amd_gpus_;

@@ -158,6 +158,12 @@ struct AddDirectoryOptions {
 Status AddDirectoryToSnapshot(SnapshotWriter* writer, int dir_fd, const std::string& shown_root,
                               const AddDirectoryOptions& options);
 
+// The whole of a small stored file (a CRIU record image, a JSON file), for
+// parsing: kInvalidArgument when it is larger than `max_bytes`, so that a
+// crafted snapshot cannot make the reader allocate its size.
+Result<std::string> ReadSmallStoredFile(Store& store, const std::string& id,
+                                        const std::string& path, uint64_t max_bytes);
+
 // The manifest of a snapshot as users see it (`manifest.json`, `gpuckpt ls
 // --json`): pretty-printed JSON, ending in a newline. Format in
 // core/store/FORMAT.md.
