@@ -17,6 +17,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <set>
 
@@ -124,8 +125,6 @@ Result<SnapshotInfo> Engine::DumpAndStore(const CheckpointRequest& request,
   gpu_options.scratch_dir = work + "/gpu";
   if (mkdir(gpu_options.scratch_dir.c_str(), 0700) != 0)
     return StatusFromErrno(errno, gpu_options.scratch_dir);
-  GPUCKPT_ASSIGN_OR_RETURN(CriuGpuSetup gpu, gpu_->SetupForCheckpoint(tree, gpu_options));
-
   std::vector<uint64_t> start_times;
   std::set<uint32_t> owners_in_tree;
   for (int pid : tree) {
@@ -133,6 +132,36 @@ Result<SnapshotInfo> Engine::DumpAndStore(const CheckpointRequest& request,
     start_times.push_back(p.ok() ? p->start_time : 0);
     if (p.ok()) owners_in_tree.insert(p->creds.ruid);
   }
+
+  // A `--kill` leaves the tree stopped until it is killed, and a tree of
+  // several processes may have its GPU processes locked by the backend
+  // before CRIU runs: a daemon that dies meanwhile leaves the journal to
+  // the next one, which lets them go (RecoverInterruptedKills()).
+  KillJournal journal(JournalDir());
+  const bool journaled = request.kill || tree.size() > 1;
+  if (journaled) GPUCKPT_RETURN_IF_ERROR(journal.Add(tree, start_times));
+  auto setup = gpu_->SetupForCheckpoint(tree, gpu_options);
+  if (!setup.ok()) {
+    if (journaled) journal.Remove(tree, start_times);
+    return setup.status();
+  }
+  const CriuGpuSetup gpu = std::move(setup).value();
+  // The processes the backend locked stay locked through CRIU's dump (its
+  // plugin leaves them so): let go as soon as CRIU is done, and on every
+  // way out before that.
+  bool holding_locks = !gpu.locked_pids.empty();
+  auto release_locks = [&] {
+    if (!holding_locks) return;
+    gpu_->Release(gpu.locked_pids).PermitUnchecked();
+    holding_locks = false;
+  };
+  struct AtExit {
+    std::function<void()> run;
+    ~AtExit() { run(); }
+  } at_exit{[&] {
+    release_locks();
+    if (journaled) journal.Remove(tree, start_times);
+  }};
 
   nlohmann::json extra = {
       {"pid", request.pid},
@@ -201,6 +230,12 @@ Result<SnapshotInfo> Engine::DumpAndStore(const CheckpointRequest& request,
               "--libdir",
               gpu.plugin_dir.empty() ? empty_plugin_dir_ : gpu.plugin_dir};
   cmd.args.push_back(request.kill ? "--leave-stopped" : "--leave-running");
+  // Established TCP connections are dumped (and restored) with the
+  // process: the ranks of a job talk over loopback sockets (NCCL, the
+  // PyTorch store), both ends in the tree. CRIU's firewall lock is skipped:
+  // it adds iptables rules that a --kill checkpoint would leave behind, and
+  // an in-tree connection, frozen at both ends, needs none.
+  cmd.args.insert(cmd.args.end(), {"--tcp-established", "--network-lock", "skip"});
   if (NeedsShellJob(process, tree)) cmd.args.push_back("--shell-job");
   cmd.args.insert(cmd.args.end(), gpu.criu_args.begin(), gpu.criu_args.end());
   cmd.path_prepend = gpu.path_prepend;
@@ -220,8 +255,6 @@ Result<SnapshotInfo> Engine::DumpAndStore(const CheckpointRequest& request,
   StderrFile criu_stderr(work + "/criu.stderr");
   cmd.stderr_fd = criu_stderr.fd();
 
-  KillJournal journal(JournalDir());
-  if (request.kill) GPUCKPT_RETURN_IF_ERROR(journal.Add(tree, start_times));
   // CRIU gives a failed dump's GPU processes back running itself; a dump
   // that succeeded with --leave-stopped left them stopped with their device
   // state in host memory, so a commit that fails must continue them and
@@ -267,6 +300,9 @@ Result<SnapshotInfo> Engine::DumpAndStore(const CheckpointRequest& request,
       },
       criu->pidfd());
   Result<int> exit = criu->Wait();
+  // A tree that runs on gets its GPUs back now, not after the commit; a
+  // --kill tree stays stopped and locked until it is killed.
+  if (!request.kill) release_locks();
   const double dump_s = SecondsSince(start);
   metrics_.ObserveStage("checkpoint", "dump", dump_s);
   if (!served.ok() || !exit.ok() || *exit != 0) {
@@ -311,6 +347,7 @@ Result<SnapshotInfo> Engine::DumpAndStore(const CheckpointRequest& request,
       auto p = ReadProcess(tree[i], ProcReadOptions{.read_gpu_devices = false});
       if (p.ok() && p->start_time == start_times[i]) kill(tree[i], SIGKILL);
     }
+    holding_locks = false;  // nothing left to let go
     journal.Remove(tree, start_times);
     processes_->Invalidate();
   }

@@ -188,6 +188,11 @@ std::string Engine::ProcessStatus(const ProcessInfo& p) {
   std::string devices;
   for (const auto& d : p.gpu_devices) devices += (devices.empty() ? "" : " ") + d;
   out += fmt::format("gpu devices: {}\n", devices.empty() ? "none" : devices);
+  std::string children;
+  for (int c : p.gpu_children) children += (children.empty() ? "" : " ") + std::to_string(c);
+  if (!children.empty())
+    out += fmt::format("job: launcher of GPU processes {} (a checkpoint takes the whole tree)\n",
+                       children);
   const std::string unavailable = gpu_->unavailable_reason();
   if (!unavailable.empty()) {
     out += fmt::format("gpu: off, GPU state cannot be checkpointed here ({})\n", unavailable);

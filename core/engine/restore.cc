@@ -435,6 +435,8 @@ Result<int> Engine::RestoreSnapshot(const std::string& id, bool shell_job, const
               "--pidfile",   pidfile,
               "--libdir",    gpu.plugin_dir.empty() ? empty_plugin_dir_ : gpu.plugin_dir};
   if (shell_job) cmd.args.push_back("--shell-job");
+  // The TCP connections the dump took (checkpoint.cc) are restored too.
+  cmd.args.push_back("--tcp-established");
   if (!caller.is_root()) {
     cmd.args.push_back("--unprivileged");
     // CAP_SETPCAP as well: CRIU's restorer drops every capability missing

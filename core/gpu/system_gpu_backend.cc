@@ -20,6 +20,7 @@
 
 #include "core/gpu/cuda_driver.h"
 #include "core/gpu/device_ranges.h"
+#include "core/gpu/group_lock.h"
 #include "core/gpu/gpu_uuid.h"
 #include "core/gpu/kfd_topology.h"
 #include "core/gpu/nvml.h"
@@ -207,6 +208,19 @@ class SystemGpuBackend final : public GpuBackend {
     }
     setup.plugin_dir = PluginDirFor(!use.cuda.empty(), !use.rocm.empty());
     setup.kind = use.rocm.empty() ? "cuda" : use.cuda.empty() ? "rocm" : "cuda+rocm";
+    // Several CUDA processes are one job (ranks exchanging data): locked
+    // together now, not one by one by the plugin (group_lock.h says why).
+    std::vector<int> running;
+    for (int pid : use.cuda) {
+      auto state = cuda_->GetState(pid);
+      if (state.ok() && *state == CudaProcessState::kRunning) running.push_back(pid);
+    }
+    if (running.size() >= 2) {
+      GroupLockOptions lock;
+      lock.timeout_ms = options.lock_timeout_ms;
+      GPUCKPT_RETURN_IF_ERROR(LockTogether(*cuda_, running, lock));
+      setup.locked_pids = std::move(running);
+    }
     return setup;
   }
 

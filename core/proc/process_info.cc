@@ -474,6 +474,16 @@ Status ChildrenByScan(const std::string& proc_root,
 
 }  // namespace
 
+Result<std::vector<int>> DirectChildren(const ProcessHandle& handle, const std::string& proc_root) {
+  auto direct = handle.ReadChildren();
+  if (direct.ok() || direct.status().code() != StatusCode::kUnavailable) return direct;
+  std::unordered_map<int, std::vector<int>> by_scan;
+  GPUCKPT_RETURN_IF_ERROR(ChildrenByScan(proc_root, &by_scan));
+  auto it = by_scan.find(handle.pid());
+  if (it == by_scan.end()) return std::vector<int>();
+  return it->second;  // sorted: ChildrenByScan walks pids in order
+}
+
 Result<std::vector<int>> ProcessTree(int pid, const std::string& proc_root) {
   GPUCKPT_ASSIGN_OR_RETURN(ProcessHandle root, ProcessHandle::Open(pid, proc_root));
   auto direct = root.ReadChildren();

@@ -60,6 +60,10 @@ struct ProcessInfo {
   // Distinct device paths starting with one of the GPU prefixes, held open
   // (fd) or mapped (maps), sorted. Empty when not read or not readable.
   std::vector<std::string> gpu_devices;
+  // For a job launcher: its direct children that hold GPU devices (sorted);
+  // empty otherwise. Filled by ProcessTable, not by ReadProcess(): it needs
+  // the children's devices too (see IsJobLauncher() in process_table.h).
+  std::vector<int> gpu_children;
 
   bool zombie() const { return state == 'Z' || state == 'X'; }
 };
@@ -168,6 +172,13 @@ class ProcessHandle {
   int dir_fd_ = -1;
   std::string path_;  // proc_root/pid, for messages
 };
+
+// The direct children of the process behind `handle` (children whose ppid
+// it is), sorted: from its task/*/children files, or, where the kernel has
+// none, from every process's parent (a read of every stat under proc_root).
+// Children that start or exit meanwhile may be missed or included.
+Result<std::vector<int>> DirectChildren(const ProcessHandle& handle,
+                                        const std::string& proc_root = "/proc");
 
 }  // namespace gpuckpt
 

@@ -2,17 +2,29 @@
 // cached so that `ls /mnt/gpuckpt` stays fast with thousands of processes.
 //
 // A process is shown when it holds a GPU device open or mapped (see
-// ProcReadOptions::gpu_device_prefixes), when it was tracked (`track <pid>`),
-// or, with all_processes, when it is any user process. Never shown: kernel
-// threads, zombies (they have exited; nothing is left to checkpoint) and the
-// process that owns the table (the daemon). Processes are keyed by
-// (pid, start_time): a reused pid is a different process.
+// ProcReadOptions::gpu_device_prefixes), when it is a job launcher (below),
+// when it was tracked (`track <pid>`), or, with all_processes, when it is any
+// user process. Never shown: kernel threads, zombies (they have exited;
+// nothing is left to checkpoint) and the process that owns the table (the
+// daemon). Processes are keyed by (pid, start_time): a reused pid is a
+// different process.
+//
+// A job launcher is the parent of a multi-GPU job (torchrun,
+// torch.multiprocessing.spawn's parent, MPI's prted): a process that holds no
+// GPU device itself but has at least two direct children (ppid) that do. It
+// is shown so that one checkpoint of it takes the whole job, since CRIU dumps
+// the tree. Two, not one: a shell running one GPU program is no job, and that
+// program is checkpointed by itself. Pid 1 (init) never is one. The rule is
+// IsJobLauncher(); ProcessInfo::gpu_children names the children.
 //
 // Cost: List() scans /proc at most once per ttl. The scan reads every
 // process's stat (one small read), but the costly part, its fd links and maps
 // (GPU detection), only for processes not seen before; the result is kept per
 // (pid, start_time) and looked at again after gpu_rescan for processes that
 // had no GPU device (a program opens the GPU some time after it starts).
+// Finding launchers adds no reads to a scan (ppids come with stat); Get() of
+// a process with no GPU device reads its children and their devices (cached
+// like the rest), or every stat where the kernel has no children files.
 //
 // Thread-safety: safe for concurrent use (FUSE threads). One mutex guards the
 // cached state; it is a leaf (no other lock is taken under it) and is never
@@ -24,6 +36,7 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <cstddef>
 #include <cstdint>
 #include <mutex>
 #include <string>
@@ -35,6 +48,17 @@
 #include "gpuckpt/status.h"
 
 namespace gpuckpt {
+
+// The job launcher rule (see the top of this file), in one place.
+// MayBeJobLauncher() is what can be told before reading the children.
+inline constexpr size_t kJobLauncherMinGpuChildren = 2;
+inline bool MayBeJobLauncher(int pid, const std::vector<std::string>& gpu_devices) {
+  return pid != 1 && gpu_devices.empty();
+}
+inline bool IsJobLauncher(int pid, const std::vector<std::string>& gpu_devices,
+                          const std::vector<int>& gpu_children) {
+  return MayBeJobLauncher(pid, gpu_devices) && gpu_children.size() >= kJobLauncherMinGpuChildren;
+}
 
 struct ProcessTableOptions {
   // How processes are read: proc_root, GPU device prefixes. read_gpu_devices
@@ -67,8 +91,9 @@ class ProcessTable {
   Result<std::vector<ProcessInfo>> List();
 
   // One process by pid if it is shown, read now (no full scan; its GPU
-  // devices come from the cache when fresh). kNoSuchProcess if it is gone or
-  // not shown, the message saying which.
+  // devices, and for one without any its children's, come from the cache
+  // when fresh). kNoSuchProcess if it is gone or not shown, the message
+  // saying which.
   Result<ProcessInfo> Get(int pid);
 
   // `track <pid>`: show this process from now on, even without GPU devices;
@@ -115,11 +140,22 @@ class ProcessTable {
     uint64_t device_scans = 0;
   };
   Result<ScanResult> Scan(const DeviceMap& old_devices, const KeySet& tracked) const;
+  // Adds to result->shown the job launchers among the processes the scan
+  // saw (start_times: pid -> start_time of each), and their gpu_children
+  // to launchers already shown; result->shown ends sorted by pid.
+  void AddLaunchers(const std::unordered_map<int, uint64_t>& start_times,
+                    std::unordered_map<int, std::vector<int>> gpu_children_of,
+                    ScanResult* result) const;
   // The GPU devices of an open process: from `cache` if fresh, else read
   // (and *scanned set). kNoSuchProcess if it exited.
   Result<std::vector<std::string>> DevicesOf(const ProcessHandle& handle, const Key& key,
                                              const DeviceMap& cache, Clock::time_point now,
                                              bool* scanned) const;
+  // DevicesOf with devices_ as the cache, kept up to date (for Get()).
+  Result<std::vector<std::string>> CachedDevicesOf(const ProcessHandle& handle, const Key& key,
+                                                   Clock::time_point now);
+  // The direct children of `parent` that hold GPU devices, sorted (for Get()).
+  Result<std::vector<int>> GpuChildrenOf(const ProcessHandle& parent, Clock::time_point now);
   bool FreshLocked(Clock::time_point now) const;
 
   const ProcessTableOptions options_;

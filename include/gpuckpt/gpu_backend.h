@@ -54,6 +54,11 @@ struct CriuGpuSetup {
   std::vector<std::string> environment;
   // Extra arguments for CRIU (e.g. a --timeout that covers the lock timeout).
   std::vector<std::string> criu_args;
+  // Processes SetupForCheckpoint() locked itself, before CRIU runs (the
+  // GPU processes of one job, locked together; see core/gpu/group_lock.h).
+  // CRIU's plugin leaves them locked: the caller must Release() them once
+  // CRIU is done, or when it does not run CRIU after all.
+  std::vector<int> locked_pids;
 };
 
 struct GpuCheckpointOptions {
@@ -101,6 +106,9 @@ class GpuBackend {
   // How to run CRIU to checkpoint the tree of `pids`: no plugin for a tree
   // without GPU processes; kUnavailable when the tree uses a GPU whose
   // driver or plugin is missing here (a dump would lose the device state).
+  // A tree with several CUDA processes has them locked together here
+  // (CriuGpuSetup::locked_pids); kAborted when they could not be locked
+  // within options.lock_timeout_ms (they are left running).
   virtual Result<CriuGpuSetup> SetupForCheckpoint(const std::vector<int>& pids,
                                                   const GpuCheckpointOptions& options) = 0;
 

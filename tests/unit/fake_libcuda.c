@@ -10,6 +10,7 @@
  *   restore_tid=N           what GetRestoreThreadId returns (default: pid)
  *   lock_timeout=N          written by Lock: the timeout it was given
  *   gpu_map=OLD=NEW,...     written by Restore: the pairs it was given
+ *   lock_timeouts=N         the next N Lock calls time out (state kept)
  *   signal_on_checkpoint=1  Checkpoint sends SIGUSR1 to pid and waits until
  *                           the file <pid>.mapped appears (the test's child
  *                           maps new memory then, as the driver would)
@@ -152,6 +153,7 @@ struct fake_process {
   long lock_timeout;
   char gpu_map[1024];
   int signal_on_checkpoint;
+  int lock_timeouts;
 };
 
 static int state_path(int pid, const char *suffix, char *buf, size_t len) {
@@ -181,6 +183,7 @@ static int load(int pid, struct fake_process *p) {
     if (strcmp(line, "lock_timeout") == 0) p->lock_timeout = atol(v);
     if (strcmp(line, "gpu_map") == 0) snprintf(p->gpu_map, sizeof(p->gpu_map), "%s", v);
     if (strcmp(line, "signal_on_checkpoint") == 0) p->signal_on_checkpoint = atoi(v);
+    if (strcmp(line, "lock_timeouts") == 0) p->lock_timeouts = atoi(v);
   }
   fclose(f);
   return 0;
@@ -192,8 +195,11 @@ static CUresult save(int pid, const struct fake_process *p) {
   snprintf(tmp, sizeof(tmp), "%s.tmp", path);
   FILE *f = fopen(tmp, "w");
   if (f == NULL) return CUDA_ERROR_UNKNOWN;
-  fprintf(f, "state=%s\nrestore_tid=%d\nlock_timeout=%ld\ngpu_map=%s\nsignal_on_checkpoint=%d\n",
-          p->state, p->restore_tid, p->lock_timeout, p->gpu_map, p->signal_on_checkpoint);
+  fprintf(f,
+          "state=%s\nrestore_tid=%d\nlock_timeout=%ld\ngpu_map=%s\nsignal_on_checkpoint=%d\n"
+          "lock_timeouts=%d\n",
+          p->state, p->restore_tid, p->lock_timeout, p->gpu_map, p->signal_on_checkpoint,
+          p->lock_timeouts);
   if (fclose(f) != 0 || rename(tmp, path) != 0) return CUDA_ERROR_UNKNOWN;
   return CUDA_SUCCESS;
 }
@@ -268,6 +274,11 @@ CUresult cuCheckpointProcessLock(int pid, CUcheckpointLockArgs *args) {
   if (strcmp(p.state, "running") != 0) return CUDA_ERROR_ILLEGAL_STATE;
   p.lock_timeout = args != NULL ? (long)args->timeoutMs : 0;
   if (env_int("FAKE_CUDA_LOCK_TIMEOUT", 0) != 0) {
+    save(pid, &p);
+    return CUDA_ERROR_TIMEOUT;
+  }
+  if (p.lock_timeouts > 0) {
+    --p.lock_timeouts;
     save(pid, &p);
     return CUDA_ERROR_TIMEOUT;
   }

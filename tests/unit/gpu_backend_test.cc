@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "core/gpu/group_lock.h"
 #include "core/gpu/system_gpu_backend.h"
 #include "tests/unit/test_util.h"
 
@@ -195,6 +196,57 @@ TEST_F(SystemGpuBackendTest, AmdGpuFromSysfsGetsTheAmdPlugin) {
   options.checkpoint_backend = "cuda";
   options.gpu_map.clear();
   EXPECT_CODE(gpu->SetupForRestore(options).status(), StatusCode::kUnavailable);
+}
+
+// The ranks of one job are locked together: when one cannot be locked in
+// time (its collective waits on a peer), the ones already locked are
+// unlocked so the job can move on, and all are tried again.
+TEST_F(SystemGpuBackendTest, GroupLockRetriesUntilAllAreLockedTogether) {
+  setenv("GPUCKPT_LIBCUDA", GPUCKPT_FAKE_LIBCUDA_PATH, 1);
+  ASSERT_OK_AND_ASSIGN(auto cuda, CudaDriver::Load());
+  testing::WriteFile(state_ + "/5001", "state=running\n");
+  testing::WriteFile(state_ + "/5002", "state=running\nlock_timeouts=2\n");
+  GroupLockOptions options;
+  options.timeout_ms = 10000;
+  options.first_attempt_ms = 10;
+  options.backoff_ms = 1;
+  EXPECT_OK(LockTogether(*cuda, {5001, 5002}, options));
+  for (const char* pid : {"5001", "5002"}) {
+    const std::string state = testing::ReadFile(state_ + "/" + pid);
+    EXPECT_NE(state.find("state=locked"), std::string::npos) << pid << ": " << state;
+  }
+  // Each attempt doubles the lock timeout; 5001, locked in the first two,
+  // was let go each time 5002 was not.
+  EXPECT_EQ(testing::ReadFile(state_ + "/5001.calls"), "lock 10\nunlock\nlock 20\nunlock\nlock 40\n");
+  EXPECT_EQ(testing::ReadFile(state_ + "/5002.calls"), "lock 10\nlock 20\nlock 40\n");
+}
+
+TEST_F(SystemGpuBackendTest, GroupLockGivesUpLeavingAllRunning) {
+  setenv("GPUCKPT_LIBCUDA", GPUCKPT_FAKE_LIBCUDA_PATH, 1);
+  ASSERT_OK_AND_ASSIGN(auto cuda, CudaDriver::Load());
+  testing::WriteFile(state_ + "/5001", "state=running\n");
+  testing::WriteFile(state_ + "/5002", "state=running\nlock_timeouts=100000\n");
+  GroupLockOptions options;
+  options.timeout_ms = 200;
+  options.first_attempt_ms = 10;
+  options.backoff_ms = 1;
+  Status s = LockTogether(*cuda, {5001, 5002}, options);
+  EXPECT_CODE(s, StatusCode::kAborted);
+  EXPECT_NE(s.message().find("not locked together within 200 ms"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("5002 kept GPU work in flight"), std::string::npos) << s.message();
+  for (const char* pid : {"5001", "5002"}) {
+    const std::string state = testing::ReadFile(state_ + "/" + pid);
+    EXPECT_NE(state.find("state=running"), std::string::npos) << pid << ": " << state;
+  }
+
+  // A process without CUDA state (gone, or never used CUDA) is no timeout:
+  // no second attempt, and the other is let go at once.
+  unlink((state_ + "/5001.calls").c_str());
+  Status gone = LockTogether(*cuda, {5001, 5003}, options);
+  EXPECT_FALSE(gone.ok());
+  EXPECT_NE(gone.code(), StatusCode::kAborted) << gone.message();
+  EXPECT_EQ(testing::ReadFile(state_ + "/5001.calls"), "lock 10\nunlock\n");
+  EXPECT_NE(testing::ReadFile(state_ + "/5001").find("state=running"), std::string::npos);
 }
 
 }  // namespace

@@ -332,6 +332,77 @@ TEST(GpuDevicesTest, OpenAndMappedFoundOthersNot) {
   EXPECT_CODE(table.Get(getpid()), StatusCode::kNoSuchProcess);
 }
 
+// --- Job launchers ------------------------------------------------------------------
+
+// A child that forks `gpu_children` processes holding the fake GPU device
+// `device` open (each reports its pid) and one that holds nothing.
+std::unique_ptr<Child> LauncherChild(const std::string& device, int gpu_children,
+                                     std::vector<pid_t>* pids) {
+  auto child = std::make_unique<Child>([device, gpu_children](int fd) {
+    for (int i = 0; i <= gpu_children; ++i) {
+      if (fork() != 0) continue;
+      if (i < gpu_children && open(device.c_str(), O_RDONLY) < 0) _exit(3);
+      pid_t me = getpid();
+      if (write(fd, &me, sizeof(me)) != sizeof(me)) _exit(3);
+      for (;;) pause();
+    }
+  });
+  std::string bytes = child->Read((gpu_children + 1) * sizeof(pid_t));
+  if (bytes.size() != (gpu_children + 1) * sizeof(pid_t)) return nullptr;
+  // In order of reporting, which need not be the order of forking: which
+  // ones hold the device is read from /proc.
+  pids->resize(gpu_children + 1);
+  memcpy(pids->data(), bytes.data(), bytes.size());
+  return child;
+}
+
+TEST(ProcessTableTest, JobLauncherOfForkedGpuChildren) {
+  TempDir tmp("gpuckpt-proc");
+  char real[PATH_MAX];
+  ASSERT_NE(realpath(tmp.path().c_str(), real), nullptr);
+  const std::string device = std::string(real) + "/fakegpu0";
+  WriteFile(device, "x");
+  ProcReadOptions read;
+  read.gpu_device_prefixes = {std::string(real) + "/fakegpu"};
+
+  std::vector<pid_t> job_kids, single_kids;
+  std::unique_ptr<Child> job = LauncherChild(device, 2, &job_kids);
+  std::unique_ptr<Child> single = LauncherChild(device, 1, &single_kids);
+  ASSERT_NE(job, nullptr);
+  ASSERT_NE(single, nullptr);
+  std::vector<int> job_gpu;
+  for (pid_t k : job_kids) {
+    ASSERT_OK_AND_ASSIGN(ProcessInfo info, ReadProcess(k, read));
+    if (!info.gpu_devices.empty()) job_gpu.push_back(k);
+  }
+  std::sort(job_gpu.begin(), job_gpu.end());
+  ASSERT_EQ(job_gpu.size(), 2u);
+
+  ProcessTableOptions options;
+  options.read = read;
+  ProcessTable table(options);
+  ASSERT_OK_AND_ASSIGN(std::vector<ProcessInfo> list, table.List());
+  EXPECT_TRUE(std::is_sorted(list.begin(), list.end(),
+                             [](const auto& a, const auto& b) { return a.pid < b.pid; }));
+  EXPECT_TRUE(Listed(list, job->pid()));
+  EXPECT_FALSE(Listed(list, single->pid()));
+  EXPECT_FALSE(Listed(list, getpid()));
+  for (const auto& p : list) {
+    if (p.pid == job->pid()) {
+      EXPECT_EQ(p.gpu_children, job_gpu);
+      EXPECT_TRUE(p.gpu_devices.empty());
+    } else {
+      EXPECT_TRUE(p.gpu_children.empty()) << p.pid;
+    }
+  }
+  ASSERT_OK_AND_ASSIGN(ProcessInfo got, table.Get(job->pid()));
+  EXPECT_EQ(got.gpu_children, job_gpu);
+  EXPECT_FALSE(got.cmdline.empty());
+  auto not_shown = table.Get(single->pid());
+  EXPECT_CODE(not_shown, StatusCode::kNoSuchProcess);
+  EXPECT_NE(not_shown.status().message().find("track"), std::string::npos);
+}
+
 // --- ProcessTable::Track ---------------------------------------------------------
 
 TEST(ProcessTableTest, TrackedChildListedUntilItExits) {
@@ -788,6 +859,134 @@ TEST(FabricatedProcTest, ListingThousandsScansOncePerTtl) {
   EXPECT_CODE(gpu_only.Get(kFakePid + kProcesses), StatusCode::kNoSuchProcess);  // kernel thread
   EXPECT_CODE(gpu_only.Get(kFakePid + kProcesses + 1), StatusCode::kNoSuchProcess);  // zombie
   EXPECT_CODE(gpu_only.Track(kFakePid + kProcesses), StatusCode::kInvalidArgument);
+}
+
+// A fabricated process holding /dev/nvidia0, open (fd link) or mapped.
+void FakeGpuProcess(const std::string& root, int pid, int ppid, bool mapped = true) {
+  FakeProcess(root, pid, FakeStat(pid, "gpu worker", 100 + pid % 1000, 0, 'S', ppid),
+              FakeStatus(pid), std::string("python3\0worker.py\0", 18),
+              mapped ? "7f0000000000-7f0000001000 rw-s 00000000 00:05 12   /dev/nvidia0\n" : "");
+  if (!mapped) {
+    const std::string link = root + "/" + std::to_string(pid) + "/fd/5";
+    if (symlink("/dev/nvidia0", link.c_str()) != 0) std::abort();
+  }
+}
+
+void FakePlainProcess(const std::string& root, int pid, int ppid, const std::string& comm,
+                      char state = 'S') {
+  FakeProcess(root, pid, FakeStat(pid, comm, 100 + pid % 1000, 0, state, ppid), FakeStatus(pid),
+              comm + std::string(1, '\0'));
+}
+
+TEST(FabricatedProcTest, JobLaunchersShown) {
+  FakeProcRoot root;
+  const std::string r = root.path();
+  // A launcher: two GPU children (one with the device open, one mapped) and
+  // a helper child with none.
+  const int launcher = kFakePid;
+  FakePlainProcess(r, launcher, 1, "torchrun");
+  FakeGpuProcess(r, launcher + 1, launcher, /*mapped=*/false);
+  FakeGpuProcess(r, launcher + 2, launcher);
+  FakePlainProcess(r, launcher + 3, launcher, "helper");
+  // A shell with one GPU child, one plain child and one GPU child that has
+  // exited (a zombie counts for nothing).
+  const int shell = kFakePid + 10;
+  FakePlainProcess(r, shell, 1, "bash");
+  FakeGpuProcess(r, shell + 1, shell);
+  FakePlainProcess(r, shell + 2, shell, "less");
+  FakePlainProcess(r, shell + 3, shell, "exited", 'Z');
+  WriteFile(root.Sub(std::to_string(shell + 3)) + "/maps",
+            "7f0000000000-7f0000001000 rw-s 00000000 00:05 12   /dev/nvidia0\n");
+  // Init with two GPU children: never a launcher.
+  FakePlainProcess(r, 1, 0, "init");
+  FakeGpuProcess(r, kFakePid + 20, 1);
+  FakeGpuProcess(r, kFakePid + 21, 1);
+  // A process holding a GPU device itself with two GPU children: a GPU
+  // process, shown once, and not a launcher.
+  const int gpu_parent = kFakePid + 30;
+  FakeGpuProcess(r, gpu_parent, 1);
+  FakeGpuProcess(r, gpu_parent + 1, gpu_parent);
+  FakeGpuProcess(r, gpu_parent + 2, gpu_parent, /*mapped=*/false);
+
+  ProcessTableOptions options;
+  options.read.proc_root = r;
+  options.ttl = std::chrono::seconds(60);
+  ProcessTable table(options);
+  ASSERT_OK_AND_ASSIGN(std::vector<ProcessInfo> list, table.List());
+  std::vector<int> pids;
+  for (const auto& p : list) pids.push_back(p.pid);
+  EXPECT_EQ(pids, (std::vector<int>{launcher, launcher + 1, launcher + 2, shell + 1, kFakePid + 20,
+                                    kFakePid + 21, gpu_parent, gpu_parent + 1, gpu_parent + 2}));
+  for (const auto& p : list) {
+    if (p.pid == launcher) {
+      EXPECT_EQ(p.comm, "torchrun");
+      EXPECT_EQ(p.cmdline, std::vector<std::string>{"torchrun"});
+      EXPECT_EQ(p.creds.ruid, 1000u);  // read in full, as any shown process
+      EXPECT_TRUE(p.gpu_devices.empty());
+      EXPECT_EQ(p.gpu_children, (std::vector<int>{launcher + 1, launcher + 2}));
+    } else {
+      EXPECT_TRUE(p.gpu_children.empty()) << p.pid;
+      EXPECT_FALSE(p.gpu_devices.empty()) << p.pid;
+    }
+  }
+
+  // Get() agrees, finding the children by every process's ppid (there are
+  // no task/*/children files here).
+  ASSERT_OK_AND_ASSIGN(ProcessInfo got, table.Get(launcher));
+  EXPECT_EQ(got.gpu_children, (std::vector<int>{launcher + 1, launcher + 2}));
+  EXPECT_TRUE(got.gpu_devices.empty());
+  for (int pid : {shell, 1}) {
+    SCOPED_TRACE(pid);
+    auto not_shown = table.Get(pid);
+    EXPECT_CODE(not_shown, StatusCode::kNoSuchProcess);
+    EXPECT_NE(not_shown.status().message().find("is not shown: it holds no GPU device (`track " +
+                                                std::to_string(pid) + "` shows it)"),
+              std::string::npos)
+        << not_shown.status().ToString();
+  }
+  ASSERT_OK_AND_ASSIGN(ProcessInfo gpu, table.Get(gpu_parent));
+  EXPECT_EQ(gpu.gpu_devices, std::vector<std::string>{"/dev/nvidia0"});
+  EXPECT_TRUE(gpu.gpu_children.empty());
+  ASSERT_OK_AND_ASSIGN(ProcessInfo child, table.Get(launcher + 1));
+  EXPECT_TRUE(child.gpu_children.empty());
+
+  // And by the kernel's children files where there are some (these list a
+  // thread's children; a process's are those of all its threads).
+  const std::string task = root.Sub(std::to_string(launcher)) + "/task/";
+  const std::string main_thread = task + std::to_string(launcher);
+  const std::string other_thread = task + std::to_string(launcher + 99);
+  MakeDirs(main_thread);
+  MakeDirs(other_thread);
+  WriteFile(main_thread + "/children",
+            std::to_string(launcher + 2) + " " + std::to_string(launcher + 3) + " ");
+  WriteFile(other_thread + "/children", std::to_string(launcher + 1) + " ");
+  ASSERT_OK_AND_ASSIGN(got, table.Get(launcher));
+  EXPECT_EQ(got.gpu_children, (std::vector<int>{launcher + 1, launcher + 2}));
+
+  // Shown anyway with all_processes: still named a launcher.
+  options.all_processes = true;
+  ProcessTable all(options);
+  ASSERT_OK_AND_ASSIGN(std::vector<ProcessInfo> every, all.List());
+  ASSERT_OK_AND_ASSIGN(got, all.Get(launcher));
+  EXPECT_EQ(got.gpu_children, (std::vector<int>{launcher + 1, launcher + 2}));
+  for (const auto& p : every) {
+    if (p.pid == launcher) {
+      EXPECT_EQ(p.gpu_children, (std::vector<int>{launcher + 1, launcher + 2}));
+    } else {
+      EXPECT_TRUE(p.gpu_children.empty()) << p.pid;
+    }
+  }
+  EXPECT_TRUE(Listed(every, shell));
+  EXPECT_EQ(std::count_if(every.begin(), every.end(),
+                          [&](const ProcessInfo& p) { return p.pid == launcher; }),
+            1);
+
+  // Once one GPU child has exited, the launcher is no longer shown.
+  testing::RemoveTree(root.Sub(std::to_string(launcher + 2)));
+  table.Invalidate();
+  ASSERT_OK_AND_ASSIGN(list, table.List());
+  EXPECT_FALSE(Listed(list, launcher));
+  EXPECT_CODE(table.Get(launcher), StatusCode::kNoSuchProcess);
 }
 
 TEST(FabricatedProcTest, ConcurrentListsShareOneScan) {
