@@ -6,6 +6,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <malloc.h>
 #include <signal.h>
 #include <sys/stat.h>
@@ -188,11 +189,9 @@ std::string Engine::ProcessStatus(const ProcessInfo& p) {
   std::string devices;
   for (const auto& d : p.gpu_devices) devices += (devices.empty() ? "" : " ") + d;
   out += fmt::format("gpu devices: {}\n", devices.empty() ? "none" : devices);
-  std::string children;
-  for (int c : p.gpu_children) children += (children.empty() ? "" : " ") + std::to_string(c);
-  if (!children.empty())
+  if (!p.gpu_children.empty())
     out += fmt::format("job: launcher of GPU processes {} (a checkpoint takes the whole tree)\n",
-                       children);
+                       fmt::join(p.gpu_children, " "));
   const std::string unavailable = gpu_->unavailable_reason();
   if (!unavailable.empty()) {
     out += fmt::format("gpu: off, GPU state cannot be checkpointed here ({})\n", unavailable);

@@ -5,7 +5,10 @@
 //                 └─ child 3
 // Each member holds 8 MiB of memory with a pattern seeded by its role (and
 // the copy-on-write copies of its ancestors' memory, checked too), and
-// one pipe pair to its parent: commands down, verdict lines up. A member
+// one link to its parent: commands down, verdict lines up. The links are
+// pipe pairs, except child 3's: an established TCP connection over
+// loopback (CRIU must dump and restore it, as it does for the ranks of a
+// multi-GPU job talking through NCCL's sockets). A member
 // reports "R" up once it and its subtree are set up; the root announces
 // ready only then. On SIGUSR1 the root sends "C" down; each member checks
 // its memory, that its pid, parent pid and session are those of setup,
@@ -13,8 +16,11 @@
 // up ("PASS" or "FAIL: role N: ..."). The root passes only if all do and
 // every child exits 0. Members exit when their parent's pipe closes
 // (and by PR_SET_PDEATHSIG), so killing the root ends the tree.
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -38,8 +44,46 @@ struct Link {
   int role;
   pid_t pid;
   int cmd_write;     // Parent to child.
-  int verdict_read;  // Child to parent.
+  int verdict_read;  // Child to parent (the same fd as cmd_write for a TCP link).
 };
+
+constexpr int kTcpRole = 3;  // the child whose link is a TCP connection
+
+void CloseLink(const Link& l) {
+  close(l.cmd_write);
+  if (l.verdict_read != l.cmd_write) close(l.verdict_read);
+}
+
+// A listening TCP socket on 127.0.0.1, any port; *port gets it.
+int ListenLoopback(uint16_t* port) {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return -1;
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(a);
+  if (bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0 || listen(fd, 1) != 0 ||
+      getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
+    close(fd);
+    return -1;
+  }
+  *port = ntohs(a.sin_port);
+  return fd;
+}
+
+int ConnectLoopback(uint16_t port) {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return -1;
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = htons(port);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
 
 // Pattern memory mapped by this member or, before fork, by its ancestors.
 struct Region {
@@ -76,16 +120,33 @@ void RunChild(int role, pid_t parent, int cmd_read, int verdict_write);
 // not keep (the member's own link upward).
 void SpawnChildren(Member* self, const std::vector<int>& inherited) {
   for (int role : ChildRoles(self->role)) {
+    if (role == kTcpRole) {
+      uint16_t port = 0;
+      const int listener = ListenLoopback(&port);
+      if (listener < 0) Die(wl::ErrnoText("listen on 127.0.0.1"));
+      pid_t pid = fork();
+      if (pid < 0) Die(wl::ErrnoText("fork"));
+      if (pid == 0) {
+        close(listener);
+        for (int fd : inherited) close(fd);
+        for (const Link& l : self->children) CloseLink(l);
+        const int conn = ConnectLoopback(port);
+        if (conn < 0) Die(wl::ErrnoText("connect to 127.0.0.1"));
+        RunChild(role, self->pid, conn, conn);
+      }
+      const int conn = accept4(listener, nullptr, nullptr, SOCK_CLOEXEC);
+      if (conn < 0) Die(wl::ErrnoText("accept"));
+      close(listener);  // only the established connection is left
+      self->children.push_back({role, pid, conn, conn});
+      continue;
+    }
     int cmd[2], verdict[2];
     if (pipe(cmd) != 0 || pipe(verdict) != 0) Die(wl::ErrnoText("pipe"));
     pid_t pid = fork();
     if (pid < 0) Die(wl::ErrnoText("fork"));
     if (pid == 0) {
       for (int fd : inherited) close(fd);
-      for (const Link& l : self->children) {
-        close(l.cmd_write);
-        close(l.verdict_read);
-      }
+      for (const Link& l : self->children) CloseLink(l);
       close(cmd[1]);
       close(verdict[0]);
       RunChild(role, self->pid, cmd[0], verdict[1]);
