@@ -24,14 +24,16 @@ of its parameters, equal on every rank), and exits 0; the launcher exits 0
 when every rank did. A failure ends that rank's log with an "error: ..."
 line (also before ready) and the launcher exits 1.
 
-Output: the launcher points stdout and stderr at /dev/null before it starts
-the ranks (they and multiprocessing's resource tracker inherit that): CRIU
-refuses to restore an open file whose size changed since the dump, so
-nothing the job holds open may grow after a checkpoint (train.py says more).
-What a rank would print goes to PREFIX.rank<r>.info of --log.
+Output: each rank points its stdout and stderr at /dev/null once ready, and
+the launcher once all are: CRIU refuses to restore an open file whose size
+changed since the dump, so nothing the job holds open may grow after a
+checkpoint (train.py says more). A rank's facts (GPU, NCCL version) go to
+PREFIX.rank<r>.info of --log; a launcher that saw a rank fail writes
+PREFIX.launcher.
 """
 
 import argparse
+import faulthandler
 import os
 import sys
 import time
@@ -73,6 +75,7 @@ def silence_output():
 def rank_main(rank, a):
     log = "%s.rank%d" % (a.log, rank)
     lines = []
+    faulthandler.enable()  # a crash in native code says where, until ready
     try:
         torch.manual_seed(a.seed)
         torch.cuda.manual_seed_all(a.seed)
@@ -124,6 +127,7 @@ def rank_main(rank, a):
             mean /= a.world
             lines.append("%d %s %s\n" % (step, float(mean.item()).hex(), float(loss.item()).hex()))
             if step + 1 == a.warmup:
+                silence_output()
                 write_atomically("%s.rank%d" % (a.ready, rank), "%d %d\n" % (os.getpid(), os.getppid()))
             # A fixed pause per step, not a schedule (train.py says why).
             time.sleep(a.step_ms / 1000.0)
@@ -155,13 +159,21 @@ def main():
     # must hold no GPU (a rank without its GPU says so in its log).
     print("ddp_train.py: launcher pid %d, %d ranks, %d steps" % (os.getpid(), a.world, a.steps),
           flush=True)
-    silence_output()
     context = mp.start_processes(rank_main, args=(a,), nprocs=a.world, join=False,
                                  start_method="spawn")
+    ready = ["%s.rank%d" % (a.ready, r) for r in range(a.world)]
+    silenced = False
     try:
-        while not context.join():
-            pass
-    except Exception:  # noqa: BLE001  (a rank failed; its log says why)
+        while not context.join(timeout=0.2):
+            # Quiet once every rank is (they go quiet then too): until then,
+            # what goes wrong is printed.
+            if not silenced and all(os.path.exists(f) for f in ready):
+                silence_output()
+                silenced = True
+    except Exception:  # noqa: BLE001  (a rank failed)
+        write_atomically(a.log + ".launcher", traceback.format_exc())
+        if not silenced:
+            traceback.print_exc()
         return 1
     return 0
 
