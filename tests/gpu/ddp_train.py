@@ -16,8 +16,8 @@ through loopback sockets, which CRIU dumps and restores with the tree.
 Everything is seeded and deterministic (as in train.py), so two runs give
 the same losses bit for bit.
 
-After --warmup steps rank r writes "PID LAUNCHER_PID" to PREFIX.rank<r> of
---ready (temp + rename). At the end rank r writes the log PREFIX.rank<r> of
+After --warmup steps rank r writes its pid to PREFIX.rank<r> of --ready
+(temp + rename). At the end rank r writes the log PREFIX.rank<r> of
 --log: one line per step, "STEP MEAN_LOSS LOCAL_LOSS" (float.hex(), exact;
 the mean over all ranks is the all-reduced one), then "params SUM" (the sum
 of its parameters, equal on every rank), and exits 0; the launcher exits 0
@@ -128,7 +128,7 @@ def rank_main(rank, a):
             lines.append("%d %s %s\n" % (step, float(mean.item()).hex(), float(loss.item()).hex()))
             if step + 1 == a.warmup:
                 silence_output()
-                write_atomically("%s.rank%d" % (a.ready, rank), "%d %d\n" % (os.getpid(), os.getppid()))
+                write_atomically("%s.rank%d" % (a.ready, rank), "%d\n" % os.getpid())
             # A fixed pause per step, not a schedule (train.py says why).
             time.sleep(a.step_ms / 1000.0)
         total = sum(float(p.detach().double().sum().item()) for p in model.parameters())
