@@ -29,6 +29,8 @@ namespace gpuckpt {
 namespace {
 
 constexpr int kPipeBytes = 1 << 20;
+// CRIU's --ghost-limit (per deleted file): no practical limit.
+constexpr char kGhostLimit[] = "1024G";
 
 int64_t NowNs() {
   timespec ts{};
@@ -236,6 +238,10 @@ Result<SnapshotInfo> Engine::DumpAndStore(const CheckpointRequest& request,
   // it adds iptables rules that a --kill checkpoint would leave behind, and
   // an in-tree connection, frozen at both ends, needs none.
   cmd.args.insert(cmd.args.end(), {"--tcp-established", "--network-lock", "skip"});
+  // A deleted file a process still holds (NCCL's /dev/shm segment, 33 MiB a
+  // rank) is part of its state, and CRIU stores its bytes: its default
+  // limit (1 MiB) would refuse the checkpoint.
+  cmd.args.insert(cmd.args.end(), {"--ghost-limit", kGhostLimit});
   if (NeedsShellJob(process, tree)) cmd.args.push_back("--shell-job");
   cmd.args.insert(cmd.args.end(), gpu.criu_args.begin(), gpu.criu_args.end());
   cmd.path_prepend = gpu.path_prepend;
