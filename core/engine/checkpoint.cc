@@ -50,6 +50,24 @@ bool NeedsShellJob(const ProcessInfo& root, const std::vector<int>& tree) {
   return !inside(root.sid) || !inside(root.pgid);
 }
 
+// CRIU cannot checkpoint io_uring instances, and says so cryptically
+// ("Unknown shit 600 (anon_inode:[io_uring])") after the GPUs were locked
+// and the tree frozen: refuse first, plainly. libuv uses io_uring (in
+// PyTorch's TCPStore, the store of torch.distributed) unless told not to.
+Status RefuseIoUring(const std::vector<int>& tree) {
+  for (int pid : tree) {
+    auto handle = ProcessHandle::Open(pid);
+    if (!handle.ok()) continue;  // exited meanwhile
+    auto rings = handle->ReadGpuDevices({"anon_inode:[io_uring]"});
+    if (rings.ok() && !rings->empty())
+      return Status::Unavailable(fmt::format(
+          "process {} uses io_uring, which CRIU cannot checkpoint (libuv, e.g. in PyTorch's "
+          "TCPStore, uses it unless UV_USE_IO_URING=0 is in the job's environment)",
+          pid));
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 Status CriuFailure(const std::string& what, const std::string& work, const std::string& log_name,
@@ -87,6 +105,7 @@ Result<SnapshotInfo> Engine::Checkpoint(const CheckpointRequest& request) {
         GPUCKPT_RETURN_IF_ERROR(MayCheckpoint(request.caller, *member));
       }
     }
+    GPUCKPT_RETURN_IF_ERROR(RefuseIoUring(tree));
     GPUCKPT_ASSIGN_OR_RETURN(auto ticket, board_.Begin(request.pid, "checkpoint"));
     auto info = DumpAndStore(request, process, tree, ticket.get());
     if (info.ok()) {

@@ -12,7 +12,9 @@ synthetic data set generated on the GPU from the seed; NCCL all-reduces the
 gradients and, every step, the loss. NCCL runs with the transports the
 driver cannot checkpoint off (NCCL_P2P_DISABLE=1, NCCL_SHM_DISABLE=1,
 NCCL_NVLS_ENABLE=0; set here unless the caller set them), so the ranks talk
-through loopback sockets, which CRIU dumps and restores with the tree.
+through loopback sockets, which CRIU dumps and restores with the tree; and
+libuv (PyTorch's TCPStore) runs without io_uring (UV_USE_IO_URING=0), which
+CRIU cannot checkpoint.
 Everything is seeded and deterministic (as in train.py), so two runs give
 the same losses bit for bit.
 
@@ -40,6 +42,10 @@ import time
 import traceback
 
 os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+# The TCPStore of torch.distributed runs on libuv, which uses io_uring where
+# the kernel has it; CRIU cannot checkpoint io_uring (gpuckpt refuses such a
+# tree, saying so).
+os.environ.setdefault("UV_USE_IO_URING", "0")
 for _name, _value in (("NCCL_P2P_DISABLE", "1"), ("NCCL_SHM_DISABLE", "1"),
                       ("NCCL_NVLS_ENABLE", "0")):
     os.environ.setdefault(_name, _value)

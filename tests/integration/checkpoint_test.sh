@@ -304,6 +304,34 @@ expect_error "restore of /etc" "Invalid argument" "$mnt/restore" /etc
 expect_error "restore of a missing dir" "No such file or directory" "$mnt/restore" /nonexistent
 echo "ok: restoring from a non-image dir fails with EINVAL, from a missing one with ENOENT"
 
+# A process holding an io_uring instance: refused before anything is
+# frozen, saying why (CRIU cannot checkpoint io_uring), and it runs on.
+uring_ready=$work/uring.ready
+before=$(ids)
+READY=$uring_ready setsid python3 -c '
+import ctypes, os, time
+params = ctypes.create_string_buffer(120)  # struct io_uring_params, zeroed
+fd = ctypes.CDLL(None, use_errno=True).syscall(425, 4, params)  # io_uring_setup
+if fd < 0:
+    raise SystemExit("io_uring_setup: " + os.strerror(ctypes.get_errno()))
+open(os.environ["READY"], "w").close()
+time.sleep(600)
+' </dev/null >"$work/uring.out" 2>&1 &
+uring_pid=$!
+sessions+=("$uring_pid")
+for _ in $(seq 100); do [[ -e $uring_ready ]] && break; kill -0 "$uring_pid" 2>/dev/null || break; sleep 0.1; done
+if [[ -e $uring_ready ]]; then
+  expect_error "checkpoint of an io_uring user" "Operation not supported" "$mnt/$uring_pid/ctl" checkpoint
+  grep -q "uses io_uring" "$mnt/$uring_pid/status" ||
+    fail "the status of an io_uring user says: $(grep '^last' "$mnt/$uring_pid/status")"
+  [[ $(ids) == "$before" ]] || fail "a refused checkpoint left a checkpoint: $(new_ids "$before")"
+  kill -0 "$uring_pid" || fail "the io_uring user did not run on"
+  kill "$uring_pid"
+  echo "ok: a process using io_uring is refused with ENOTSUP, saying why, and runs on"
+else
+  echo "SKIP: io_uring case: this kernel gives no io_uring ($(cat "$work/uring.out"))"
+fi
+
 start_wl root wl_memory --mib 8
 pid=$wl_pid
 exec 3>"$mnt/$pid/ctl"
