@@ -52,8 +52,8 @@ bool NeedsShellJob(const ProcessInfo& root, const std::vector<int>& tree) {
 
 // CRIU cannot checkpoint io_uring instances, and says so cryptically
 // ("Unknown shit 600 (anon_inode:[io_uring])") after the GPUs were locked
-// and the tree frozen: refuse first, plainly. libuv uses io_uring (in
-// PyTorch's TCPStore, the store of torch.distributed) unless told not to.
+// and the tree frozen: refuse first, plainly. PyTorch's TCPStore (the
+// store of torch.distributed) holds one when it runs on libuv.
 Status RefuseIoUring(const std::vector<int>& tree) {
   for (int pid : tree) {
     auto handle = ProcessHandle::Open(pid);
@@ -61,8 +61,9 @@ Status RefuseIoUring(const std::vector<int>& tree) {
     auto rings = handle->ReadGpuDevices({"anon_inode:[io_uring]"});
     if (rings.ok() && !rings->empty())
       return Status::Unavailable(fmt::format(
-          "process {} uses io_uring, which CRIU cannot checkpoint (libuv, e.g. in PyTorch's "
-          "TCPStore, uses it unless UV_USE_IO_URING=0 is in the job's environment)",
+          "process {} uses io_uring, which CRIU cannot checkpoint (PyTorch's TCPStore does on "
+          "libuv: USE_LIBUV=0 in the job's environment, or ?use_libuv=0 in a tcp:// "
+          "init_method, avoids it)",
           pid));
   }
   return Status::Ok();

@@ -13,8 +13,8 @@ gradients and, every step, the loss. NCCL runs with the transports the
 driver cannot checkpoint off (NCCL_P2P_DISABLE=1, NCCL_SHM_DISABLE=1,
 NCCL_NVLS_ENABLE=0; set here unless the caller set them), so the ranks talk
 through loopback sockets, which CRIU dumps and restores with the tree; and
-libuv (PyTorch's TCPStore) runs without io_uring (UV_USE_IO_URING=0), which
-CRIU cannot checkpoint.
+PyTorch's TCPStore runs without libuv, whose io_uring CRIU cannot
+checkpoint.
 Everything is seeded and deterministic (as in train.py), so two runs give
 the same losses bit for bit.
 
@@ -42,10 +42,12 @@ import time
 import traceback
 
 os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
-# The TCPStore of torch.distributed runs on libuv, which uses io_uring where
-# the kernel has it; CRIU cannot checkpoint io_uring (gpuckpt refuses such a
-# tree, saying so).
-os.environ.setdefault("UV_USE_IO_URING", "0")
+# The TCPStore of torch.distributed runs on libuv by default, and the libuv
+# in PyTorch 2.11 holds an io_uring instance (UV_USE_IO_URING=0 did not stop
+# it), which CRIU cannot checkpoint (gpuckpt refuses such a tree, saying
+# so): the store runs on its older backend (use_libuv=0 below, and for
+# env:// rendezvous USE_LIBUV=0).
+os.environ.setdefault("USE_LIBUV", "0")
 for _name, _value in (("NCCL_P2P_DISABLE", "1"), ("NCCL_SHM_DISABLE", "1"),
                       ("NCCL_NVLS_ENABLE", "0")):
     os.environ.setdefault(_name, _value)
@@ -92,7 +94,7 @@ def rank_main(rank, a):
         torch.set_num_threads(2)
         torch.cuda.set_device(rank)
         dev = torch.device("cuda", rank)
-        dist.init_process_group("nccl", init_method="tcp://127.0.0.1:%d" % a.port, rank=rank,
+        dist.init_process_group("nccl", init_method="tcp://127.0.0.1:%d?use_libuv=0" % a.port, rank=rank,
                                 world_size=a.world, device_id=dev)
 
         # The data set lives on the GPU: the checkpoint must carry it. Each
