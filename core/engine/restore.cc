@@ -466,8 +466,20 @@ Result<int> Engine::RestoreSnapshot(const std::string& id, bool shell_job, const
   metrics_.ObserveStage(
       "restore", "restore",
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-  if (!served.ok() || !exit.ok() || *exit != 0)
-    return CriuFailure("criu restore of " + id, work, "restore.log", served, exit);
+  if (!served.ok() || !exit.ok() || *exit != 0) {
+    Status failure = CriuFailure("criu restore of " + id, work, "restore.log", served, exit);
+    // A port the checkpoint's sockets bind is taken. Most often by the
+    // checkpointed job's own closed connections, which the kernel keeps in
+    // TIME_WAIT for a minute after they closed (a restore right after a
+    // kill): nothing is wrong with the checkpoint, try again (EBUSY).
+    if (failure.message().find("Address already in use") != std::string::npos)
+      return Status::Busy(
+          "a TCP port the checkpoint's sockets use is taken on this machine (by connections "
+          "that closed less than a minute ago and wait in TIME_WAIT, e.g. the checkpointed "
+          "job's own, or by another process): try again in a minute; " +
+          failure.message());
+    return failure;
+  }
   UniqueFd pf(open(pidfile.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
   char buf[32] = {};
   const ssize_t n = pf.get() >= 0 ? read(pf.get(), buf, sizeof(buf) - 1) : -1;
