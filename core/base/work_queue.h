@@ -6,8 +6,12 @@
 // Tasks return a Status; the first error is kept, later tasks are dropped
 // unrun, and Submit() returns it so the producer stops early.
 //
+// Workers may run in the background (SetPriority): on CPU time nothing else
+// wants, so that a producer that must not be slowed, CRIU copying a frozen
+// process's memory, keeps the cores while its bytes wait in memory.
+//
 // Submit() may be called by several producer threads at once; Finish() by
-// one, once no Submit() runs. Tasks run on the
+// one, once no Submit() runs; SetPriority() from any thread. Tasks run on the
 // workers and receive the index of the worker running them (0..threads-1)
 // for per-worker state. The destructor calls Finish().
 #ifndef GPUCKPT_CORE_BASE_WORK_QUEUE_H_
@@ -17,10 +21,12 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
 
+#include "gpuckpt/byte_budget.h"
 #include "gpuckpt/status.h"
 
 namespace gpuckpt {
@@ -29,37 +35,55 @@ class WorkQueue {
  public:
   using Task = std::function<Status(unsigned worker)>;
 
-  // `threads` 0 means one per online CPU.
-  WorkQueue(unsigned threads, uint64_t max_bytes_in_flight);
+  // `threads` 0 means one per online CPU. With `shared`, the bytes of
+  // queued tasks are also drawn from that budget (e.g. the staging memory
+  // all checkpoints of a daemon share), and given back as tasks end.
+  WorkQueue(unsigned threads, uint64_t max_bytes_in_flight,
+            std::shared_ptr<ByteBudget> shared = nullptr);
   ~WorkQueue();
   WorkQueue(const WorkQueue&) = delete;
   WorkQueue& operator=(const WorkQueue&) = delete;
 
   // Queues `task`, accounted as `bytes` until it has run. Blocks while the
-  // bound would be exceeded (a single task larger than the bound still
-  // runs, alone). Returns the first error of any task so far.
+  // bound (or the shared budget) would be exceeded (a single task larger
+  // than the bound still runs, alone). Returns the first error of any task
+  // so far.
   Status Submit(uint64_t bytes, Task task);
 
   // Waits for every queued task, stops the workers, returns the first error.
   Status Finish();
 
+  // kBackground: workers run their next tasks under SCHED_IDLE, only when a
+  // core is otherwise idle. The queue returns to kNormal by itself as soon
+  // as a Submit() has to wait for room: the producer is then waiting for
+  // the workers, and starving them would only stall it. Where this process
+  // could not return a thread from SCHED_IDLE (no CAP_SYS_NICE and an
+  // RLIMIT_NICE below 20), kBackground is ignored. Default: kNormal.
+  enum class Priority { kNormal, kBackground };
+  void SetPriority(Priority priority);
+  Priority priority() const;
+
   unsigned threads() const { return static_cast<unsigned>(workers_.size()); }
 
  private:
   void Run(unsigned worker);
+  // Applies priority_ to the calling worker if it runs under another one.
+  void ApplyPriority(Priority* applied);
 
   struct Item {
     uint64_t bytes;
     Task task;
   };
   const uint64_t max_bytes_;
-  std::mutex mu_;  // guards everything below
+  const std::shared_ptr<ByteBudget> shared_;
+  mutable std::mutex mu_;  // guards everything below
   std::condition_variable work_ready_;
   std::condition_variable space_ready_;
   std::deque<Item> queue_;
   uint64_t bytes_in_flight_ = 0;
   unsigned busy_ = 0;
   bool stopping_ = false;
+  Priority priority_ = Priority::kNormal;
   Status first_error_;
   std::vector<std::thread> workers_;
 };

@@ -118,10 +118,11 @@ uint32_t LoadU32(std::string_view bytes, size_t pos) {
 
 // Checks the two magics and splits the rest into records.
 Result<std::vector<ProtoReader>> SplitImage(std::string_view bytes, uint32_t type_magic,
-                                            std::string_view file) {
+                                            std::string_view file,
+                                            uint32_t head_magic = kCriuImgCommonMagic) {
   const ProtoReader at_start(bytes, 0, file);
   if (bytes.size() < 8) return at_start.Corrupt("too short for the image magic");
-  if (LoadU32(bytes, 0) != kCriuImgCommonMagic) return at_start.Corrupt("wrong head magic");
+  if (LoadU32(bytes, 0) != head_magic) return at_start.Corrupt("wrong head magic");
   if (LoadU32(bytes, 4) != type_magic) return at_start.Corrupt("wrong image type magic");
   std::vector<ProtoReader> records;
   size_t pos = 8;
@@ -282,6 +283,38 @@ Result<CriuPagemap> ParsePagemapImage(std::string_view bytes, std::string_view f
     map.entries.push_back(e);
   }
   return map;
+}
+
+Result<CriuDumpStats> ParseDumpStatsImage(std::string_view bytes, std::string_view file_name) {
+  GPUCKPT_ASSIGN_OR_RETURN(std::vector<ProtoReader> records,
+                           SplitImage(bytes, kCriuStatsMagic, file_name, kCriuImgServiceMagic));
+  if (records.size() != 1) {
+    return ProtoReader(bytes, 0, file_name)
+        .Corrupt("stats image holds " + std::to_string(records.size()) + " records");
+  }
+  GPUCKPT_ASSIGN_OR_RETURN(std::optional<ProtoReader> dump, FindMessage(records[0], 1));
+  if (!dump) return ProtoReader(bytes, 0, file_name).Corrupt("no dump_stats_entry");
+  CriuDumpStats stats;
+  ProtoReader r = *dump;
+  uint32_t seen = 0;
+  while (!r.done()) {
+    uint32_t field = 0, wire = 0;
+    GPUCKPT_RETURN_IF_ERROR(r.Tag(&field, &wire));
+    uint32_t* times[] = {nullptr, &stats.freezing_us, &stats.frozen_us, &stats.memdump_us,
+                         &stats.memwrite_us};
+    if (field >= 1 && field <= 4) {
+      GPUCKPT_RETURN_IF_ERROR(r.ScalarUint32(wire, times[field]));
+      seen |= 1u << field;
+    } else if (field == 5 || field == 7) {
+      if (wire != kVarint) return r.Corrupt("page count with wrong wire type");
+      GPUCKPT_ASSIGN_OR_RETURN(uint64_t pages, r.Varint());
+      (field == 5 ? stats.pages_scanned : stats.pages_written) = pages;
+    } else {
+      GPUCKPT_RETURN_IF_ERROR(r.Skip(wire));
+    }
+  }
+  if ((seen & 0x6) != 0x6) return r.Corrupt("dump_stats_entry lacks its times");
+  return stats;
 }
 
 bool LooksLikeCriuImage(std::string_view first_bytes) {

@@ -33,6 +33,7 @@ inline constexpr uint32_t kCriuInventoryMagic = 0x58313116;
 inline constexpr uint32_t kCriuPstreeMagic = 0x50273030;
 inline constexpr uint32_t kCriuCoreMagic = 0x55053847;
 inline constexpr uint32_t kCriuPagemapMagic = 0x56084025;
+inline constexpr uint32_t kCriuStatsMagic = 0x57093306;
 
 // One pstree_entry (images/pstree.proto).
 struct CriuTask {
@@ -78,6 +79,22 @@ struct CriuPagemap {
 // before flags existed (in_parent only) get kParent or kPresent.
 Result<CriuPagemap> ParsePagemapImage(std::string_view bytes,
                                       std::string_view file_name = "pagemap.img");
+
+// What CRIU measured of one dump (dump_stats_entry, images/stats.proto),
+// from the service file `stats-dump` that `criu dump` writes into its work
+// directory (-W) once the tree is resumed or left stopped. Times are in
+// microseconds.
+struct CriuDumpStats {
+  uint32_t freezing_us = 0;  // seizing and freezing the tree
+  uint32_t frozen_us = 0;    // from frozen to resumed (or left stopped)
+  uint32_t memdump_us = 0;   // draining memory out of the tasks
+  uint32_t memwrite_us = 0;  // writing it into the pages images
+  uint64_t pages_scanned = 0;
+  uint64_t pages_written = 0;
+};
+// kCorruption when the bytes are not a stats image with a dump entry.
+Result<CriuDumpStats> ParseDumpStatsImage(std::string_view bytes,
+                                          std::string_view file_name = "stats-dump");
 
 // Whether `first_bytes` start with a CRIU image magic: the common or service
 // head magic, or the inventory magic. Raw images (pages-*.img) have none and

@@ -21,7 +21,10 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "core/base/mono_clock.h"
+#include "core/base/small_file.h"
 #include "core/criu/image_streamer.h"
+#include "core/criu/images.h"
 #include "core/engine/engine.h"
 #include "core/engine/kill_journal.h"
 
@@ -69,7 +72,36 @@ Status RefuseIoUring(const std::vector<int>& tree) {
   return Status::Ok();
 }
 
+// CRIU's own account of the dump (stats-dump, in its work directory), or
+// nothing when it wrote none. The directory may be the user's (an
+// unprivileged dump): the file is read as untrusted.
+std::optional<CriuDumpStats> ReadCriuDumpStats(const std::string& work) {
+  constexpr size_t kMaxStatsBytes = 4096;
+  auto bytes = ReadSmallFileNoFollow(work + "/stats-dump", kMaxStatsBytes);
+  if (!bytes.ok()) return std::nullopt;
+  auto stats = ParseDumpStatsImage(*bytes);
+  if (!stats.ok()) return std::nullopt;
+  return *stats;
+}
+
 }  // namespace
+
+FrozenTime MeasureFrozenTime(const GpuBackend::LockSpan& gpu, int64_t dump_end_ns,
+                             const std::optional<CriuDumpStats>& criu) {
+  FrozenTime frozen;
+  if (gpu.first_lock_ns) {
+    // The GPU work stood still from the first lock to the last unlock; a
+    // tree that is not unlocked (--kill) stood still until the dump ended.
+    const int64_t end = gpu.last_unlock_ns.value_or(dump_end_ns);
+    frozen.seconds = std::max<int64_t>(0, end - *gpu.first_lock_ns) / 1e9;
+    frozen.how = gpu.last_unlock_ns ? "gpu lock to unlock" : "gpu lock to end of dump";
+  } else if (criu) {
+    frozen.seconds = criu->frozen_us / 1e6;
+    frozen.how = "criu freeze to resume";
+  }
+  if (criu) frozen.criu_seconds = criu->frozen_us / 1e6;
+  return frozen;
+}
 
 Status CriuFailure(const std::string& what, const std::string& work, const std::string& log_name,
                    const Status& served, Result<int>& exit) {
@@ -110,9 +142,11 @@ Result<SnapshotInfo> Engine::Checkpoint(const CheckpointRequest& request) {
     GPUCKPT_ASSIGN_OR_RETURN(auto ticket, board_.Begin(request.pid, "checkpoint"));
     auto info = DumpAndStore(request, process, tree, ticket.get());
     if (info.ok()) {
-      ticket->SetResult(fmt::format("checkpoint {} ok ({:.2f} s, {:.1f} MB logical, {:.1f} MB new)",
-                                    info->id, info->duration_s, info->logical_bytes / 1e6,
-                                    info->new_bytes / 1e6));
+      const std::optional<double> frozen = FrozenSecondsOf(*info);
+      ticket->SetResult(fmt::format(
+          "checkpoint {} ok ({}durable after {:.2f} s, {:.1f} MB logical, {:.1f} MB new)", info->id,
+          frozen ? fmt::format("frozen {:.2f} s, ", *frozen) : "", info->duration_s,
+          info->logical_bytes / 1e6, info->new_bytes / 1e6));
     } else {
       ticket->SetResult("checkpoint failed: " + info.status().message());
     }
@@ -123,6 +157,7 @@ Result<SnapshotInfo> Engine::Checkpoint(const CheckpointRequest& request) {
   if (result.ok()) {
     metrics_.CountOperation("checkpoint", "ok");
     metrics_.AddCheckpointBytes(result->logical_bytes, result->new_bytes, result->stored_bytes);
+    if (auto frozen = FrozenSecondsOf(*result)) metrics_.ObserveFrozen(*frozen);
   } else if (result.status().code() != StatusCode::kBusy) {
     RecordFailure(request.pid, "checkpoint", result.status());
   } else {
@@ -149,10 +184,12 @@ Result<SnapshotInfo> Engine::DumpAndStore(const CheckpointRequest& request,
     return StatusFromErrno(errno, gpu_options.scratch_dir);
   std::vector<uint64_t> start_times;
   std::set<uint32_t> owners_in_tree;
+  uint64_t tree_rss = 0;
   for (int pid : tree) {
     auto p = ReadProcess(pid, ProcReadOptions{.read_gpu_devices = false});
     start_times.push_back(p.ok() ? p->start_time : 0);
     if (p.ok()) owners_in_tree.insert(p->creds.ruid);
+    if (p.ok()) tree_rss += p->rss_bytes;
   }
 
   // A `--kill` leaves the tree stopped until it is killed, and a tree of
@@ -162,6 +199,7 @@ Result<SnapshotInfo> Engine::DumpAndStore(const CheckpointRequest& request,
   KillJournal journal(JournalDir());
   const bool journaled = request.kill || tree.size() > 1;
   if (journaled) GPUCKPT_RETURN_IF_ERROR(journal.Add(tree, start_times));
+  const int64_t setup_start_ns = MonotonicNowNs();
   auto setup = gpu_->SetupForCheckpoint(tree, gpu_options);
   if (!setup.ok()) {
     if (journaled) journal.Remove(tree, start_times);
@@ -170,11 +208,15 @@ Result<SnapshotInfo> Engine::DumpAndStore(const CheckpointRequest& request,
   const CriuGpuSetup gpu = std::move(setup).value();
   // The processes the backend locked stay locked through CRIU's dump (its
   // plugin leaves them so): let go as soon as CRIU is done, and on every
-  // way out before that.
+  // way out before that. Their lock times are ours to take: from when the
+  // backend began locking them to when they are let go.
   bool holding_locks = !gpu.locked_pids.empty();
+  GpuBackend::LockSpan group_lock;
+  if (holding_locks) group_lock.first_lock_ns = setup_start_ns;
   auto release_locks = [&] {
     if (!holding_locks) return;
     gpu_->Release(gpu.locked_pids).PermitUnchecked();
+    group_lock.last_unlock_ns = MonotonicNowNs();
     holding_locks = false;
   };
   struct AtExit {
@@ -232,7 +274,17 @@ Result<SnapshotInfo> Engine::DumpAndStore(const CheckpointRequest& request,
   }
   SnapshotSpec spec{name, "pid " + std::to_string(request.pid) + " (" + process.comm + ")",
                     extra.dump()};
-  GPUCKPT_ASSIGN_OR_RETURN(auto writer, store_->BeginSnapshot(spec));
+  // CRIU's pipes are drained into staging memory as fast as CRIU writes
+  // them, with hashing, compression and the disk behind, on idle CPU only
+  // until CRIU is done: the tree is frozen for as long as CRIU runs. What
+  // the image is expected to take (the tree's memory, and the device memory
+  // the driver moves into it) is faulted in before CRIU starts.
+  SnapshotWriterOptions writer_options;
+  writer_options.staging_bytes = staging_->capacity();
+  writer_options.shared_staging = staging_;
+  writer_options.prefault_bytes = tree_rss + device_memory;
+  writer_options.background = true;
+  GPUCKPT_ASSIGN_OR_RETURN(auto writer, store_->BeginSnapshot(spec, writer_options));
   writer->SetProgress([ticket](uint64_t done, uint64_t) { ticket->SetBytes(done); },
                       process.rss_bytes);
   GPUCKPT_ASSIGN_OR_RETURN(auto server, ImageCaptureServer::Listen(images));
@@ -329,6 +381,9 @@ Result<SnapshotInfo> Engine::DumpAndStore(const CheckpointRequest& request,
   // A tree that runs on gets its GPUs back now, not after the commit; a
   // --kill tree stays stopped and locked until it is killed.
   if (!request.kill) release_locks();
+  const int64_t dump_end_ns = MonotonicNowNs();
+  // CRIU is done: what is staged is now what everyone waits for.
+  writer->SetBackground(false);
   const double dump_s = SecondsSince(start);
   metrics_.ObserveStage("checkpoint", "dump", dump_s);
   if (!served.ok() || !exit.ok() || *exit != 0) {
@@ -358,9 +413,19 @@ Result<SnapshotInfo> Engine::DumpAndStore(const CheckpointRequest& request,
     extra["device_error"] = ranges.status().message();
   }
 
-  ticket->SetStage("commit");
+  const FrozenTime frozen =
+      MeasureFrozenTime(group_lock.first_lock_ns ? group_lock : gpu_->LockTimes(gpu_options),
+                        dump_end_ns, ReadCriuDumpStats(work));
+
+  ticket->SetStage("store");
   const auto commit_start = std::chrono::steady_clock::now();
   extra["stages"] = {{"dump_s", dump_s}};
+  if (frozen.seconds) {
+    extra["stages"]["frozen_s"] = *frozen.seconds;
+    extra["stages"]["frozen_by"] = frozen.how;
+  }
+  if (frozen.criu_seconds) extra["stages"]["criu_frozen_s"] = *frozen.criu_seconds;
+  extra["staging_memory_bytes"] = staging_->capacity();
   writer->SetExtraJson(extra.dump());
   auto info = writer->Commit();
   metrics_.ObserveStage("checkpoint", "commit", SecondsSince(commit_start));

@@ -112,6 +112,26 @@ Engine::Engine(Store* store, std::unique_ptr<GpuBackend> gpu, EngineOptions opti
   table.ttl = options_.process_cache_ttl;
   processes_ = std::make_unique<ProcessTable>(table);
   empty_plugin_dir_ = options_.work_dir + "/no-plugins";
+  staging_ = std::make_shared<ByteBudget>(
+      options_.staging_memory_bytes != 0 ? options_.staging_memory_bytes : DefaultStagingMemory());
+}
+
+uint64_t DefaultStagingMemory() {
+  constexpr uint64_t kFloor = 256ull << 20;
+  const long pages = sysconf(_SC_PHYS_PAGES);
+  const long page_size = sysconf(_SC_PAGESIZE);
+  if (pages <= 0 || page_size <= 0) return kFloor;
+  return std::max(kFloor, static_cast<uint64_t>(pages) * static_cast<uint64_t>(page_size) / 4);
+}
+
+std::optional<double> FrozenSecondsOf(const SnapshotInfo& info) {
+  const nlohmann::json extra = nlohmann::json::parse(info.extra_json, nullptr, false);
+  if (!extra.is_object()) return std::nullopt;
+  auto stages = extra.find("stages");
+  if (stages == extra.end() || !stages->is_object()) return std::nullopt;
+  auto frozen = stages->find("frozen_s");
+  if (frozen == stages->end() || !frozen->is_number()) return std::nullopt;
+  return frozen->get<double>();
 }
 
 Engine::~Engine() = default;

@@ -2,8 +2,10 @@
 // and a GpuBackend; what gpuckptfs's control files call.
 //
 // Checkpoint: CRIU dumps the process tree with --stream; the images go from
-// CRIU's pipes straight into a SnapshotWriter (no staging copy), and the
-// snapshot becomes visible only when complete. Restore: the images are
+// CRIU's pipes into a SnapshotWriter's staging memory (no copy on disk) as
+// fast as CRIU writes them, so the tree is frozen only while CRIU copies
+// its state; they are stored behind, and the snapshot becomes visible only
+// when complete and durable. Restore: the images are
 // served to `criu restore --stream` from the store. Every request carries
 // its Caller, and the engine enforces who may do what (see CheckAccess
 // notes in engine.cc): a user checkpoints only processes that are wholly
@@ -25,10 +27,12 @@
 #include <vector>
 
 #include "core/criu/criu_runner.h"
+#include "core/criu/images.h"
 #include "core/engine/metrics.h"
 #include "core/engine/operation_board.h"
 #include "core/proc/caller.h"
 #include "core/proc/process_table.h"
+#include "gpuckpt/byte_budget.h"
 #include "gpuckpt/gpu_backend.h"
 #include "gpuckpt/store.h"
 
@@ -54,7 +58,37 @@ struct EngineOptions {
   // kAborted (EAGAIN) and the process runs on. A request may set its own.
   // Default: 10 s, CRIU's own default timeout.
   uint32_t lock_timeout_ms = 10000;
+  // Staging memory, shared by all checkpoints in flight: the images CRIU
+  // writes wait there to be hashed, compressed and written, so that CRIU
+  // (and the frozen tree) never waits on that while there is room. A
+  // larger image still succeeds: CRIU then waits for room. Only what a
+  // checkpoint needs is taken, and it is given back when the checkpoint
+  // ends. 0: DefaultStagingMemory(). Default: 0.
+  uint64_t staging_memory_bytes = 0;
 };
+
+// A quarter of the machine's physical memory, at least 256 MiB: room for
+// the images of a process holding that much host and device memory, while
+// the machine keeps three quarters for its jobs.
+uint64_t DefaultStagingMemory();
+
+// How long a checkpoint kept the job from running.
+struct FrozenTime {
+  // For a tree with GPU processes, from the first lock to the last unlock
+  // of their GPU work (to the end of the dump when the tree is not unlocked:
+  // --kill); otherwise CRIU's own measure, from frozen to resumed (or left
+  // stopped). Absent when neither was recorded.
+  std::optional<double> seconds;
+  std::string how;  // "gpu lock to unlock", "criu freeze to resume", ...
+  // CRIU's frozen time, when CRIU reported it.
+  std::optional<double> criu_seconds;
+};
+// `gpu`: the lock span (CLOCK_MONOTONIC ns); `dump_end_ns`: when CRIU
+// exited, on the same clock; `criu`: CRIU's stats-dump, if any.
+FrozenTime MeasureFrozenTime(const GpuBackend::LockSpan& gpu, int64_t dump_end_ns,
+                             const std::optional<CriuDumpStats>& criu);
+// The frozen time recorded in a checkpoint's manifest (extra.stages.frozen_s).
+std::optional<double> FrozenSecondsOf(const SnapshotInfo& info);
 
 struct CheckpointRequest {
   int pid = 0;
@@ -173,6 +207,7 @@ class Engine {
   OperationBoard board_;
   Metrics metrics_;
   std::string empty_plugin_dir_;
+  std::shared_ptr<ByteBudget> staging_;  // shared by the checkpoints' writers
 
   mutable std::mutex mu_;                            // guards the members below
   std::map<uint32_t, std::string> restore_results_;  // by uid

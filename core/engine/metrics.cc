@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 namespace gpuckpt {
 
 void Metrics::CountOperation(const std::string& operation, const std::string& result) {
@@ -21,6 +23,14 @@ void Metrics::ObserveStage(const std::string& operation, const std::string& stag
   Summary& s = stages_[{operation, stage}];
   s.sum += seconds;
   ++s.count;
+}
+
+void Metrics::ObserveFrozen(double seconds) {
+  std::lock_guard lock(mu_);
+  frozen_.sum += seconds;
+  ++frozen_.count;
+  frozen_last_ = seconds;
+  frozen_max_ = std::max(frozen_max_, seconds);
 }
 
 std::string Metrics::Render(const CacheStats& cache) const {
@@ -46,6 +56,18 @@ std::string Metrics::Render(const CacheStats& cache) const {
     out += fmt::format("gpuckpt_stage_seconds_sum{{{}}} {:.6f}\n", labels, s.sum);
     out += fmt::format("gpuckpt_stage_seconds_count{{{}}} {}\n", labels, s.count);
   }
+  out +=
+      "# HELP gpuckpt_checkpoint_frozen_seconds How long successful checkpoints kept their job "
+      "frozen (GPU processes: GPU lock to unlock; others: CRIU's freeze to resume).\n";
+  out += "# TYPE gpuckpt_checkpoint_frozen_seconds summary\n";
+  out += fmt::format("gpuckpt_checkpoint_frozen_seconds_sum {:.6f}\n", frozen_.sum);
+  out += fmt::format("gpuckpt_checkpoint_frozen_seconds_count {}\n", frozen_.count);
+  out += "# HELP gpuckpt_checkpoint_frozen_last_seconds Frozen time of the latest checkpoint.\n";
+  out += "# TYPE gpuckpt_checkpoint_frozen_last_seconds gauge\n";
+  out += fmt::format("gpuckpt_checkpoint_frozen_last_seconds {:.6f}\n", frozen_last_);
+  out += "# HELP gpuckpt_checkpoint_frozen_max_seconds Longest frozen time of any checkpoint.\n";
+  out += "# TYPE gpuckpt_checkpoint_frozen_max_seconds gauge\n";
+  out += fmt::format("gpuckpt_checkpoint_frozen_max_seconds {:.6f}\n", frozen_max_);
   out += "# HELP gpuckpt_chunk_cache_requests_total Chunk cache lookups by readers.\n";
   out += "# TYPE gpuckpt_chunk_cache_requests_total counter\n";
   out += fmt::format("gpuckpt_chunk_cache_requests_total{{result=\"hit\"}} {}\n", cache.hits);

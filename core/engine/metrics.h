@@ -23,6 +23,8 @@ class Metrics {
   void CountOperation(const std::string& operation, const std::string& result);
   void AddCheckpointBytes(uint64_t logical, uint64_t added, uint64_t stored);
   void ObserveStage(const std::string& operation, const std::string& stage, double seconds);
+  // How long a successful checkpoint kept its job frozen (FrozenTime).
+  void ObserveFrozen(double seconds);
 
   std::string Render(const CacheStats& cache) const;
 
@@ -37,6 +39,9 @@ class Metrics {
   uint64_t new_bytes_ = 0;
   uint64_t stored_bytes_ = 0;
   std::map<std::pair<std::string, std::string>, Summary> stages_;
+  Summary frozen_;
+  double frozen_last_ = 0;
+  double frozen_max_ = 0;
 };
 
 // The label for a failed operation's Status ("busy", "denied", ...).

@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <nlohmann/json.hpp>
 
+#include "core/base/small_file.h"
 #include "core/base/unique_fd.h"
 
 namespace gpuckpt {
@@ -229,10 +230,8 @@ Status WriteDeviceRangesFile(const std::string& path, const DeviceRanges& ranges
 }
 
 Result<DeviceRanges> ReadDeviceRangesFile(const std::string& path) {
-  UniqueFd fd(open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (fd.get() < 0) return StatusFromErrno(errno, fmt::format("open {}", path));
-  std::string text;
-  GPUCKPT_RETURN_IF_ERROR(ReadAll(fd.get(), kMaxFileBytes, &text, path));
+  // The directory is writable by the user whose CRIU wrote the file.
+  GPUCKPT_ASSIGN_OR_RETURN(std::string text, ReadSmallFileNoFollow(path, kMaxFileBytes));
 
   json doc = json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (doc.is_discarded()) return Malformed(path, "not JSON");

@@ -20,9 +20,10 @@
 
 #include "core/gpu/cuda_driver.h"
 #include "core/gpu/device_ranges.h"
-#include "core/gpu/group_lock.h"
 #include "core/gpu/gpu_uuid.h"
+#include "core/gpu/group_lock.h"
 #include "core/gpu/kfd_topology.h"
+#include "core/gpu/lock_events.h"
 #include "core/gpu/nvml.h"
 #include "core/proc/process_info.h"
 
@@ -246,6 +247,11 @@ class SystemGpuBackend final : public GpuBackend {
       for (const auto& m : ranges.ranges) out.push_back({ranges.pid, m.start, m.end});
     }
     return out;
+  }
+
+  LockSpan LockTimes(const GpuCheckpointOptions& options) override {
+    if (options.scratch_dir.empty()) return {};
+    return ReadLockSpan(options.scratch_dir);
   }
 
   Result<CriuGpuSetup> SetupForRestore(const GpuRestoreOptions& options) override {

@@ -14,9 +14,12 @@
 namespace gpuckpt {
 namespace {
 
-// Bytes asked of read() at a time: large enough that syscalls don't show,
-// small enough to keep the pipeline fed early.
+// Read blocks: large enough that syscalls don't show, small enough to keep
+// the pipeline fed early; a multiple of 2 MiB (huge pages).
 constexpr size_t kReadBlock = 4u << 20;
+// A read asks for at least this much room; the uncut tail of a block goes
+// to the next one when less is left.
+constexpr size_t kMinRead = 1u << 20;
 // Chunks handed to a worker at once.
 constexpr size_t kTaskBytes = 1u << 20;
 // A worker writes its batch when it holds this much.
@@ -35,32 +38,9 @@ std::string BaseName(const std::string& path) {
 
 }  // namespace
 
-std::shared_ptr<uint8_t[]> SnapshotWriterImpl::BlockPool::Get(size_t size) {
-  std::unique_ptr<uint8_t[]> block;
-  {
-    std::lock_guard lock(mu_);
-    if (size_ != size) {
-      free_.clear();  // a file with another chunker: other block size
-      size_ = size;
-    }
-    if (!free_.empty()) {
-      block = std::move(free_.back());
-      free_.pop_back();
-    }
-  }
-  // Uninitialised on purpose: read() fills what is used.
-  if (!block) block.reset(new uint8_t[size]);
-  return std::shared_ptr<uint8_t[]>(block.release(), [this, size](uint8_t* p) { Put(p, size); });
-}
-
-void SnapshotWriterImpl::BlockPool::Put(uint8_t* p, size_t size) {
-  std::unique_ptr<uint8_t[]> block(p);
-  std::lock_guard lock(mu_);
-  if (size == size_ && free_.size() < kMaxFree) free_.push_back(std::move(block));
-}
-
 SnapshotWriterImpl::SnapshotWriterImpl(StoreImpl* store, SnapshotSpec spec, uint64_t key,
-                                       Chunker generic, Chunker pages)
+                                       Chunker generic, Chunker pages,
+                                       const SnapshotWriterOptions& options)
     : store_(store),
       gc_guard_(store->LockAgainstGc()),
       spec_(std::move(spec)),
@@ -68,8 +48,25 @@ SnapshotWriterImpl::SnapshotWriterImpl(StoreImpl* store, SnapshotSpec spec, uint
       generic_(generic),
       pages_(pages),
       start_(std::chrono::steady_clock::now()) {
-  queue_ = std::make_unique<WorkQueue>(store->options().worker_threads,
-                                       store->options().max_in_flight_bytes);
+  const uint64_t staging =
+      options.staging_bytes != 0 ? options.staging_bytes : store->options().max_in_flight_bytes;
+  // One block size for both chunkers, so that files read at the same time
+  // share the pool; room for a read after the uncut tail (< max chunk).
+  const size_t block_size = std::max(
+      kReadBlock,
+      2 * static_cast<size_t>(std::max(pages_.max_size(), generic_.max_size())) + kMinRead);
+  // Enough free blocks for the whole staging memory, plus the blocks being
+  // filled by files read at once (CRIU writes a handful together).
+  constexpr size_t kFilesAtOnce = 8;
+  const size_t staged_blocks = static_cast<size_t>(staging / block_size) + 1;
+  blocks_ = std::make_unique<BlockPool>(block_size, staged_blocks + kFilesAtOnce);
+  if (options.prefault_bytes != 0) {
+    blocks_->Prefault(
+        static_cast<size_t>(std::min(options.prefault_bytes, staging) / blocks_->block_size()) + 1);
+  }
+  queue_ =
+      std::make_unique<WorkQueue>(store->options().worker_threads, staging, options.shared_staging);
+  if (options.background) SetBackground(true);
   for (unsigned i = 0; i < queue_->threads(); ++i) batches_.push_back(std::make_unique<Batch>());
 }
 
@@ -133,18 +130,19 @@ Status SnapshotWriterImpl::AddFile(const FileEntry& meta, int fd) {
   // them, so a byte is copied once (by read()) on its way to the hash. The
   // uncut tail of a block (less than one max-size chunk) is carried into the
   // next block.
-  // One block size for both chunkers, so that files read at the same time
-  // share the pool.
-  const size_t block_size = kReadBlock + std::max(pages_.max_size(), generic_.max_size());
-  std::shared_ptr<uint8_t[]> block = blocks_.Get(block_size);
+  const size_t block_size = blocks_->block_size();
+  std::shared_ptr<uint8_t[]> block = blocks_->Get();
+  if (!block) return Fail(Status::IOError("out of memory for a read block of '" + e.path + "'"));
   size_t begin = 0;     // first byte of `block` not yet cut
   size_t end = 0;       // one past the last byte read into `block`
   uint64_t offset = 0;  // file offset of block[begin]
   bool eof = false;
   for (;;) {
     if (!eof) {
-      if (block_size - end < kReadBlock) {
-        std::shared_ptr<uint8_t[]> next = blocks_.Get(block_size);
+      if (block_size - end < kMinRead) {
+        std::shared_ptr<uint8_t[]> next = blocks_->Get();
+        if (!next)
+          return Fail(Status::IOError("out of memory for a read block of '" + e.path + "'"));
         std::memcpy(next.get(), block.get() + begin, end - begin);
         end -= begin;
         begin = 0;

@@ -5,9 +5,10 @@
 // writes the extents in per-worker batches (without RocksDB's WAL: Commit()
 // flushes the memtables, which syncs their files, before the manifest goes
 // in with a synced WAL write). Memory: chunks in flight are slices of
-// shared read blocks (4 MiB + max chunk), so at most
-// StoreOptions::max_in_flight_bytes plus two blocks are held, plus one
-// extent batch (about 1 MiB) per worker, whatever the size of the input.
+// shared read blocks (BlockPool, 4 MiB or two max chunks), so at most the
+// staging memory (SnapshotWriterOptions) plus one block per file being read
+// are held, plus one extent batch (about 1 MiB) per worker, whatever the
+// size of the input.
 #ifndef GPUCKPT_CORE_SNAPSHOT_SNAPSHOT_WRITER_IMPL_H_
 #define GPUCKPT_CORE_SNAPSHOT_SNAPSHOT_WRITER_IMPL_H_
 
@@ -22,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "core/base/block_pool.h"
 #include "core/base/work_queue.h"
 #include "core/snapshot/store_impl.h"
 #include "core/store/chunker.h"
@@ -33,7 +35,7 @@ class SnapshotWriterImpl final : public SnapshotWriter {
  public:
   // `name` has been validated and reserved; `key` allocated.
   SnapshotWriterImpl(StoreImpl* store, SnapshotSpec spec, uint64_t key, Chunker generic,
-                     Chunker pages);
+                     Chunker pages, const SnapshotWriterOptions& options);
   ~SnapshotWriterImpl() override;
 
   Status AddFile(const FileEntry& meta, int fd) override;
@@ -41,6 +43,10 @@ class SnapshotWriterImpl final : public SnapshotWriter {
   void SetExtraJson(std::string extra_json) override {
     std::lock_guard lock(entries_mu_);
     spec_.extra_json = std::move(extra_json);
+  }
+  void SetBackground(bool background) override {
+    queue_->SetPriority(background ? WorkQueue::Priority::kBackground
+                                   : WorkQueue::Priority::kNormal);
   }
   uint64_t bytes_read() const override { return bytes_read_.load(std::memory_order_relaxed); }
   void SetProgress(ProgressFn progress, uint64_t total) override {
@@ -58,20 +64,6 @@ class SnapshotWriterImpl final : public SnapshotWriter {
     uint64_t new_bytes = 0;
     uint64_t stored_bytes = 0;
     uint64_t new_chunks = 0;
-  };
-
-  // Read blocks are reused: a fresh 4 MiB allocation is an mmap() whose
-  // pages fault and get zeroed, which costs more than the read itself.
-  class BlockPool {
-   public:
-    std::shared_ptr<uint8_t[]> Get(size_t size);
-
-   private:
-    void Put(uint8_t* block, size_t size);
-    static constexpr size_t kMaxFree = 24;  // > max_in_flight_bytes / 4 MiB + 2
-    std::mutex mu_;
-    size_t size_ = 0;
-    std::vector<std::unique_ptr<uint8_t[]>> free_;
   };
 
   Status ProcessChunk(unsigned worker, uint32_t file_index, uint64_t offset, const uint8_t* data,
@@ -93,7 +85,9 @@ class SnapshotWriterImpl final : public SnapshotWriter {
   Chunker pages_;
   std::chrono::steady_clock::time_point start_;
 
-  BlockPool blocks_;  // before queue_: outlives the tasks holding blocks
+  // Read blocks, reused: a fresh block's pages fault and get cleared, which
+  // costs more than the read itself. Blocks keep the pool's state alive.
+  std::unique_ptr<BlockPool> blocks_;
   std::unique_ptr<WorkQueue> queue_;
   std::vector<std::unique_ptr<Batch>> batches_;  // one per worker, used only by it
 

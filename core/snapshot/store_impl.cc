@@ -85,7 +85,8 @@ Result<uint64_t> StoreImpl::AllocateSnapshotKey() {
   return next;
 }
 
-Result<std::unique_ptr<SnapshotWriter>> StoreImpl::BeginSnapshot(const SnapshotSpec& spec_in) {
+Result<std::unique_ptr<SnapshotWriter>> StoreImpl::BeginSnapshot(
+    const SnapshotSpec& spec_in, const SnapshotWriterOptions& writer_options) {
   SnapshotSpec spec = spec_in;
   if (!spec.extra_json.empty()) {
     // Checked here so that a bad extra fails before any work is done.
@@ -128,7 +129,7 @@ Result<std::unique_ptr<SnapshotWriter>> StoreImpl::BeginSnapshot(const SnapshotS
     return !generic.ok() ? generic.status() : pages.status();
   }
   return std::unique_ptr<SnapshotWriter>(
-      new SnapshotWriterImpl(this, std::move(spec), key, *generic, *pages));
+      new SnapshotWriterImpl(this, std::move(spec), key, *generic, *pages, writer_options));
 }
 
 void StoreImpl::ReleaseName(const std::string& name) {

@@ -34,7 +34,9 @@ class StoreImpl final : public Store {
             std::unique_ptr<ChunkStore> chunks, const StoreOptions& options);
   ~StoreImpl() override;
 
-  Result<std::unique_ptr<SnapshotWriter>> BeginSnapshot(const SnapshotSpec& spec) override;
+  using Store::BeginSnapshot;
+  Result<std::unique_ptr<SnapshotWriter>> BeginSnapshot(
+      const SnapshotSpec& spec, const SnapshotWriterOptions& options) override;
   Result<SnapshotInfo> ImportDirectory(const std::string& src_dir, const SnapshotSpec& spec,
                                        const ProgressFn& progress) override;
   Status Export(const std::string& id, const std::string& dest_dir,

@@ -16,6 +16,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -114,6 +115,20 @@ class GpuBackend {
 
   // What the helpers found during a successful dump run with `options`.
   virtual Result<std::vector<DeviceRange>> DeviceRanges(const GpuCheckpointOptions& options) = 0;
+
+  // When the helpers locked the first GPU process and unlocked the last one
+  // during a dump run with `options`, on CLOCK_MONOTONIC in nanoseconds
+  // (the job's GPU work stood still in between). Absent where nothing was
+  // recorded (no GPU, or locks the backend took itself: the caller times
+  // those). Default: nothing recorded.
+  struct LockSpan {
+    std::optional<int64_t> first_lock_ns;
+    std::optional<int64_t> last_unlock_ns;
+  };
+  virtual LockSpan LockTimes(const GpuCheckpointOptions& options) {
+    (void)options;
+    return {};
+  }
 
   // How to run CRIU to restore; kInvalidArgument for a bad gpu_map,
   // kUnavailable when the checkpoint needs a GPU stack missing here.

@@ -1,9 +1,10 @@
 // SnapshotWriter: builds one snapshot file by file and publishes it
 // atomically.
 //
-// Data is chunked, hashed and compressed on the Store's worker threads while
-// the caller goes on reading; chunks already in the store are never written
-// again. Nothing becomes visible before Commit() returns OK: the manifest is
+// Data is chunked, hashed and compressed on the writer's worker threads
+// while the caller goes on reading, into staging memory bounded by
+// SnapshotWriterOptions::staging_bytes; chunks already in the store are
+// never written again. Nothing becomes visible before Commit() returns OK: the manifest is
 // the last record written (with a WAL sync), and a writer destroyed without
 // Commit() — or a process killed at any point — leaves only unreferenced
 // records that Gc() removes.
@@ -39,11 +40,21 @@ class SnapshotWriter {
   // before Commit(): what is known only at the end, such as durations.
   virtual void SetExtraJson(std::string extra_json) = 0;
 
+  // true: the workers hash, compress and write only on CPU time nothing
+  // else wants (SCHED_IDLE), so that a source that must not be slowed (CRIU
+  // copying a frozen process) keeps the cores, and its bytes wait in the
+  // staging memory. The writer leaves the background by itself once the
+  // staging memory is full (the source then waits for the workers), and
+  // where the process could not come back from SCHED_IDLE it never enters
+  // it. false: normal priority again. Any thread may call it.
+  virtual void SetBackground(bool background) = 0;
+
   // Bytes read so far, for progress reports.
   virtual uint64_t bytes_read() const = 0;
 
   // Calls `progress(bytes_read, total)` from an AddFile() thread as data is
-  // read (about every 64 MiB; from one thread at a time). `total` is the caller's estimate, 0 if none.
+  // read (about every 64 MiB; from one thread at a time). `total` is the caller's estimate, 0 if
+  // none.
   virtual void SetProgress(ProgressFn progress, uint64_t total) = 0;
 
   // Waits for all chunks to be durable, then publishes the snapshot.

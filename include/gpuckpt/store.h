@@ -61,7 +61,8 @@ struct StoreOptions {
   bool sync_export = true;
 
   // Upper bound on chunk bytes held in memory by one import or export
-  // (read but not yet written). This, plus two read blocks (4 MiB + max
+  // (read but not yet written), unless the writer is given its own
+  // (SnapshotWriterOptions::staging_bytes). This, plus two read blocks (4 MiB + max
   // chunk size each) and RocksDB's write buffers (at most 4 x 64 MiB for
   // chunks, 4 x 32 MiB for each index family), bounds an import's memory
   // whatever the file size: a 100 GiB file takes no more than a 1 GiB one.
@@ -95,7 +96,11 @@ class Store {
   // Starts a new snapshot; see SnapshotWriter. The name is validated and
   // reserved against other writers of this Store now, and checked again on
   // Commit().
-  virtual Result<std::unique_ptr<SnapshotWriter>> BeginSnapshot(const SnapshotSpec& spec) = 0;
+  virtual Result<std::unique_ptr<SnapshotWriter>> BeginSnapshot(
+      const SnapshotSpec& spec, const SnapshotWriterOptions& options) = 0;
+  Result<std::unique_ptr<SnapshotWriter>> BeginSnapshot(const SnapshotSpec& spec) {
+    return BeginSnapshot(spec, SnapshotWriterOptions{});
+  }
 
   // Imports the tree under `src_dir` (regular files, directories, symlinks;
   // symlinks are stored, never followed) as one snapshot. Nothing is

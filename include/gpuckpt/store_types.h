@@ -6,10 +6,13 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
 namespace gpuckpt {
+
+class ByteBudget;  // gpuckpt/byte_budget.h
 
 // Content-defined chunking (FastCDC with normalized chunking). Chunk
 // boundaries decide what a repeated checkpoint costs: a boundary depends only
@@ -84,6 +87,32 @@ struct SnapshotSpec {
   // A JSON object merged into manifest.json under "extra" (the engine puts
   // pid, command, GPUs there). Empty means none.
   std::string extra_json;
+};
+
+// How one SnapshotWriter holds and schedules the bytes it is given.
+struct SnapshotWriterOptions {
+  // Staging memory: bytes read but not yet stored that the writer may hold.
+  // While there is room, AddFile() reads its source as fast as the source
+  // writes, and hashing, compression and the disk catch up behind it; when
+  // it is full, AddFile() waits for room (a larger input still succeeds; its
+  // source just waits). 0: StoreOptions::max_in_flight_bytes. Default: 0.
+  uint64_t staging_bytes = 0;
+
+  // A budget the staging memory is also drawn from, shared with other
+  // writers (a daemon's checkpoints together stay within one bound).
+  // nullptr: none. Default: nullptr.
+  std::shared_ptr<ByteBudget> shared_staging;
+
+  // Staging memory to map and fault in at BeginSnapshot(), before the
+  // source starts (e.g. the expected size of the input; capped at the
+  // staging memory): a fresh page costs a fault and a clear, which would
+  // otherwise be paid while the source waits. 0: none. Default: 0.
+  uint64_t prefault_bytes = 0;
+
+  // Start with hashing, compression and writing in the background, on
+  // otherwise idle CPU only, until SnapshotWriter::SetBackground(false);
+  // see there. Default: false.
+  bool background = false;
 };
 
 enum class FileType { kRegular, kDirectory, kSymlink };

@@ -1,7 +1,7 @@
 // gpu_memory: device memory with a known content, for checkpoints of a CUDA
 // process (the zdtm-style protocol of tests/workloads/workload.h).
 //
-//   gpu_memory RESULT_FILE --gib N [--idle] [--busy-kernel-ms MS]
+//   gpu_memory RESULT_FILE --gib N [--idle] [--busy-kernel-ms MS] [--stall]
 //
 // Allocates N GiB with cudaMalloc (plain device memory, never managed) and
 // fills 32-bit word i with WordHash(i). Then, about every 50 ms, unless
@@ -13,6 +13,22 @@
 // --busy-kernel-ms MS launches, once before the loop, a kernel that spins on
 // the GPU for MS milliseconds (it touches none of the words): a driver lock
 // asked for meanwhile has to wait for it, so a short lock timeout must fail.
+//
+// --stall runs the stall meter of tests/workloads/workload.h: on SIGUSR2 the
+// process writes RESULT_FILE.stall, the longest it was stalled (seconds,
+// "0.934512\n") since the previous SIGUSR2. Its thread wakes every 1 ms and,
+// once the device memory is set up, runs a probe at every wake-up: a 4-byte
+// cudaMemsetAsync (always 0, into a word of its own) on a stream of its own
+// and a cudaStreamSynchronize of it. So the gap between two wake-ups spans
+// both ways a checkpoint stalls the job, back to back when they follow each
+// other: the CPU freeze (CRIU stops every thread, the meter's too) and the
+// GPU block (while the driver holds the process's CUDA lock, or has its
+// device memory checkpointed, the probe's CUDA calls wait). The value is
+// the longer of the two, or their sum when they are contiguous. The main
+// loop's kernels would show the GPU block too, but only every 50 ms and not
+// at all with --idle, so they are not used for it. The probe changes no
+// byte of device memory that a checkpoint would not see unchanged (its word
+// stays 0); a CUDA error in it is a FAIL like any other.
 //
 // On SIGUSR1 (blocked in every thread, taken only by sigtimedwait in the
 // loop) a kernel counts the words that differ from what they must be, and
@@ -28,10 +44,12 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <string>
 
 #include "tests/workloads/workload.h"
@@ -100,14 +118,15 @@ __global__ void SpinKernel(unsigned long long ns, unsigned long long* sink) {
 }
 
 struct Args {
-  wl::Options options;  // result_file only; the size is --gib.
+  wl::Options options;  // result_file and stall; the size is --gib.
   std::size_t gib = 0;
   bool idle = false;
   long busy_kernel_ms = 0;
 };
 
 [[noreturn]] void Usage(const char* argv0) {
-  std::fprintf(stderr, "usage: %s RESULT_FILE --gib N [--idle] [--busy-kernel-ms MS]\n", argv0);
+  std::fprintf(stderr, "usage: %s RESULT_FILE --gib N [--idle] [--busy-kernel-ms MS] [--stall]\n",
+               argv0);
   std::_Exit(2);
 }
 
@@ -130,6 +149,8 @@ Args Parse(int argc, char** argv) {
       args.idle = true;
     } else if (arg == "--busy-kernel-ms") {
       args.busy_kernel_ms = number(1);
+    } else if (arg == "--stall") {
+      args.options.stall = true;
     } else {
       Usage(argv[0]);
     }
@@ -165,6 +186,41 @@ class ErrorLog {
   std::string text_;
 };
 
+// The stall meter's probe (see the top of the file). Runs in the meter
+// thread; idle until Arm(), and for good after its first error.
+class StallProbe {
+ public:
+  void Arm(std::uint32_t* word, cudaStream_t stream) {
+    word_ = word;
+    stream_ = stream;
+    armed_.store(true, std::memory_order_release);
+  }
+  void Run() {
+    if (!armed_.load(std::memory_order_acquire)) return;
+    cudaError_t e = cudaMemsetAsync(word_, 0, sizeof(*word_), stream_);
+    const char* call = "stall probe: cudaMemsetAsync";
+    if (e == cudaSuccess) {
+      e = cudaStreamSynchronize(stream_);
+      call = "stall probe: cudaStreamSynchronize";
+    }
+    if (e == cudaSuccess) return;
+    armed_.store(false, std::memory_order_relaxed);
+    std::lock_guard<std::mutex> lock(mutex_);
+    error_ = Describe(call, e);
+  }
+  std::string error() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return error_;
+  }
+
+ private:
+  std::atomic<bool> armed_{false};
+  std::uint32_t* word_ = nullptr;
+  cudaStream_t stream_ = nullptr;
+  std::mutex mutex_;
+  std::string error_;
+};
+
 void SilenceOutput() {
   const int null_fd = open("/dev/null", O_WRONLY | O_CLOEXEC);
   if (null_fd < 0) return;
@@ -182,6 +238,9 @@ int main(int argc, char** argv) {
   // Before the first CUDA call: the driver's threads inherit the mask, so
   // SIGUSR1 is only ever taken by WaitForCheck().
   wl::BlockCheckSignal();
+  // Also before the first CUDA call: it blocks SIGUSR2 for every later thread.
+  static StallProbe probe;  // static: the meter thread outlives main's frame
+  wl::StartStallMeter(args.options, [] { probe.Run(); });
 
   CheckOrDie(cudaSetDevice(0), "cudaSetDevice(0)");
   cudaDeviceProp prop{};
@@ -191,8 +250,8 @@ int main(int argc, char** argv) {
   std::size_t free_bytes = 0, total_bytes = 0;
   CheckOrDie(cudaMemGetInfo(&free_bytes, &total_bytes), "cudaMemGetInfo");
   if (free_bytes < bytes) {
-    std::fprintf(stderr, "gpu_memory: --gib %zu needs %zu bytes; %s has %zu free of %zu\n", args.gib,
-                 bytes, prop.name, free_bytes, total_bytes);
+    std::fprintf(stderr, "gpu_memory: --gib %zu needs %zu bytes; %s has %zu free of %zu\n",
+                 args.gib, bytes, prop.name, free_bytes, total_bytes);
     return 2;
   }
   std::uint32_t* words = nullptr;
@@ -205,6 +264,15 @@ int main(int argc, char** argv) {
   CheckOrDie(cudaDeviceSynchronize(), "FillKernel");
   std::printf("gpu_memory: pid %d, %zu GiB on %s (%d SMs)%s\n", getpid(), args.gib, prop.name,
               prop.multiProcessorCount, args.idle ? ", idle" : "");
+  if (args.options.stall) {  // Before the spin kernel: cudaMemset would wait for it.
+    std::uint32_t* probe_word = nullptr;
+    CheckOrDie(cudaMalloc(&probe_word, sizeof(*probe_word)), "cudaMalloc(probe word)");
+    CheckOrDie(cudaMemset(probe_word, 0, sizeof(*probe_word)), "cudaMemset(probe word)");
+    cudaStream_t probe_stream = nullptr;
+    CheckOrDie(cudaStreamCreateWithFlags(&probe_stream, cudaStreamNonBlocking),
+               "cudaStreamCreateWithFlags(probe stream)");
+    probe.Arm(probe_word, probe_stream);
+  }
   if (args.busy_kernel_ms > 0) {
     // Asynchronous: it is still running when the driver is asked to lock.
     SpinKernel<<<1, 1>>>(static_cast<unsigned long long>(args.busy_kernel_ms) * 1000000ULL,
@@ -229,6 +297,7 @@ int main(int argc, char** argv) {
       kIntervalMs);
 
   if (!errors.ok()) wl::Finish(args.options, errors.text());
+  if (const std::string e = probe.error(); !e.empty()) wl::Finish(args.options, e);
   if (!errors.Check(cudaDeviceSynchronize(), "cudaDeviceSynchronize before the check")) {
     wl::Finish(args.options, errors.text());
   }
@@ -251,12 +320,11 @@ int main(int argc, char** argv) {
   std::string what = std::to_string(result[0]) + " of " + std::to_string(n) +
                      " words differ after " + std::to_string(kernels) + " kernels; first at word " +
                      std::to_string(result[1]);
-  if (result[1] < n && errors.Check(cudaMemcpy(&got, words + result[1], sizeof(got),
-                                               cudaMemcpyDeviceToHost),
-                                    "cudaMemcpy(first bad word)")) {
+  if (result[1] < n &&
+      errors.Check(cudaMemcpy(&got, words + result[1], sizeof(got), cudaMemcpyDeviceToHost),
+                   "cudaMemcpy(first bad word)")) {
     char buf[96];
-    std::snprintf(buf, sizeof(buf), ": 0x%08x, expected 0x%08x", got,
-                  WordHash(result[1]) + add);
+    std::snprintf(buf, sizeof(buf), ": 0x%08x, expected 0x%08x", got, WordHash(result[1]) + add);
     what += buf;
   }
   wl::Finish(args.options, what);

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """train.py: a deterministic PyTorch training run, checkpointed mid-run.
 
-    train.py --steps N --log FILE --ready FILE [--step-ms MS] [--data-mib MIB] [--seed S]
+    train.py --steps N --log FILE --ready FILE [--step-ms MS] [--data-mib MIB] [--seed S] [--stall]
 
 Trains a small MLP on synthetic data that is generated on the GPU from the
 seed (labels from a fixed random "teacher"), one step about every --step-ms
@@ -16,6 +16,20 @@ then) it writes its pid to the ready file (temp + rename). When all steps
 are done it writes FILE: one line per step, "STEP LOSS" with the loss as
 float.hex() (exact), then exits 0. An exception after ready ends the log
 with an "error: ..." line and exit 1.
+
+--stall measures how long the run was stalled, from its own point of view,
+with the protocol of tests/workloads/workload.h: on SIGUSR2 it writes
+FILE.stall (temp + rename), the longest stall in seconds since the previous
+SIGUSR2 ("0.934512\n"). Two clocks, the larger counts: a thread that wakes
+every 1 ms keeps the longest gap between two wake-ups (a CPU freeze: CRIU
+stops every thread; GIL hand-offs add up to a few ms), and the main loop
+keeps the longest time between two completed steps less the fixed pause
+(a GPU block: loss.item() waits for the step's kernels, and the driver's
+lock holds them; resolution about one step, --step-ms). SIGUSR2 is blocked
+in every thread (before torch starts any) and taken only by that thread;
+without --stall it stays pending and does nothing. Read it across
+leave-running checkpoints only: across a kill and restore the gap is the
+time the process did not exist.
 
 Why the log is written at the end, from memory, and never held open:
 
@@ -36,9 +50,16 @@ into a redirected output file would change its size.
 
 import argparse
 import os
+import signal
 import sys
+import threading
 import time
 import traceback
+
+# Before torch starts any thread, so that every thread inherits it: SIGUSR2
+# is taken only by the stall meter (--stall); its default action would end
+# the process.
+signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR2})
 
 # Must be set before cuBLAS starts (deterministic GEMMs need a fixed
 # workspace); the caller may set it too.
@@ -52,13 +73,49 @@ HIDDEN = 2048
 BATCH = 4096
 
 
-def write_atomically(path, text):
+def write_atomically(path, text, sync=True):
     tmp = "%s.tmp.%d" % (path, os.getpid())
     with open(tmp, "w") as f:
         f.write(text)
         f.flush()
-        os.fsync(f.fileno())
+        if sync:
+            os.fsync(f.fileno())
     os.rename(tmp, path)
+
+
+class StallMeter:
+    """--stall: the longest stall since the last SIGUSR2 (see the top)."""
+
+    def __init__(self, path, pause_s):
+        self.path = path
+        self.pause_s = pause_s
+        self.lock = threading.Lock()
+        self.longest = 0.0
+        self.last_step = None
+
+    def step_done(self):
+        """Main loop, after each step's loss.item()."""
+        now = time.monotonic()
+        with self.lock:
+            if self.last_step is not None:
+                self.longest = max(self.longest, now - self.last_step - self.pause_s)
+            self.last_step = now
+
+    def run(self):
+        last = time.monotonic()
+        while True:
+            time.sleep(0.001)
+            now = time.monotonic()
+            with self.lock:
+                self.longest = max(self.longest, now - last)
+                last = now
+                if signal.sigtimedwait([signal.SIGUSR2], 0) is None:
+                    continue
+                longest, self.longest = self.longest, 0.0
+            # No fsync: it is read on this machine. Written outside the lock
+            # (the main loop must not wait for it); its time counts in the
+            # next gap.
+            write_atomically(self.path, "%.6f\n" % longest, sync=False)
 
 
 def silence_output():
@@ -79,12 +136,18 @@ def main():
     p.add_argument("--data-mib", type=int, default=384)
     p.add_argument("--seed", type=int, default=20240601)
     p.add_argument("--warmup", type=int, default=5)
+    p.add_argument("--stall", action="store_true")
     a = p.parse_args()
     if a.steps <= a.warmup:
         p.error("--steps must be more than --warmup")
     if not torch.cuda.is_available():
         print("train.py: torch.cuda.is_available() is False", file=sys.stderr)
         return 2
+
+    meter = None
+    if a.stall:
+        meter = StallMeter(a.log + ".stall", a.step_ms / 1000.0)
+        threading.Thread(target=meter.run, name="stall-meter", daemon=True).start()
 
     torch.manual_seed(a.seed)
     torch.cuda.manual_seed_all(a.seed)
@@ -133,6 +196,8 @@ def main():
             loss.backward()
             opt.step()
             lines.append("%d %s\n" % (step, float(loss.item()).hex()))
+            if meter is not None:
+                meter.step_done()
             if step + 1 == a.warmup:
                 silence_output()
                 write_atomically(a.ready, "%d\n" % os.getpid())

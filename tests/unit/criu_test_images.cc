@@ -179,5 +179,39 @@ TEST(CriuStreamerProtocolTest, BadRequestsAreErrors) {
   EXPECT_TRUE(IsValidImageFileName("pages-1.img"));
 }
 
+// stats-dump, CRIU's account of a dump (a service image), from which the
+// frozen time of a process without a GPU is reported.
+std::string StatsImage(const std::string& dump_entry) {
+  const std::string stats_entry = BytesField(1, dump_entry);
+  return U32(kCriuImgServiceMagic) + U32(kCriuStatsMagic) + U32(stats_entry.size()) + stats_entry;
+}
+
+TEST(CriuImagesTest, ParsesDumpStats) {
+  const std::string dump = VarintField(1, 1200) + VarintField(2, 915000) + VarintField(3, 700) +
+                           VarintField(4, 800000) + VarintField(5, 262144) + VarintField(6, 0) +
+                           VarintField(7, 200000) + VarintField(9, 0) + VarintField(12, 3);
+  ASSERT_OK_AND_ASSIGN(CriuDumpStats stats, ParseDumpStatsImage(StatsImage(dump)));
+  EXPECT_EQ(stats.freezing_us, 1200u);
+  EXPECT_EQ(stats.frozen_us, 915000u);
+  EXPECT_EQ(stats.memdump_us, 700u);
+  EXPECT_EQ(stats.memwrite_us, 800000u);
+  EXPECT_EQ(stats.pages_scanned, 262144u);
+  EXPECT_EQ(stats.pages_written, 200000u);
+}
+
+TEST(CriuImagesTest, MalformedDumpStatsAreCorruption) {
+  const std::string good = VarintField(1, 1) + VarintField(2, 2);
+  for (const std::string& bad : {
+           std::string(), Image(kCriuStatsMagic, {BytesField(1, good)}),      // common head magic
+           U32(kCriuImgServiceMagic) + U32(kCriuCoreMagic),                   // another image
+           StatsImage(VarintField(1, 1)),                                     // no frozen time
+           U32(kCriuImgServiceMagic) + U32(kCriuStatsMagic),                  // no entry
+           U32(kCriuImgServiceMagic) + U32(kCriuStatsMagic) + U32(99) + "x",  // truncated
+           StatsImage(VarintField(1, 1) + BytesField(2, "xy")),               // wrong wire type
+       }) {
+    EXPECT_CODE(ParseDumpStatsImage(bad), StatusCode::kCorruption);
+  }
+}
+
 }  // namespace
 }  // namespace gpuckpt

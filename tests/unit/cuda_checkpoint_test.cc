@@ -15,6 +15,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <map>
 #include <optional>
 #include <string>
@@ -24,6 +25,7 @@
 #include "core/gpu/cuda_driver.h"
 #include "core/gpu/device_ranges.h"
 #include "core/gpu/gpu_uuid.h"
+#include "core/gpu/lock_events.h"
 #include "tests/unit/test_util.h"
 
 extern char** environ;
@@ -976,6 +978,56 @@ TEST_F(CudaCheckpointCommandTest, CriuPluginCallShapes) {
   ASSERT_EQ(r.rc, 0) << r;
   EXPECT_EQ(r.out, "");
   EXPECT_EQ(State(pid_)["state"], "running");
+}
+
+// The lock and unlock cuda-checkpoint did are recorded for gpuckptfs, which
+// reports the time between them as the job's frozen time.
+TEST_F(CudaCheckpointCommandTest, LockAndUnlockAreRecordedInTheScratchDir) {
+  SetState(pid_, "state=running\n");
+  TempDir scratch;
+  const std::map<std::string, std::string> env = {{"GPUCKPT_DEVICE_RANGES_DIR", scratch.path()}};
+  const int64_t before = MonotonicNowNs();
+  CommandResult r = Run({"--action", "lock", "--pid", pid_text_}, env);
+  ASSERT_EQ(r.rc, 0) << r;
+  GpuBackend::LockSpan span = ReadLockSpan(scratch.path());
+  ASSERT_TRUE(span.first_lock_ns.has_value());
+  EXPECT_GE(*span.first_lock_ns, before);
+  EXPECT_FALSE(span.last_unlock_ns.has_value());
+  r = Run({"--action", "unlock", "--pid", pid_text_}, env);
+  ASSERT_EQ(r.rc, 0) << r;
+  span = ReadLockSpan(scratch.path());
+  ASSERT_TRUE(span.last_unlock_ns.has_value());
+  EXPECT_GE(*span.last_unlock_ns, *span.first_lock_ns);
+  EXPECT_LE(*span.last_unlock_ns, MonotonicNowNs());
+  // A lock that failed is no lock: nothing more is recorded.
+  SetState(pid_, "state=running\nlock_timeouts=1\n");
+  const int64_t first = *span.first_lock_ns;
+  r = Run({"--action", "lock", "--pid", pid_text_}, env);
+  EXPECT_NE(r.rc, 0) << r;
+  EXPECT_EQ(ReadLockSpan(scratch.path()).first_lock_ns, first);
+}
+
+// The scratch dir of an unprivileged dump is the user's: what is planted
+// there is read without following links or blocking, and only well-formed
+// numbers count.
+TEST(LockEventsTest, PlantedFilesAreIgnoredOrTakenAsNumbersOnly) {
+  TempDir dir;
+  auto write = [&](const std::string& name, const std::string& text) {
+    std::ofstream(dir.path() + "/" + name) << text;
+  };
+  write("gpu-lock-10", "500\n");
+  write("gpu-lock-11", "300\n");
+  write("gpu-unlock-10", "900\n");
+  write("gpu-unlock-11", "not a number\n");
+  write("gpu-lock-12", "-5\n");
+  write("gpu-lock-x", "1\n");
+  write("gpu-unlock-13", std::string(1000, '9'));
+  ASSERT_EQ(mkfifo((dir.path() + "/gpu-unlock-14").c_str(), 0600), 0);
+  ASSERT_EQ(symlink("/proc/self/stat", (dir.path() + "/gpu-lock-15").c_str()), 0);
+  const GpuBackend::LockSpan span = ReadLockSpan(dir.path());
+  EXPECT_EQ(span.first_lock_ns, 300);
+  EXPECT_EQ(span.last_unlock_ns, 900);
+  EXPECT_FALSE(ReadLockSpan(dir.path() + "/missing").first_lock_ns.has_value());
 }
 
 }  // namespace

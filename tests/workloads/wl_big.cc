@@ -6,6 +6,9 @@
 // page goes into a table (itself covered by one hash); on SIGUSR1 every page
 // is hashed again and compared, and the first word of each pattern page is
 // checked against its index, so a swapped page cannot match.
+//
+// --stall runs the stall meter of workload.h (SIGUSR2 -> RESULT_FILE.stall:
+// the longest the process was stopped), for tests/bench/checkpoint_bench.
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -33,8 +36,9 @@ PageKind KindOf(std::size_t i) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  wl::Options options = wl::ParseOptions(argc, argv, 1024);
+  wl::Options options = wl::ParseOptions(argc, argv, 1024, /*takes_stall=*/true);
   wl::BlockCheckSignal();
+  wl::StartStallMeter(options);
   const std::size_t page = wl::PageSize();
   const std::size_t pages = options.mib * (1 << 20) / page;
   auto* mem = static_cast<unsigned char*>(wl::MapAnonymous(pages * page));

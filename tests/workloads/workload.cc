@@ -7,11 +7,14 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <thread>
+#include <utility>
 
 namespace gpuckpt::workload {
 
@@ -22,45 +25,92 @@ namespace {
   std::_Exit(2);
 }
 
-[[noreturn]] void Usage(const char* argv0, std::size_t default_mib) {
+[[noreturn]] void Usage(const char* argv0, std::size_t default_mib, bool takes_stall) {
+  const char* stall = takes_stall ? " [--stall]" : "";
   if (default_mib != 0) {
-    std::fprintf(stderr, "usage: %s RESULT_FILE [--mib N]   (default %zu MiB)\n", argv0,
+    std::fprintf(stderr, "usage: %s RESULT_FILE [--mib N]%s   (default %zu MiB)\n", argv0, stall,
                  default_mib);
   } else {
-    std::fprintf(stderr, "usage: %s RESULT_FILE\n", argv0);
+    std::fprintf(stderr, "usage: %s RESULT_FILE%s\n", argv0, stall);
   }
   std::_Exit(2);
 }
 
+// Temp file + rename; fsync only when `sync`.
+void WriteThroughRename(const std::string& path, const std::string& text, bool sync) {
+  std::string tmp = path + ".tmp." + std::to_string(getpid());
+  int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) Die(ErrnoText("create " + tmp));
+  if (!WriteAll(fd, text.data(), text.size()) || (sync && fsync(fd) != 0)) {
+    Die(ErrnoText("write " + tmp));
+  }
+  close(fd);
+  if (rename(tmp.c_str(), path.c_str()) != 0) Die(ErrnoText("rename to " + path));
+}
+
+std::int64_t MonotonicNs() {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<std::int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+}
+
+// The meter thread (see workload.h, step 4). The gap is taken from the
+// clock, not from the sleep: a sleep cut short (EINTR, when CRIU seizes the
+// thread) or overrun (the thread stopped, or the probe blocked) shows up in
+// the next wake-up's gap either way.
+void StallMeterLoop(const std::string& path, const std::function<void()>& probe) {
+  sigset_t usr2;
+  sigemptyset(&usr2);
+  sigaddset(&usr2, SIGUSR2);
+  const timespec tick{0, 1000000};  // 1 ms
+  const timespec no_wait{0, 0};
+  std::int64_t last = MonotonicNs();
+  std::int64_t max_gap = 0;
+  for (;;) {
+    clock_nanosleep(CLOCK_MONOTONIC, 0, &tick, nullptr);
+    if (probe) probe();
+    const std::int64_t now = MonotonicNs();
+    max_gap = std::max(max_gap, now - last);
+    last = now;
+    if (sigtimedwait(&usr2, nullptr, &no_wait) == SIGUSR2) {
+      // Reset first: the time spent writing (and a freeze that began
+      // meanwhile) belongs to the next interval, whose first gap runs from
+      // `last`, taken before the signal was seen.
+      const std::int64_t report = max_gap;
+      max_gap = 0;
+      char text[32];
+      std::snprintf(text, sizeof(text), "%.6f\n", static_cast<double>(report) / 1e9);
+      WriteThroughRename(path, text, /*sync=*/false);
+    }
+  }
+}
+
 }  // namespace
 
-Options ParseOptions(int argc, char** argv, std::size_t default_mib) {
+Options ParseOptions(int argc, char** argv, std::size_t default_mib, bool takes_stall) {
   Options options;
   options.mib = default_mib;
   int i = 1;
-  if (argc < 2 || argv[1][0] == '-') Usage(argv[0], default_mib);
+  if (argc < 2 || argv[1][0] == '-') Usage(argv[0], default_mib, takes_stall);
   options.result_file = argv[i++];
   while (i < argc) {
     std::string arg = argv[i++];
     if (arg == "--mib" && default_mib != 0 && i < argc) {
       char* end = nullptr;
       unsigned long long mib = std::strtoull(argv[i++], &end, 10);
-      if (*end != '\0' || mib == 0) Usage(argv[0], default_mib);
+      if (*end != '\0' || mib == 0) Usage(argv[0], default_mib, takes_stall);
       options.mib = mib;
+    } else if (arg == "--stall" && takes_stall) {
+      options.stall = true;
     } else {
-      Usage(argv[0], default_mib);
+      Usage(argv[0], default_mib, takes_stall);
     }
   }
   return options;
 }
 
 void WriteFileAtomically(const std::string& path, const std::string& text) {
-  std::string tmp = path + ".tmp." + std::to_string(getpid());
-  int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) Die(ErrnoText("create " + tmp));
-  if (!WriteAll(fd, text.data(), text.size()) || fsync(fd) != 0) Die(ErrnoText("write " + tmp));
-  close(fd);
-  if (rename(tmp.c_str(), path.c_str()) != 0) Die(ErrnoText("rename to " + path));
+  WriteThroughRename(path, text, /*sync=*/true);
 }
 
 void BlockCheckSignal() {
@@ -68,6 +118,17 @@ void BlockCheckSignal() {
   sigemptyset(&set);
   sigaddset(&set, SIGUSR1);
   if (pthread_sigmask(SIG_BLOCK, &set, nullptr) != 0) Die("cannot block SIGUSR1");
+}
+
+void StartStallMeter(const Options& options, std::function<void()> probe) {
+  if (!options.stall) return;
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGUSR2);
+  if (pthread_sigmask(SIG_BLOCK, &set, nullptr) != 0) Die("cannot block SIGUSR2");
+  std::thread([path = options.result_file + ".stall", probe = std::move(probe)] {
+    StallMeterLoop(path, probe);
+  }).detach();
 }
 
 void AnnounceReady(const Options& options) {

@@ -2,7 +2,7 @@
 // zdtm): a workload builds its state, announces that it is ready, keeps
 // running until it is asked to check itself, then reports PASS or FAIL.
 //
-//   wl_NAME RESULT_FILE [--mib N]
+//   wl_NAME RESULT_FILE [--mib N] [--stall]
 //
 // 1. Once its state is built, the workload writes its pid into
 //    RESULT_FILE.ready (temp file + rename, so a reader never sees half).
@@ -10,6 +10,25 @@
 //    keeps its state consistent, while it is checkpointed, killed, restored.
 // 3. On SIGUSR1 it verifies everything, writes "PASS\n" or "FAIL: <what>\n"
 //    to RESULT_FILE (temp + rename) and exits 0 (pass) or 1 (fail).
+//
+// Stall meter (workloads that take --stall, and only with it: wl_big,
+// tests/gpu/gpu_memory): how long the process was stopped, from its own
+// point of view. A thread wakes every 1 ms (clock_nanosleep, CLOCK_MONOTONIC)
+// and keeps the largest gap between two consecutive wake-ups. When the whole
+// process is frozen (CRIU's ptrace freeze, SIGSTOP) the gap spans the
+// freeze; a workload may also give the thread a probe to run at every
+// wake-up (gpu_memory: a tiny CUDA operation, which blocks while the driver
+// holds the process's CUDA lock), so that the gap also spans that.
+// 4. On SIGUSR2 (blocked in every thread, taken only by the meter thread)
+//    the workload writes RESULT_FILE.stall (temp + rename; no fsync: it is
+//    read on the same machine): the largest gap since the previous SIGUSR2,
+//    or since the meter started, in seconds with 6 decimals ("0.934512\n"),
+//    and starts the next interval. A reader resets the meter by sending
+//    SIGUSR2, waiting for the file and removing it; does what it measures;
+//    then sends SIGUSR2 again and reads the file. Send it only while nothing
+//    checkpoints the process (the file is open for a few microseconds).
+//    The gap across a kill and restore is the time the process did not
+//    exist, not a freeze: read it across leave-running checkpoints only.
 //
 // Workloads hold nothing that CRIU cannot dump by default (no TCP, no
 // inotify, no sockets to the outside) and print nothing once ready: CRIU
@@ -35,11 +54,14 @@ struct Options {
   std::string result_file;
   // Size of the memory the workload builds, for those that take --mib.
   std::size_t mib = 0;
+  // --stall: run the stall meter (StartStallMeter).
+  bool stall = false;
 };
 
-// Parses `RESULT_FILE [--mib N]`; exits with status 2 and a usage line on
-// bad input. `default_mib` == 0 means the workload takes no --mib.
-Options ParseOptions(int argc, char** argv, std::size_t default_mib);
+// Parses `RESULT_FILE [--mib N] [--stall]`; exits with status 2 and a usage
+// line on bad input. `default_mib` == 0 means the workload takes no --mib;
+// `takes_stall` false means it takes no --stall.
+Options ParseOptions(int argc, char** argv, std::size_t default_mib, bool takes_stall = false);
 
 // Writes `text` to `path` through a temporary file in the same directory and
 // rename(2), so that a reader sees either nothing or all of it. Exits with
@@ -50,6 +72,16 @@ void WriteFileAtomically(const std::string& path, const std::string& text);
 // children, so that all inherit the mask and the signal is only ever taken
 // by WaitForCheck().
 void BlockCheckSignal();
+
+// Starts the stall meter (protocol step 4 above) when `options.stall`, else
+// does nothing. Call it right after BlockCheckSignal() and before creating
+// any other thread (a CUDA program: before its first CUDA call): it blocks
+// SIGUSR2 in the calling thread, which every later thread inherits, so that
+// the signal, whose default action ends the process, reaches only the meter.
+// `probe`, when given, runs in the meter thread after every wake-up; it must
+// be thread-safe with the rest of the program and should take microseconds
+// (its time counts in the gap, which is the point when it blocks).
+void StartStallMeter(const Options& options, std::function<void()> probe = nullptr);
 
 // Writes getpid() into RESULT_FILE.ready.
 void AnnounceReady(const Options& options);

@@ -33,6 +33,7 @@
 #include "core/gpu/cuda_driver.h"
 #include "core/gpu/device_ranges.h"
 #include "core/gpu/gpu_uuid.h"
+#include "core/gpu/lock_events.h"
 #include "gpuckpt/status.h"
 
 namespace gpuckpt {
@@ -52,7 +53,9 @@ Environment (gpuckptfs sets these when it runs CRIU):
   GPUCKPT_GPU_MAP=OLD=NEW,... device map for restore when --device-map is
                               not given
   GPUCKPT_DEVICE_RANGES_DIR=D checkpoint also writes D/cuda-ranges-PID.json:
-                              the memory the driver filled with GPU contents
+                              the memory the driver filled with GPU contents;
+                              lock and unlock record when they happened there
+                              (D/gpu-lock-PID, D/gpu-unlock-PID)
   GPUCKPT_LIBCUDA=FILE        the CUDA driver library (default libcuda.so.1)
 Exit status: 0 done; 1 the driver or the process failed; 2 bad usage.
 )";
@@ -121,6 +124,15 @@ Status CheckpointRecordingRanges(const CudaDriver& driver, int pid, const std::s
   return Status::Ok();
 }
 
+// Tells gpuckptfs when the process's GPU work stopped or went on (it
+// reports how long the job stood still). Best effort: a checkpoint does not
+// fail for want of a report.
+void RecordForGpuckpt(const Request& r, LockEvent event) {
+  if (r.ranges_dir.empty()) return;
+  Status s = RecordLockEvent(r.ranges_dir, event, r.pid);
+  if (!s.ok()) std::fprintf(stderr, "cuda-checkpoint: warning: %s\n", s.message().c_str());
+}
+
 // running -> checkpointed, or checkpointed -> running, as NVIDIA's
 // cuda-checkpoint --toggle does.
 Status Toggle(const CudaDriver& driver, const Request& r) {
@@ -128,6 +140,7 @@ Status Toggle(const CudaDriver& driver, const Request& r) {
   switch (state) {
     case CudaProcessState::kRunning: {
       GPUCKPT_RETURN_IF_ERROR(driver.Lock(r.pid, r.timeout_ms));
+      RecordForGpuckpt(r, LockEvent::kLock);
       Status s = CheckpointRecordingRanges(driver, r.pid, r.ranges_dir);
       if (s.ok()) return s;
       // Leave the process as we found it, if the driver lets us.
@@ -135,9 +148,12 @@ Status Toggle(const CudaDriver& driver, const Request& r) {
       if (unlocked.ok()) return Status(s.code(), s.message() + "; unlocked again");
       return Status(s.code(), s.message() + "; unlock failed too: " + unlocked.message());
     }
-    case CudaProcessState::kCheckpointed:
+    case CudaProcessState::kCheckpointed: {
       GPUCKPT_RETURN_IF_ERROR(driver.Restore(r.pid, r.gpu_map));
-      return driver.Unlock(r.pid);
+      Status unlocked = driver.Unlock(r.pid);
+      if (unlocked.ok()) RecordForGpuckpt(r, LockEvent::kUnlock);
+      return unlocked;
+    }
     case CudaProcessState::kLocked:
       return Status::Busy(fmt::format(
           "pid {}: CUDA is locked (a checkpoint in progress?); --toggle needs running or "
@@ -164,14 +180,20 @@ int Run(const CudaDriver& driver, const Request& r) {
       std::printf("%d\n", tid.value());
       return 0;
     }
-    case Mode::kLock:
-      return Finish(driver.Lock(r.pid, r.timeout_ms));
+    case Mode::kLock: {
+      Status locked = driver.Lock(r.pid, r.timeout_ms);
+      if (locked.ok()) RecordForGpuckpt(r, LockEvent::kLock);
+      return Finish(locked);
+    }
     case Mode::kCheckpoint:
       return Finish(CheckpointRecordingRanges(driver, r.pid, r.ranges_dir));
     case Mode::kRestore:
       return Finish(driver.Restore(r.pid, r.gpu_map));
-    case Mode::kUnlock:
-      return Finish(driver.Unlock(r.pid));
+    case Mode::kUnlock: {
+      Status unlocked = driver.Unlock(r.pid);
+      if (unlocked.ok()) RecordForGpuckpt(r, LockEvent::kUnlock);
+      return Finish(unlocked);
+    }
     case Mode::kToggle:
       return Finish(Toggle(driver, r));
   }

@@ -161,6 +161,20 @@ int Main(int argc, char** argv) {
                  "(checkpoint --lock-timeout overrides it)")
       ->check(CLI::Range(1u, 3600u * 1000u))
       ->capture_default_str();
+  const std::string default_staging =
+      std::to_string(DefaultStagingMemory() >> 20) + " MiB: a quarter of this machine's memory";
+  app.add_option("--staging-memory", engine_options.staging_memory_bytes,
+                 "Memory that checkpoints in flight may hold for CRIU's images before they are "
+                 "stored, so that CRIU and the frozen process never wait on hashing, "
+                 "compression or the disk while there is room (e.g. 8G, 512M; units of 1024)")
+      ->transform(CLI::AsSizeValue(false))
+      ->check(CLI::Validator(
+          [](const std::string& bytes) -> std::string {
+            return std::stoull(bytes) >= (16u << 20) ? "" : "at least 16M";
+          },
+          ""))
+      ->type_name("SIZE")
+      ->default_str(default_staging);
   app.add_option("--criu-plugin-dir", gpu_settings.criu_plugin_dir,
                  "Where CRIU's cuda_plugin.so and amdgpu_plugin.so are (default: lib/criu "
                  "beside the criu binary's sbin/)");
