@@ -19,6 +19,8 @@
 #include <memory>
 #include <sstream>
 
+#include "core/criu/breakpoint_probe.h"
+
 namespace gpuckpt {
 namespace {
 
@@ -153,22 +155,18 @@ bool NameIn(const char* entry, const std::vector<std::string>& extra) {
   return false;
 }
 
-// CRIU lets a task leave its parasite code and stops it at the sigreturn
-// with a hardware breakpoint. Some virtual machines (Firecracker guests
-// among them) accept the debug registers but never fire them: CRIU then
-// waits forever with the tree frozen. CRIU_FAULT=130 (CRIU's
-// FI_NO_BREAKPOINTS) makes it step to the sigreturn system call instead: a
-// few more ptrace stops per task, and it works everywhere.
+// CRIU's FI_NO_BREAKPOINTS: trace system calls to the sigreturn where
+// hardware breakpoints never fire (see breakpoint_probe.h).
 constexpr const char* kNoBreakpoints = "CRIU_FAULT=130";
 
 // The caller's environment with PATH replaced by path_prepend + its PATH,
-// and `extra` set (and CRIU told not to use hardware breakpoints, unless
-// `extra` says otherwise).
+// and `extra` set (and, where they would hang CRIU, hardware breakpoints
+// off, unless `extra` says otherwise).
 std::vector<std::string> ChildEnvironment(const std::vector<std::string>& path_prepend,
                                           std::vector<std::string> extra) {
   bool sets_fault = false;
   for (const std::string& e : extra) sets_fault |= e.rfind("CRIU_FAULT=", 0) == 0;
-  if (!sets_fault) extra.push_back(kNoBreakpoints);
+  if (!sets_fault && !HardwareBreakpointsFire()) extra.push_back(kNoBreakpoints);
   std::vector<std::string> env;
   const char* old_path = getenv("PATH");
   std::string path = "PATH=";

@@ -18,6 +18,7 @@
 #include <set>
 #include <thread>
 
+#include "core/criu/breakpoint_probe.h"
 #include "core/criu/criu_runner.h"
 #include "core/criu/image_streamer.h"
 #include "core/criu/images.h"
@@ -267,6 +268,39 @@ TEST_F(CriuTest, ServeGivesUpWhenCriuExitsWithoutConnecting) {
   EXPECT_NE(SummarizeCriuLog(dir.Sub("stderr")).find("Unable to connect to image streamer"),
             std::string::npos)
       << ReadFile(dir.Sub("stderr"));
+}
+
+// The probe must agree with CRIU itself: where it says breakpoints fire, a
+// plain dump (hardware breakpoints on) ends; where it says they do not,
+// that dump hangs, which is why gpuckpt then turns them off.
+TEST_F(CriuTest, BreakpointProbeAgreesWithAPlainDump) {
+  const auto start = std::chrono::steady_clock::now();
+  const bool fire = HardwareBreakpointsFire();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(3));
+  TempDir dir;
+  const pid_t sleeper = fork();
+  ASSERT_GE(sleeper, 0);
+  if (sleeper == 0) {
+    setsid();
+    execl("/bin/sleep", "sleep", "600", nullptr);
+    _exit(127);
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  // CRIU_FAULT unset: CRIU as it runs by default. A hung dump is ended by
+  // timeout(1) after 20 s, far beyond the second a dump of sleep takes.
+  const std::string command = "env -u CRIU_FAULT timeout -s KILL 20 " + criu_->path() +
+                              " dump --leave-running -t " + std::to_string(sleeper) + " -D " +
+                              dir.path() + " -o dump.log >/dev/null 2>&1";
+  const int rc = std::system(command.c_str());
+  kill(sleeper, SIGKILL);
+  waitpid(sleeper, nullptr, 0);
+  ASSERT_TRUE(WIFEXITED(rc)) << rc;
+  if (fire) {
+    EXPECT_EQ(WEXITSTATUS(rc), 0) << "breakpoints fire here, yet a plain dump failed";
+  } else {
+    EXPECT_EQ(WEXITSTATUS(rc), 128 + SIGKILL) << "the probe says breakpoints do not fire here, "
+                                                 "yet a plain dump did not hang";
+  }
 }
 
 TEST_F(CriuTest, StartRejectsBadCommands) {
