@@ -1,4 +1,4 @@
-// StoreView: the tree gpuckptfs shows (shared/DESIGN.md), as plain data the
+// StoreView: the tree gpuckptfs shows (README.md, "gpuckptfs"), as plain data the
 // FUSE layer can serve: which nodes exist for whom, their attributes, their
 // children, and the bytes of generated files. No FUSE types here.
 //
