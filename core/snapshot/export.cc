@@ -137,13 +137,16 @@ Status StoreImpl::Export(const std::string& id, const std::string& dest_dir_in,
       if (run.empty()) return Status::Ok();
       Status s = queue.Submit(run_bytes, [this, extents = std::move(run), run_bytes, fd, &path,
                                           &done](unsigned) -> Status {
+        std::vector<ChunkStore::ChunkRef> refs;
+        refs.reserve(extents.size());
+        for (const Extent& x : extents) {
+          refs.push_back(ChunkStore::ChunkRef{x.hash, x.seq, x.length, /*use_cache=*/false});
+        }
+        std::vector<std::shared_ptr<const std::string>> chunks;
+        GPUCKPT_RETURN_IF_ERROR(chunk_store_->ReadMany(refs, &chunks));
         std::string buf;
         buf.reserve(run_bytes);
-        for (const Extent& x : extents) {
-          GPUCKPT_ASSIGN_OR_RETURN(auto chunk, chunk_store_->Read(x.hash, x.seq, x.length,
-                                                                  /*use_cache=*/false));
-          buf.append(*chunk);
-        }
+        for (const auto& chunk : chunks) buf.append(*chunk);
         GPUCKPT_RETURN_IF_ERROR(WriteAll(fd, buf.data(), buf.size(), extents.front().offset, path));
         done.fetch_add(buf.size(), std::memory_order_relaxed);
         return Status::Ok();

@@ -4,6 +4,7 @@
 
 #include <cstring>
 #include <memory>
+#include <vector>
 
 #include "core/snapshot/records.h"
 #include "core/snapshot/store_impl.h"
@@ -35,13 +36,15 @@ Result<size_t> FileReaderImpl::Pread(uint64_t offset, size_t len, char* buf) {
   // One seek: the extent starting at or before `offset`.
   it->SeekForPrev(keys::ExtentKey(snapshot_key_, file_index_, offset));
 
-  size_t done = 0;
-  while (done < len) {
+  // First the extents the read covers, then their chunks in one batch (one
+  // MultiGet, neighbouring records in one disk read), then the copy.
+  std::vector<ChunkStore::ChunkRef> refs;
+  std::vector<uint64_t> starts;  // file offset of each ref's chunk
+  for (uint64_t pos = offset; pos < offset + len;) {
     if (!it->Valid()) {
       GPUCKPT_RETURN_IF_ERROR(FromRocks(it->status(), "reading the extent index"));
-      return MissingExtent(offset + done);
+      return MissingExtent(pos);
     }
-    const uint64_t pos = offset + done;
     GPUCKPT_ASSIGN_OR_RETURN(Extent e,
                              DecodeExtentRecord(keys::ExtentOffsetOf(it->key().ToStringView()),
                                                 it->value().ToStringView()));
@@ -50,14 +53,20 @@ Result<size_t> FileReaderImpl::Pread(uint64_t offset, size_t len, char* buf) {
     // (cat, cp, CRIU) never come back for it, and the kernel keeps the
     // file's pages anyway. Chunks cut by the read's edges are, since the
     // next request reads their other part.
-    const bool whole = pos == e.offset && len - done >= e.length;
-    GPUCKPT_ASSIGN_OR_RETURN(auto chunk,
-                             store_->chunks().Read(e.hash, e.seq, e.length, /*use_cache=*/!whole));
-    const size_t in_chunk = static_cast<size_t>(pos - e.offset);
-    const size_t n = std::min<size_t>(len - done, chunk->size() - in_chunk);
-    std::memcpy(buf + done, chunk->data() + in_chunk, n);
+    const bool whole = pos == e.offset && offset + len - pos >= e.length;
+    refs.push_back(ChunkStore::ChunkRef{e.hash, e.seq, e.length, /*use_cache=*/!whole});
+    starts.push_back(e.offset);
+    pos = e.offset + e.length;
+    if (pos < offset + len) it->Next();
+  }
+  std::vector<std::shared_ptr<const std::string>> chunks;
+  GPUCKPT_RETURN_IF_ERROR(store_->chunks().ReadMany(refs, &chunks));
+  size_t done = 0;
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    const size_t in_chunk = static_cast<size_t>(offset + done - starts[i]);
+    const size_t n = std::min<size_t>(len - done, chunks[i]->size() - in_chunk);
+    std::memcpy(buf + done, chunks[i]->data() + in_chunk, n);
     done += n;
-    if (done < len) it->Next();
   }
   return done;
 }

@@ -331,6 +331,12 @@ Result<GcReport> StoreImpl::Gc() {
     GPUCKPT_RETURN_IF_ERROR(FromRocks(db_->db()->CompactRange(c, db_->chunks(), nullptr, nullptr),
                                       "compacting after gc"));
   }
+  // Also when nothing was deleted now: packs left by a crash, or by a gc
+  // that failed half-way, hold only garbage.
+  GPUCKPT_ASSIGN_OR_RETURN(auto packs, chunk_store_->CompactPacks());
+  report.packs_removed = packs.packs_removed;
+  report.packs_rewritten = packs.packs_rewritten;
+  report.bytes_rewritten = packs.bytes_rewritten;
   return report;
 }
 
@@ -350,7 +356,14 @@ Result<FsckReport> StoreImpl::Fsck() {
         continue;
       }
       const uint64_t seq = keys::GetBigEndian(it->key().ToStringView(), 8);
-      auto checked = ChunkStore::Check(it->value().ToStringView(), seq);
+      auto record = chunk_store_->RecordOf(it->value().ToStringView());
+      if (!record.ok()) {
+        report.problems.push_back("chunk record " + std::to_string(seq) + ": " +
+                                  record.status().message());
+        bad.insert(seq);
+        continue;
+      }
+      auto checked = ChunkStore::Check(*record, seq);
       if (!checked.ok()) {
         report.problems.push_back(checked.status().message());
         bad.insert(seq);

@@ -3,6 +3,12 @@
 #include <rocksdb/db.h>
 #include <rocksdb/write_batch.h>
 
+#include <algorithm>
+#include <tuple>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
 #include "core/store/keys.h"
 
 namespace gpuckpt {
@@ -10,6 +16,11 @@ namespace {
 
 rocksdb::Slice HashSlice(const ChunkHash& hash) {
   return rocksdb::Slice(hash.view().data(), hash.view().size());
+}
+
+Status WrongLength(const ChunkHash& hash, uint64_t got, uint64_t expected) {
+  return Status::Corruption("chunk " + hash.Hex() + " is " + std::to_string(got) +
+                            " bytes, its extent says " + std::to_string(expected));
 }
 
 }  // namespace
@@ -77,15 +88,16 @@ Result<ChunkStore::PutResult> ChunkStore::Put(const ChunkHash& hash, const uint8
   const uint64_t seq = next_seq_.fetch_add(1);
   std::string record;
   EncodeChunkRecord(data, len, hash, zstd_level, &record);
+  GPUCKPT_ASSIGN_OR_RETURN(PackLocation location, db_->packs().Append(record));
   rocksdb::WriteBatch batch;
-  auto s = batch.Put(db_->chunks(), ChunkSeqKey(seq), record);
+  auto s = batch.Put(db_->chunks(), ChunkSeqKey(seq), EncodePackLocation(location));
   if (s.ok()) {
     s = batch.Put(db_->chunk_meta(), HashSlice(hash),
                   EncodeChunkMeta(ChunkMeta{seq, len, record.size()}));
   }
   if (!s.ok()) return FromRocks(s, "batching chunk " + hash.Hex());
   rocksdb::WriteOptions w;
-  // Bulk data skips the WAL (it would write every byte twice); the
+  // Skips the WAL (one small synced write per chunk otherwise); the
   // snapshot's flush before publishing makes it durable.
   w.disableWAL = true;
   GPUCKPT_RETURN_IF_ERROR(FromRocks(db_->db()->Write(w, &batch), "writing chunk " + hash.Hex()));
@@ -95,40 +107,233 @@ Result<ChunkStore::PutResult> ChunkStore::Put(const ChunkHash& hash, const uint8
 Result<std::shared_ptr<const std::string>> ChunkStore::Read(const ChunkHash& hash, uint64_t seq,
                                                             uint64_t expected_len,
                                                             bool use_cache) const {
-  auto wrong_length = [&](uint64_t got) {
-    return Status::Corruption("chunk " + hash.Hex() + " is " + std::to_string(got) +
-                              " bytes, its extent says " + std::to_string(expected_len));
-  };
   if (use_cache) {
     if (auto hit = cache_->Lookup(hash)) {
-      if (hit->size() != expected_len) return wrong_length(hit->size());
+      if (hit->size() != expected_len) return WrongLength(hash, hit->size(), expected_len);
       return hit;
     }
   }
-  rocksdb::PinnableSlice record;
-  rocksdb::ReadOptions r;
-  // RocksDB's CRC of the blob is redundant when we check the content
-  // ourselves; it is still checked when verification is off.
-  r.verify_checksums = verify_ == ReadVerification::kNone;
-  rocksdb::Status s = db_->db()->Get(r, db_->chunks(), ChunkSeqKey(seq), &record);
-  if (s.IsNotFound())
-    return Status::Corruption("chunk " + hash.Hex() + " is missing from the store");
-  if (!s.ok()) return FromRocks(s, "reading chunk " + hash.Hex());
+  std::string record;
+  GPUCKPT_RETURN_IF_ERROR(LoadRecord(hash, seq, &record));
+  return DecodeChecked(hash, seq, expected_len, record, use_cache);
+}
+
+Result<std::shared_ptr<const std::string>> ChunkStore::DecodeChecked(
+    const ChunkHash& hash, uint64_t seq, uint64_t expected_len, std::string_view record,
+    bool use_cache) const {
   auto data = std::make_shared<std::string>();
   ChunkHash stored_hash;
-  GPUCKPT_RETURN_IF_ERROR(DecodeChunkRecord(std::string_view(record.data(), record.size()),
-                                            hash.Hex(), data.get(), &stored_hash,
+  GPUCKPT_RETURN_IF_ERROR(DecodeChunkRecord(record, hash.Hex(), data.get(), &stored_hash,
                                             verify_ != ReadVerification::kNone));
   if (stored_hash != hash) {
     return Status::Corruption("chunk record " + std::to_string(seq) + " holds " +
                               stored_hash.Hex() + ", expected " + hash.Hex());
   }
-  if (data->size() != expected_len) return wrong_length(data->size());
-  if (verify_ == ReadVerification::kFullHash && HashChunk(reinterpret_cast<const uint8_t*>(data->data()), data->size()) != hash) {
+  if (data->size() != expected_len) return WrongLength(hash, data->size(), expected_len);
+  if (verify_ == ReadVerification::kFullHash &&
+      HashChunk(reinterpret_cast<const uint8_t*>(data->data()), data->size()) != hash) {
     return Status::Corruption("chunk " + hash.Hex() + " does not match its hash (damaged store)");
   }
   if (use_cache) cache_->Insert(hash, data);
   return std::shared_ptr<const std::string>(std::move(data));
+}
+
+Status ChunkStore::ReadMany(const std::vector<ChunkRef>& refs,
+                            std::vector<std::shared_ptr<const std::string>>* out) const {
+  // Records closer than this in a pack are read together with the bytes
+  // between them; runs stop growing at kMaxRun.
+  constexpr uint64_t kMaxGap = 64u << 10;
+  constexpr uint64_t kMaxRun = 8u << 20;
+  out->assign(refs.size(), nullptr);
+  std::vector<size_t> wanted;  // indices not served by the cache
+  for (size_t i = 0; i < refs.size(); ++i) {
+    if (refs[i].use_cache) {
+      if (auto hit = cache_->Lookup(refs[i].hash)) {
+        if (hit->size() != refs[i].expected_len) {
+          return WrongLength(refs[i].hash, hit->size(), refs[i].expected_len);
+        }
+        (*out)[i] = std::move(hit);
+        continue;
+      }
+    }
+    wanted.push_back(i);
+  }
+  if (wanted.empty()) return Status::Ok();
+
+  std::vector<std::string> keys(wanted.size());
+  std::vector<rocksdb::Slice> key_slices(wanted.size());
+  for (size_t k = 0; k < wanted.size(); ++k) {
+    keys[k] = ChunkSeqKey(refs[wanted[k]].seq);
+    key_slices[k] = keys[k];
+  }
+  std::vector<rocksdb::PinnableSlice> values(wanted.size());
+  std::vector<rocksdb::Status> statuses(wanted.size());
+  rocksdb::ReadOptions r;
+  r.verify_checksums = verify_ == ReadVerification::kNone;
+  db_->db()->MultiGet(r, db_->chunks(), wanted.size(), key_slices.data(), values.data(),
+                      statuses.data());
+
+  struct Packed {
+    size_t index;  // into refs
+    PackLocation location;
+  };
+  std::vector<Packed> packed;
+  for (size_t k = 0; k < wanted.size(); ++k) {
+    const ChunkRef& ref = refs[wanted[k]];
+    if (statuses[k].IsNotFound())
+      return Status::Corruption("chunk " + ref.hash.Hex() + " is missing from the store");
+    if (!statuses[k].ok()) return FromRocks(statuses[k], "reading chunk " + ref.hash.Hex());
+    const std::string_view v(values[k].data(), values[k].size());
+    if (!IsPackLocation(v)) {  // version 1: the record itself
+      GPUCKPT_ASSIGN_OR_RETURN((*out)[wanted[k]],
+                               DecodeChecked(ref.hash, ref.seq, ref.expected_len, v, ref.use_cache));
+      continue;
+    }
+    auto location = DecodePackLocation(v);
+    if (!location.ok()) {
+      return Status::Corruption("chunk " + ref.hash.Hex() + ": " + location.status().message());
+    }
+    packed.push_back(Packed{wanted[k], *location});
+  }
+  std::sort(packed.begin(), packed.end(), [](const Packed& a, const Packed& b) {
+    return std::tie(a.location.pack, a.location.offset) <
+           std::tie(b.location.pack, b.location.offset);
+  });
+  std::string buffer;
+  for (size_t begin = 0; begin < packed.size();) {
+    const PackLocation& first = packed[begin].location;
+    uint64_t run_end = first.offset + first.length;
+    size_t end = begin + 1;
+    while (end < packed.size() && packed[end].location.pack == first.pack &&
+           packed[end].location.offset >= run_end &&
+           packed[end].location.offset - run_end <= kMaxGap &&
+           packed[end].location.offset + packed[end].location.length - first.offset <= kMaxRun) {
+      run_end = packed[end].location.offset + packed[end].location.length;
+      ++end;
+    }
+    buffer.resize(run_end - first.offset);
+    Status read = db_->packs().ReadRange(first.pack, first.offset, buffer.size(), buffer.data());
+    for (size_t j = begin; j < end; ++j) {
+      const ChunkRef& ref = refs[packed[j].index];
+      if (read.code() == StatusCode::kNotFound) {
+        // gc moved these records after our lookup: one at a time, anew.
+        GPUCKPT_ASSIGN_OR_RETURN((*out)[packed[j].index],
+                                 Read(ref.hash, ref.seq, ref.expected_len, ref.use_cache));
+        continue;
+      }
+      GPUCKPT_RETURN_IF_ERROR(read);
+      const std::string_view record(buffer.data() + (packed[j].location.offset - first.offset),
+                                    packed[j].location.length);
+      GPUCKPT_ASSIGN_OR_RETURN(
+          (*out)[packed[j].index],
+          DecodeChecked(ref.hash, ref.seq, ref.expected_len, record, ref.use_cache));
+    }
+    begin = end;
+  }
+  return Status::Ok();
+}
+
+Status ChunkStore::LoadRecord(const ChunkHash& hash, uint64_t seq, std::string* storage) const {
+  // Twice at most: gc may move the record to another pack between our
+  // lookup and our read, and then removes the old pack.
+  for (int attempt = 0;; ++attempt) {
+    rocksdb::PinnableSlice value;
+    rocksdb::ReadOptions r;
+    // RocksDB's CRC of a version 1 blob is redundant when we check the
+    // content ourselves; it is still checked when verification is off.
+    r.verify_checksums = verify_ == ReadVerification::kNone;
+    rocksdb::Status s = db_->db()->Get(r, db_->chunks(), ChunkSeqKey(seq), &value);
+    if (s.IsNotFound())
+      return Status::Corruption("chunk " + hash.Hex() + " is missing from the store");
+    if (!s.ok()) return FromRocks(s, "reading chunk " + hash.Hex());
+    const std::string_view v(value.data(), value.size());
+    if (!IsPackLocation(v)) {
+      storage->assign(v);
+      return Status::Ok();
+    }
+    auto location = DecodePackLocation(v);
+    if (!location.ok()) {
+      return Status::Corruption("chunk " + hash.Hex() + ": " + location.status().message());
+    }
+    Status read = db_->packs().Read(*location, storage);
+    if (read.code() == StatusCode::kNotFound && attempt == 0) continue;
+    if (read.code() == StatusCode::kNotFound) {
+      return Status::Corruption("chunk " + hash.Hex() + ": " + read.message());
+    }
+    return read;
+  }
+}
+
+Result<std::string> ChunkStore::RecordOf(std::string_view chunks_value) const {
+  if (!IsPackLocation(chunks_value)) return std::string(chunks_value);
+  GPUCKPT_ASSIGN_OR_RETURN(PackLocation location, DecodePackLocation(chunks_value));
+  std::string record;
+  GPUCKPT_RETURN_IF_ERROR(db_->packs().Read(location, &record));
+  return record;
+}
+
+Result<ChunkStore::PackCompaction> ChunkStore::CompactPacks() {
+  ChunkPacks& packs = db_->packs();
+  PackCompaction report;
+  // The deletions that made space must be durable before a pack goes:
+  // otherwise a crash could bring back locations pointing into it.
+  GPUCKPT_RETURN_IF_ERROR(FromRocks(db_->db()->SyncWAL(), "syncing the deletions"));
+  // Nothing appends to the old packs from here on: they can be judged whole.
+  packs.Rotate();
+  GPUCKPT_ASSIGN_OR_RETURN(auto files, packs.List());
+  std::unordered_map<uint64_t, uint64_t> live;  // pack id -> bytes some location points at
+  {
+    std::unique_ptr<rocksdb::Iterator> it(
+        db_->db()->NewIterator(rocksdb::ReadOptions(), db_->chunks()));
+    for (it->SeekToFirst(); it->Valid(); it->Next()) {
+      if (!IsPackLocation(it->value().ToStringView())) continue;
+      GPUCKPT_ASSIGN_OR_RETURN(PackLocation l, DecodePackLocation(it->value().ToStringView()));
+      live[l.pack] += l.length;
+    }
+    GPUCKPT_RETURN_IF_ERROR(FromRocks(it->status(), "scanning chunk locations"));
+  }
+  std::unordered_set<uint64_t> rewrite;
+  std::vector<uint64_t> remove;
+  for (const auto& f : files) {
+    if (f.active) continue;
+    const uint64_t used = live.count(f.id) != 0 ? live[f.id] : 0;
+    if (used == 0) {
+      remove.push_back(f.id);
+      report.bytes_freed += f.size;
+    } else if (used < (f.size - std::min(f.size, ChunkPacks::kHeaderSize)) / 2) {
+      rewrite.insert(f.id);
+      remove.push_back(f.id);
+      report.bytes_freed += f.size;
+    }
+  }
+  report.packs_rewritten = rewrite.size();
+  report.packs_removed = remove.size();
+  if (!rewrite.empty()) {
+    // Copy the live records in key order (their order in the old packs,
+    // give or take), then point their keys at the copies.
+    rocksdb::WriteBatch batch;
+    std::unique_ptr<rocksdb::Iterator> it(
+        db_->db()->NewIterator(rocksdb::ReadOptions(), db_->chunks()));
+    std::string record;
+    for (it->SeekToFirst(); it->Valid(); it->Next()) {
+      if (!IsPackLocation(it->value().ToStringView())) continue;
+      GPUCKPT_ASSIGN_OR_RETURN(PackLocation l, DecodePackLocation(it->value().ToStringView()));
+      if (rewrite.count(l.pack) == 0) continue;
+      GPUCKPT_RETURN_IF_ERROR(packs.Read(l, &record));
+      GPUCKPT_ASSIGN_OR_RETURN(PackLocation moved, packs.Append(record));
+      report.bytes_rewritten += record.size();
+      auto s = batch.Put(db_->chunks(), it->key(), EncodePackLocation(moved));
+      if (!s.ok()) return FromRocks(s, "batching chunk locations");
+    }
+    GPUCKPT_RETURN_IF_ERROR(FromRocks(it->status(), "scanning chunk locations"));
+    GPUCKPT_RETURN_IF_ERROR(packs.Sync());
+    rocksdb::WriteOptions w;
+    w.sync = true;
+    GPUCKPT_RETURN_IF_ERROR(FromRocks(db_->db()->Write(w, &batch), "moving chunk locations"));
+    packs.Rotate();
+  }
+  for (uint64_t id : remove) GPUCKPT_RETURN_IF_ERROR(packs.Remove(id));
+  return report;
 }
 
 Result<std::pair<ChunkHash, uint64_t>> ChunkStore::Check(std::string_view record, uint64_t seq) {

@@ -2,10 +2,11 @@
 //
 // Chunks are named by their SHA-256 (chunk_meta family: hash -> sequence
 // number and sizes) and kept under a sequence number given in the order
-// they arrive (chunks family: seq -> record). Ingest order is file order,
-// so RocksDB's blob files hold the chunks of a checkpoint in the order they
-// are read back: a sequential read of a file is a (mostly) sequential read
-// of the disk.
+// they arrive (chunks family: seq -> where the record lies in a pack file;
+// stores written by version 1 hold the record itself there). Records are
+// appended to the packs (core/store/chunk_packs.h) in arrival order, which
+// is file order, so a sequential read of a file is a (mostly) sequential
+// read of the disk.
 //
 // Put() stores a chunk unless one with its hash exists: a chunk is written
 // once, whatever process, snapshot or file it comes from. Concurrent Put()s
@@ -16,8 +17,9 @@
 // whose bytes do not match its checksum (or its name) is kCorruption,
 // never returned.
 //
-// Thread-safe. Borrows the StoreDb and the ChunkCache, which must outlive it.
-// Chunk records are written without RocksDB's WAL: they are durable after
+// Thread-safe, except CompactPacks(), which no Put() may overlap. Borrows
+// the StoreDb and the ChunkCache, which must outlive it. Locations and meta
+// records are written without RocksDB's WAL: they are durable after
 // StoreDb::FlushAll(), which a snapshot does before it is published.
 #ifndef GPUCKPT_CORE_STORE_CHUNK_STORE_H_
 #define GPUCKPT_CORE_STORE_CHUNK_STORE_H_
@@ -29,6 +31,7 @@
 #include <optional>
 #include <string>
 #include <unordered_set>
+#include <vector>
 
 #include "core/store/chunk_cache.h"
 #include "core/store/chunk_codec.h"
@@ -63,9 +66,42 @@ class ChunkStore {
                                                   uint64_t expected_len,
                                                   bool use_cache = true) const;
 
+  // One chunk of a batch for ReadMany().
+  struct ChunkRef {
+    ChunkHash hash;
+    uint64_t seq = 0;
+    uint64_t expected_len = 0;
+    bool use_cache = true;  // as for Read()
+  };
+  // Reads many chunks at once, as Read() reads one: their locations in one
+  // RocksDB MultiGet, records that lie next to each other in a pack in one
+  // read (up to a few MiB), so a file's chunks come off the disk in its
+  // order in large reads. `(*out)[i]` is chunk `refs[i]`. Fails on the
+  // first chunk that Read() would fail on.
+  Status ReadMany(const std::vector<ChunkRef>& refs,
+                  std::vector<std::shared_ptr<const std::string>>* out) const;
+
   // Decodes a stored record, checks its checksum and re-hashes it,
   // regardless of verify_on_read (fsck). Returns the hash and the raw length.
   static Result<std::pair<ChunkHash, uint64_t>> Check(std::string_view record, uint64_t seq);
+
+  // The record a value of the chunks family stands for: read from its pack,
+  // or the value itself (version 1). For fsck, which scans the family.
+  Result<std::string> RecordOf(std::string_view chunks_value) const;
+
+  struct PackCompaction {
+    uint64_t packs_removed = 0;
+    uint64_t packs_rewritten = 0;     // live records copied, then removed
+    uint64_t bytes_rewritten = 0;     // live record bytes copied
+    uint64_t bytes_freed = 0;         // size of the pack files removed
+  };
+  // Gives back the space of deleted chunks (gc): removes packs no location
+  // points into, and copies the live records of packs that are more than
+  // half garbage into a new pack before removing them. Safe against
+  // crashes at any point (new locations are written only once the new pack
+  // is durable; an old pack is removed only after). Readers may run; Put()
+  // must not.
+  Result<PackCompaction> CompactPacks();
 
   ChunkCache* cache() const { return cache_; }
 
@@ -77,6 +113,14 @@ class ChunkStore {
   // holds it.
   void Claim(const ChunkHash& hash);
   void Release(const ChunkHash& hash);
+  // The record stored under `seq` into `*storage`; `hash` names it in errors.
+  Status LoadRecord(const ChunkHash& hash, uint64_t seq, std::string* storage) const;
+  // Decodes `record` of chunk `hash` (stored under `seq`) and checks it as
+  // verify_ says; caches the result when `use_cache`.
+  Result<std::shared_ptr<const std::string>> DecodeChecked(const ChunkHash& hash, uint64_t seq,
+                                                           uint64_t expected_len,
+                                                           std::string_view record,
+                                                           bool use_cache) const;
 
   StoreDb* db_;
   ChunkCache* cache_;

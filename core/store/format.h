@@ -11,7 +11,9 @@ namespace gpuckpt::format {
 
 // Version of the store as a whole, kept in the meta column family. A store
 // with a higher version is refused rather than misread.
-inline constexpr uint32_t kStoreVersion = 1;
+// Version 2 keeps chunk records in pack files; version 1 stores (records in
+// RocksDB) are read as they are and become version 2 when opened.
+inline constexpr uint32_t kStoreVersion = 2;
 
 // Column families.
 inline constexpr char kMetaFamily[] = "default";
@@ -33,6 +35,10 @@ inline constexpr uint8_t kSnapshotRecordVersion = 1;
 inline constexpr uint8_t kFileRecordVersion = 1;
 inline constexpr uint8_t kExtentRecordVersion = 1;
 inline constexpr uint8_t kChunkMetaRecordVersion = 1;
+// First byte of a value in the chunks family that says where the record lies
+// in a pack file instead of holding it (its high bit sets it apart from
+// kChunkRecordVersion).
+inline constexpr uint8_t kPackLocationVersion = 0x81;
 
 // Codec byte of a chunk record.
 inline constexpr uint8_t kCodecRaw = 0;
@@ -48,6 +54,8 @@ inline constexpr uint32_t kMaxChunkSize = 64u << 20;
 inline constexpr char kLockFileName[] = "LOCK.gpuckpt";
 // RocksDB's own files live in this subdirectory of the store.
 inline constexpr char kDbDirName[] = "db";
+// Chunk records live in pack files in this subdirectory of the store.
+inline constexpr char kPacksDirName[] = "packs";
 
 }  // namespace gpuckpt::format
 

@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <rocksdb/cache.h>
 #include <rocksdb/filter_policy.h>
+#include <rocksdb/listener.h>
 #include <rocksdb/table.h>
 #include <sys/file.h>
 #include <sys/stat.h>
@@ -32,10 +33,26 @@ bool DirectoryIsEmpty(const std::string& dir) {
   return empty;
 }
 
+// Syncs the packs before RocksDB writes a memtable out: the memtable may
+// hold locations of records appended since the last sync. A failed sync
+// cannot stop the flush; ChunkPacks keeps the error and fails every later
+// append and FlushAll(), so no snapshot is published on top of it.
+class SyncPacksBeforeFlush : public rocksdb::EventListener {
+ public:
+  explicit SyncPacksBeforeFlush(ChunkPacks* packs) : packs_(packs) {}
+  void OnFlushBegin(rocksdb::DB*, const rocksdb::FlushJobInfo&) override {
+    packs_->Sync().PermitUnchecked();
+  }
+
+ private:
+  ChunkPacks* packs_;
+};
+
 rocksdb::ColumnFamilyOptions ChunkFamilyOptions(const std::shared_ptr<rocksdb::Cache>& cache) {
   rocksdb::ColumnFamilyOptions o;
-  // Chunk values are large and already compressed by us: keep them in blob
-  // files, so compactions move 40-byte references instead of the data.
+  // New chunks are pack locations of ~15 bytes. Chunk records written by
+  // version 1 stores stay where they are: in blob files, so compactions
+  // move 40-byte references instead of the data.
   o.enable_blob_files = true;
   o.min_blob_size = 2048;  // tiny records (zero chunks compress to ~20 bytes) stay inline
   o.blob_file_size = 256ull << 20;
@@ -44,8 +61,7 @@ rocksdb::ColumnFamilyOptions ChunkFamilyOptions(const std::shared_ptr<rocksdb::C
   // Deleted chunks' space in blob files comes back when compaction relocates
   // the live ones.
   o.enable_blob_garbage_collection = true;
-  o.write_buffer_size = 64ull << 20;
-  o.max_write_buffer_number = 4;
+  o.write_buffer_size = 16ull << 20;
   rocksdb::BlockBasedTableOptions t;
   t.filter_policy.reset(rocksdb::NewBloomFilterPolicy(10));
   t.block_cache = cache;
@@ -137,6 +153,9 @@ Result<std::unique_ptr<StoreDb>> StoreDb::Open(const std::string& dir, bool crea
     return StatusFromErrno(errno, "writing " + lock_path);
   }
 
+  GPUCKPT_ASSIGN_OR_RETURN(store->packs_,
+                           ChunkPacks::Open(dir + "/" + format::kPacksDirName));
+
   auto cache = rocksdb::NewLRUCache(block_cache_bytes);
   rocksdb::DBOptions db_options;
   db_options.create_if_missing = create_if_missing;
@@ -154,6 +173,7 @@ Result<std::unique_ptr<StoreDb>> StoreDb::Open(const std::string& dir, bool crea
   // of a checkpoint is a sequential read of the disk: let the kernel read
   // ahead (RocksDB otherwise advises "random" on every file it opens).
   db_options.advise_random_on_open = false;
+  db_options.listeners.push_back(std::make_shared<SyncPacksBeforeFlush>(store->packs_.get()));
 
   std::vector<rocksdb::ColumnFamilyDescriptor> families = {
       {format::kMetaFamily, IndexFamilyOptions(cache)},
@@ -170,11 +190,14 @@ Result<std::unique_ptr<StoreDb>> StoreDb::Open(const std::string& dir, bool crea
 
   std::string version;
   s = raw->Get(rocksdb::ReadOptions(), store->meta(), format::kMetaStoreVersionKey, &version);
-  if (s.IsNotFound()) {
+  auto write_version = [&] {
     rocksdb::WriteOptions w;
     w.sync = true;
-    s = raw->Put(w, store->meta(), format::kMetaStoreVersionKey,
-                 std::to_string(format::kStoreVersion));
+    return raw->Put(w, store->meta(), format::kMetaStoreVersionKey,
+                    std::to_string(format::kStoreVersion));
+  };
+  if (s.IsNotFound()) {
+    s = write_version();
     if (!s.ok()) return FromRocks(s, "initialising store " + dir);
   } else if (!s.ok()) {
     return FromRocks(s, "reading the version of store " + dir);
@@ -189,12 +212,23 @@ Result<std::unique_ptr<StoreDb>> StoreDb::Open(const std::string& dir, bool crea
                                  ", newer than this gpuckpt supports (" +
                                  std::to_string(format::kStoreVersion) + ")");
     }
+    if (v < format::kStoreVersion) {
+      // Version 1 differs only in keeping records inline, which version 2
+      // still reads: new chunks go to packs, and an older gpuckpt must not
+      // open the store any more.
+      s = write_version();
+      if (!s.ok()) return FromRocks(s, "upgrading store " + dir);
+    }
   }
   return store;
 }
 
 StoreDb::~StoreDb() {
   if (db_) {
+    // RocksDB flushes what the WAL does not hold when it closes; make the
+    // packs durable first, and flush while the listener still runs (RocksDB
+    // skips listeners once it is shutting down).
+    if (packs_->Sync().ok()) FlushAll().PermitUnchecked();
     for (auto* h : handles_) db_->DestroyColumnFamilyHandle(h);
     handles_.clear();
     db_->Close().PermitUncheckedError();
@@ -204,6 +238,7 @@ StoreDb::~StoreDb() {
 }
 
 Status StoreDb::FlushAll() {
+  GPUCKPT_RETURN_IF_ERROR(packs_->Sync());
   rocksdb::FlushOptions f;
   f.wait = true;
   f.allow_write_stall = true;

@@ -1,10 +1,15 @@
 // StoreDb: the RocksDB database of a store directory, opened with one column
-// family per kind of record and guarded by an flock()ed lock file so that
-// only one process uses a store at a time.
+// family per kind of record, and the pack files that hold its chunk records,
+// guarded by an flock()ed lock file so that only one process uses a store at
+// a time.
 //
-// Owns the rocksdb::DB and its column family handles; they live as long as
-// the StoreDb. rocksdb::DB is itself thread-safe, so a StoreDb may be used
-// from any number of threads.
+// Owns the rocksdb::DB, its column family handles and the ChunkPacks; they
+// live as long as the StoreDb. rocksdb::DB and ChunkPacks are thread-safe,
+// so a StoreDb may be used from any number of threads.
+//
+// Ordering: before RocksDB writes any memtable to disk (a flush it starts by
+// itself, or FlushAll()), the packs are synced, so a durable pack location
+// never points at bytes that are not.
 #ifndef GPUCKPT_CORE_STORE_STORE_DB_H_
 #define GPUCKPT_CORE_STORE_STORE_DB_H_
 
@@ -14,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "core/store/chunk_packs.h"
 #include "gpuckpt/status.h"
 
 namespace gpuckpt {
@@ -44,12 +50,15 @@ class StoreDb {
   rocksdb::ColumnFamilyHandle* extents() const { return handles_[5]; }
   const std::vector<rocksdb::ColumnFamilyHandle*>& all_families() const { return handles_; }
 
+  ChunkPacks& packs() const { return *packs_; }
+
   const std::string& dir() const { return dir_; }
 
-  // Makes everything written so far durable (flushes memtables of every
-  // family, which writes and syncs their files). Bulk data is written without
-  // RocksDB's WAL, so this is what makes chunks durable before a manifest
-  // that names them is published.
+  // Makes everything written so far durable: syncs the packs, then flushes
+  // the memtables of every family (which writes and syncs their files).
+  // Chunk locations, their meta records and extents are written without
+  // RocksDB's WAL, so this is what makes them durable before a manifest that
+  // names them is published.
   Status FlushAll();
 
  private:
@@ -57,6 +66,7 @@ class StoreDb {
 
   std::string dir_;
   int lock_fd_ = -1;
+  std::unique_ptr<ChunkPacks> packs_;  // outlives db_: its flushes sync the packs
   std::unique_ptr<rocksdb::DB> db_;
   std::vector<rocksdb::ColumnFamilyHandle*> handles_;
 };

@@ -152,6 +152,9 @@ struct GcReport {
   uint64_t chunks_deleted = 0;
   uint64_t bytes_deleted = 0;           // stored (compressed) bytes
   uint64_t orphan_records_deleted = 0;  // index records of never-committed snapshots
+  uint64_t packs_removed = 0;           // pack files deleted (see core/store/chunk_packs.h)
+  uint64_t packs_rewritten = 0;         // of those, packs whose live chunks were copied first
+  uint64_t bytes_rewritten = 0;         // stored bytes of the live chunks copied
 };
 
 struct FsckReport {

@@ -11,12 +11,14 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <memory>
 
 #include "core/store/chunk_codec.h"
+#include "core/store/chunk_packs.h"
 #include "core/store/format.h"
 
 namespace gpuckpt::testing {
@@ -540,6 +542,40 @@ int RunCli(const std::vector<std::string>& args, std::string* out, std::string* 
   return -1;
 }
 
+namespace {
+
+// The record a value of the chunks family stands for: read from its pack
+// file (stores of version 2), or the value itself (version 1).
+Result<std::string> RecordOfValue(const std::string& store_dir, std::string_view value) {
+  if (!IsPackLocation(value)) return std::string(value);
+  GPUCKPT_ASSIGN_OR_RETURN(PackLocation l, DecodePackLocation(value));
+  GPUCKPT_ASSIGN_OR_RETURN(auto packs,
+                           ChunkPacks::Open(store_dir + "/" + format::kPacksDirName));
+  std::string record;
+  GPUCKPT_RETURN_IF_ERROR(packs->Read(l, &record));
+  return record;
+}
+
+// Overwrites the record at `value`'s pack location with `record` (same size).
+Status RewritePackedRecord(const std::string& store_dir, std::string_view value,
+                           const std::string& record) {
+  GPUCKPT_ASSIGN_OR_RETURN(PackLocation l, DecodePackLocation(value));
+  if (record.size() != l.length) return Status::InvalidArgument("record changed its size");
+  char name[32];
+  std::snprintf(name, sizeof(name), "%016llx.pack", static_cast<unsigned long long>(l.pack));
+  const std::string path = store_dir + "/" + format::kPacksDirName + "/" + name;
+  const int fd = open(path.c_str(), O_WRONLY | O_CLOEXEC);
+  if (fd < 0) return StatusFromErrno(errno, path);
+  const ssize_t n = pwrite(fd, record.data(), record.size(), static_cast<off_t>(l.offset));
+  const int err = errno;
+  fsync(fd);
+  close(fd);
+  if (n != static_cast<ssize_t>(record.size())) return StatusFromErrno(err, path);
+  return Status::Ok();
+}
+
+}  // namespace
+
 Result<std::vector<StoredChunk>> ListStoredChunks(const std::string& store_dir) {
   RawDb raw;
   GPUCKPT_RETURN_IF_ERROR(OpenRaw(store_dir, &raw));
@@ -547,12 +583,14 @@ Result<std::vector<StoredChunk>> ListStoredChunks(const std::string& store_dir) 
   std::unique_ptr<rocksdb::Iterator> it(
       raw.db->NewIterator(rocksdb::ReadOptions(), raw.handles[1]));
   for (it->SeekToFirst(); it->Valid(); it->Next()) {
-    const RecordParts parts = ParseRecord(it->value().ToStringView());
+    GPUCKPT_ASSIGN_OR_RETURN(std::string record,
+                             RecordOfValue(store_dir, it->value().ToStringView()));
+    const RecordParts parts = ParseRecord(record);
     StoredChunk c;
     c.key = it->key().ToString();
     c.hash_hex = parts.hash_hex;
     c.codec = parts.codec;
-    c.record_size = it->value().size();
+    c.record_size = record.size();
     out.push_back(std::move(c));
   }
   if (!it->status().ok()) return Status::IOError(it->status().ToString());
@@ -572,13 +610,16 @@ Status ChangeChunkRecord(
   std::unique_ptr<rocksdb::Iterator> it(
       raw.db->NewIterator(rocksdb::ReadOptions(), raw.handles[1]));
   for (it->SeekToFirst(); it->Valid(); it->Next()) {
-    const RecordParts parts = ParseRecord(it->value().ToStringView());
+    GPUCKPT_ASSIGN_OR_RETURN(std::string record,
+                             RecordOfValue(store_dir, it->value().ToStringView()));
+    const RecordParts parts = ParseRecord(record);
     if (!parts.ok || parts.hash_hex != hash_hex) continue;
-    std::string record = it->value().ToString();
+    const std::string value = it->value().ToString();
     const std::string key = it->key().ToString();
     it.reset();
     bool keep = true;
     GPUCKPT_RETURN_IF_ERROR(change(&record, parts, &keep));
+    if (keep && IsPackLocation(value)) return RewritePackedRecord(store_dir, value, record);
     rocksdb::WriteOptions w;
     w.sync = true;
     rocksdb::Status s =
@@ -624,6 +665,40 @@ Status SwapChunkRecords(const std::string& store_dir, const std::string& key_a,
   w.sync = true;
   if (s.ok()) s = raw.db->Write(w, &batch);
   return s.ok() ? Status::Ok() : Status::IOError(s.ToString());
+}
+
+Status MakeVersion1Store(const std::string& store_dir) {
+  {
+    RawDb raw;
+    GPUCKPT_RETURN_IF_ERROR(OpenRaw(store_dir, &raw));
+    rocksdb::WriteBatch batch;
+    std::unique_ptr<rocksdb::Iterator> it(
+        raw.db->NewIterator(rocksdb::ReadOptions(), raw.handles[1]));
+    for (it->SeekToFirst(); it->Valid(); it->Next()) {
+      GPUCKPT_ASSIGN_OR_RETURN(std::string record,
+                               RecordOfValue(store_dir, it->value().ToStringView()));
+      if (!batch.Put(raw.handles[1], it->key(), record).ok()) return Status::IOError("batch");
+    }
+    if (!batch.Put(raw.handles[0], format::kMetaStoreVersionKey, "1").ok())
+      return Status::IOError("batch");
+    rocksdb::WriteOptions w;
+    w.sync = true;
+    it.reset();
+    rocksdb::Status s = raw.db->Write(w, &batch);
+    if (!s.ok()) return Status::IOError(s.ToString());
+  }
+  RemoveTree(store_dir + "/" + format::kPacksDirName);
+  return Status::Ok();
+}
+
+Result<std::string> StoredVersion(const std::string& store_dir) {
+  RawDb raw;
+  GPUCKPT_RETURN_IF_ERROR(OpenRaw(store_dir, &raw));
+  std::string v;
+  rocksdb::Status s =
+      raw.db->Get(rocksdb::ReadOptions(), raw.handles[0], format::kMetaStoreVersionKey, &v);
+  if (!s.ok()) return Status::IOError(s.ToString());
+  return v;
 }
 
 std::vector<std::string> ListDir(const std::string& dir) {

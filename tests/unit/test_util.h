@@ -168,6 +168,14 @@ Status DeleteChunkData(const std::string& store_dir, const std::string& hash_hex
 Status SwapChunkRecords(const std::string& store_dir, const std::string& key_a,
                         const std::string& key_b);
 
+// Turns the closed store at `store_dir` into one as version 1 wrote it:
+// every chunk record moved from its pack into the chunks family, the packs
+// deleted, store_version "1".
+Status MakeVersion1Store(const std::string& store_dir);
+
+// The store_version record of the closed store at `store_dir`.
+Result<std::string> StoredVersion(const std::string& store_dir);
+
 // Paths (relative) of all entries under `dir`, sorted, e.g. to check that a
 // failed export left nothing behind.
 std::vector<std::string> ListDir(const std::string& dir);

@@ -194,6 +194,10 @@ int Main(int argc, char** argv) {
                 static_cast<unsigned long long>(r->chunks_deleted),
                 HumanBytes(r->bytes_deleted).c_str(),
                 static_cast<unsigned long long>(r->orphan_records_deleted));
+    std::printf("removed %llu pack files (%llu rewritten: %s of live chunks copied)\n",
+                static_cast<unsigned long long>(r->packs_removed),
+                static_cast<unsigned long long>(r->packs_rewritten),
+                HumanBytes(r->bytes_rewritten).c_str());
     return 0;
   }
   if (fsck->parsed()) {

@@ -1,0 +1,290 @@
+#include "core/store/chunk_packs.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cinttypes>
+#include <cstdio>
+#include <cstring>
+
+#include "core/store/chunk_codec.h"
+#include "core/store/format.h"
+
+namespace gpuckpt {
+namespace {
+
+// Start writeback of a pack every this many bytes appended, so that the
+// disk writes while the checkpoint is still arriving (and Sync() is short).
+constexpr uint64_t kWritebackStep = 8ull << 20;
+
+constexpr char kPackMagic[8] = {'G', 'P', 'C', 'K', 'P', 'A', 'C', 'K'};
+constexpr uint32_t kPackFormatVersion = 1;
+constexpr char kPackSuffix[] = ".pack";
+
+// "<16 hex digits>.pack" -> id; false for anything else (RocksDB's and
+// other files never live here, but a stray file must not be taken for a pack).
+bool ParsePackName(const char* name, uint64_t* id) {
+  if (std::strlen(name) != 16 + sizeof(kPackSuffix) - 1) return false;
+  if (std::strcmp(name + 16, kPackSuffix) != 0) return false;
+  uint64_t v = 0;
+  for (int i = 0; i < 16; ++i) {
+    const char c = name[i];
+    int d;
+    if (c >= '0' && c <= '9') d = c - '0';
+    else if (c >= 'a' && c <= 'f') d = c - 'a' + 10;
+    else return false;
+    v = v << 4 | static_cast<uint64_t>(d);
+  }
+  *id = v;
+  return true;
+}
+
+std::string PackName(uint64_t id) {
+  char name[32];
+  std::snprintf(name, sizeof(name), "%016" PRIx64 "%s", id, kPackSuffix);
+  return name;
+}
+
+Status WriteFully(int fd, const char* data, size_t len, uint64_t offset, const std::string& what) {
+  while (len > 0) {
+    const ssize_t n = pwrite(fd, data, len, static_cast<off_t>(offset));
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return StatusFromErrno(errno, "writing " + what);
+    }
+    data += n;
+    len -= static_cast<size_t>(n);
+    offset += static_cast<uint64_t>(n);
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+struct ChunkPacks::File {
+  File(uint64_t id, UniqueFd fd, uint64_t end) : id(id), fd(std::move(fd)), end(end) {}
+  const uint64_t id;
+  const UniqueFd fd;
+  uint64_t end;  // guarded by ChunkPacks::mu_: the next record's offset (active pack)
+};
+
+std::string EncodePackLocation(const PackLocation& location) {
+  std::string v(1, static_cast<char>(format::kPackLocationVersion));
+  PutVarint64(&v, location.pack);
+  PutVarint64(&v, location.offset);
+  PutVarint64(&v, location.length);
+  return v;
+}
+
+bool IsPackLocation(std::string_view value) {
+  return !value.empty() && static_cast<uint8_t>(value[0]) == format::kPackLocationVersion;
+}
+
+Result<PackLocation> DecodePackLocation(std::string_view value) {
+  if (!IsPackLocation(value)) return Status::Corruption("not a pack location record");
+  value.remove_prefix(1);
+  PackLocation l;
+  if (!GetVarint64(&value, &l.pack) || !GetVarint64(&value, &l.offset) ||
+      !GetVarint64(&value, &l.length) || l.offset < ChunkPacks::kHeaderSize || l.length == 0 ||
+      l.length > format::kMaxChunkSize + 1024) {
+    return Status::Corruption("malformed pack location record");
+  }
+  return l;
+}
+
+Result<std::unique_ptr<ChunkPacks>> ChunkPacks::Open(const std::string& dir) {
+  if (mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
+    return StatusFromErrno(errno, "creating " + dir);
+  }
+  UniqueFd dir_fd(open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW));
+  if (dir_fd.get() < 0) return StatusFromErrno(errno, "opening " + dir);
+  std::unique_ptr<ChunkPacks> packs(new ChunkPacks(dir, std::move(dir_fd), 1));
+  GPUCKPT_ASSIGN_OR_RETURN(auto files, packs->List());
+  // Never append to a pack of an earlier run: its tail may be torn.
+  if (!files.empty()) packs->next_id_ = files.back().id + 1;
+  return packs;
+}
+
+ChunkPacks::~ChunkPacks() = default;
+
+std::string ChunkPacks::PathOf(uint64_t id) const { return dir_ + "/" + PackName(id); }
+
+Status ChunkPacks::StartPackLocked() {
+  const uint64_t id = next_id_++;
+  const std::string name = PackName(id);
+  UniqueFd fd(openat(dir_fd_.get(), name.c_str(),
+                     O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600));
+  if (fd.get() < 0) return StatusFromErrno(errno, "creating pack " + PathOf(id));
+  char header[kHeaderSize] = {};
+  std::memcpy(header, kPackMagic, sizeof(kPackMagic));
+  for (int i = 0; i < 4; ++i) header[8 + i] = static_cast<char>((kPackFormatVersion >> (8 * i)) & 0xff);
+  GPUCKPT_RETURN_IF_ERROR(WriteFully(fd.get(), header, sizeof(header), 0, "pack " + PathOf(id)));
+  auto file = std::make_shared<File>(id, std::move(fd), kHeaderSize);
+  open_[id] = file;
+  active_ = file;
+  dirty_.insert(id);
+  dir_dirty_ = true;
+  return Status::Ok();
+}
+
+Result<PackLocation> ChunkPacks::Append(std::string_view record) {
+  std::shared_ptr<File> file;
+  uint64_t offset = 0;
+  {
+    std::lock_guard lock(mu_);
+    if (!failed_.ok()) return failed_;
+    if (!active_ || (active_->end > kHeaderSize && active_->end + record.size() > kTargetSize)) {
+      GPUCKPT_RETURN_IF_ERROR(StartPackLocked());
+    }
+    file = active_;
+    offset = file->end;
+    file->end += record.size();
+  }
+  // Outside the lock: appenders write their own ranges side by side.
+  GPUCKPT_RETURN_IF_ERROR(
+      WriteFully(file->fd.get(), record.data(), record.size(), offset, "pack " + PathOf(file->id)));
+  const uint64_t end = offset + record.size();
+  if (offset / kWritebackStep != end / kWritebackStep) {
+    // Best effort: start writing the step just filled; Sync() still waits
+    // for all of it.
+    const uint64_t step_end = end / kWritebackStep * kWritebackStep;
+    sync_file_range(file->fd.get(), static_cast<off_t>(step_end - kWritebackStep),
+                    static_cast<off_t>(kWritebackStep), SYNC_FILE_RANGE_WRITE);
+  }
+  {
+    std::lock_guard lock(mu_);
+    dirty_.insert(file->id);
+  }
+  return PackLocation{file->id, offset, record.size()};
+}
+
+Result<std::shared_ptr<ChunkPacks::File>> ChunkPacks::FileFor(uint64_t id) const {
+  std::lock_guard lock(mu_);
+  auto found = open_.find(id);
+  if (found != open_.end()) return found->second;
+  UniqueFd fd(openat(dir_fd_.get(), PackName(id).c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
+  if (fd.get() < 0) {
+    if (errno == ENOENT) return Status::NotFound("pack " + PathOf(id) + " does not exist");
+    return StatusFromErrno(errno, "opening pack " + PathOf(id));
+  }
+  auto file = std::make_shared<File>(id, std::move(fd), 0);
+  open_[id] = file;
+  return file;
+}
+
+Status ChunkPacks::Read(const PackLocation& location, std::string* out) const {
+  out->resize(location.length);
+  return ReadRange(location.pack, location.offset, location.length, out->data());
+}
+
+Status ChunkPacks::ReadRange(uint64_t pack, uint64_t start, size_t len, char* buf) const {
+  GPUCKPT_ASSIGN_OR_RETURN(auto file, FileFor(pack));
+  char* data = buf;
+  size_t left = len;
+  uint64_t offset = start;
+  while (left > 0) {
+    const ssize_t n = pread(file->fd.get(), data, left, static_cast<off_t>(offset));
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return StatusFromErrno(errno, "reading pack " + PathOf(pack));
+    }
+    if (n == 0) {
+      return Status::Corruption("pack " + PathOf(pack) + " ends at " + std::to_string(offset) +
+                                ", records there are " + std::to_string(len) + " bytes at " +
+                                std::to_string(start));
+    }
+    data += n;
+    left -= static_cast<size_t>(n);
+    offset += static_cast<uint64_t>(n);
+  }
+  return Status::Ok();
+}
+
+Status ChunkPacks::Sync() {
+  // One Sync() at a time: a second one must not return while the first is
+  // still writing packs the second's caller appended to.
+  std::lock_guard sync_lock(sync_mu_);
+  std::vector<std::shared_ptr<File>> files;
+  bool dir_dirty = false;
+  {
+    std::lock_guard lock(mu_);
+    if (!failed_.ok()) return failed_;
+    for (uint64_t id : dirty_) {
+      auto found = open_.find(id);
+      if (found != open_.end()) files.push_back(found->second);
+    }
+    dirty_.clear();
+    dir_dirty = std::exchange(dir_dirty_, false);
+  }
+  Status status;
+  for (const auto& f : files) {
+    if (fdatasync(f->fd.get()) != 0) {
+      status = StatusFromErrno(errno, "syncing pack " + PathOf(f->id));
+      break;
+    }
+  }
+  if (status.ok() && dir_dirty && fsync(dir_fd_.get()) != 0) {
+    status = StatusFromErrno(errno, "syncing " + dir_);
+  }
+  if (!status.ok()) {
+    std::lock_guard lock(mu_);
+    failed_ = status;
+  }
+  return status;
+}
+
+void ChunkPacks::Rotate() {
+  std::lock_guard lock(mu_);
+  active_.reset();
+}
+
+Result<std::vector<ChunkPacks::PackFile>> ChunkPacks::List() const {
+  const int fd = dup(dir_fd_.get());
+  if (fd < 0) return StatusFromErrno(errno, "listing " + dir_);
+  DIR* d = fdopendir(fd);
+  if (d == nullptr) {
+    close(fd);
+    return StatusFromErrno(errno, "listing " + dir_);
+  }
+  rewinddir(d);
+  std::map<uint64_t, PackFile> found;
+  while (dirent* e = readdir(d)) {
+    uint64_t id = 0;
+    if (!ParsePackName(e->d_name, &id)) continue;
+    struct stat st {};
+    if (fstatat(dir_fd_.get(), e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode)) {
+      continue;
+    }
+    found[id] = PackFile{id, static_cast<uint64_t>(st.st_size), false};
+  }
+  closedir(d);
+  std::vector<PackFile> out;
+  std::lock_guard lock(mu_);
+  for (auto& [id, f] : found) {
+    f.active = active_ && active_->id == id;
+    out.push_back(f);
+  }
+  return out;
+}
+
+Status ChunkPacks::Remove(uint64_t id) {
+  {
+    std::lock_guard lock(mu_);
+    if (active_ && active_->id == id) {
+      return Status::InvalidArgument("pack " + PathOf(id) + " is being appended to");
+    }
+    open_.erase(id);  // readers holding it keep reading the unlinked file
+    dirty_.erase(id);
+  }
+  if (unlinkat(dir_fd_.get(), PackName(id).c_str(), 0) != 0 && errno != ENOENT) {
+    return StatusFromErrno(errno, "removing pack " + PathOf(id));
+  }
+  if (fsync(dir_fd_.get()) != 0) return StatusFromErrno(errno, "syncing " + dir_);
+  return Status::Ok();
+}
+
+}  // namespace gpuckpt

@@ -1,0 +1,133 @@
+// ChunkPacks: the files that hold chunk records, appended in arrival order.
+//
+// A chunk record is written to disk once: appended to the active pack file
+// (STORE/packs/<id>.pack) with pwrite, and RocksDB keeps only where it lies
+// (a pack location, see FORMAT.md). RocksDB never copies chunk bytes through
+// a memtable, a flush or a compaction. Writeback of a pack is started every
+// few MiB, so the disk sees large sequential writes while a checkpoint is
+// still being stored and Sync() finds little left to write.
+//
+// Durability: Sync() fdatasyncs every pack appended to since the last Sync()
+// (and the packs directory when a pack was created). StoreDb calls it before
+// RocksDB writes any memtable to disk, so no location record reaches the
+// disk before the bytes it points to.
+//
+// A pack is never appended to after the process that created it closes the
+// store: opening starts a new pack at the first Append(), so a pack cut
+// short by a crash is only ever read where a durable location points, and
+// such locations lie below its last Sync(). Space in packs is given back by
+// gc (core/snapshot): it copies a pack's live records into the active pack
+// and removes the old one.
+//
+// Thread-safe. Reads may run while another thread appends or removes packs:
+// a removed pack reads as kNotFound (the caller looks its location up again).
+#ifndef GPUCKPT_CORE_STORE_CHUNK_PACKS_H_
+#define GPUCKPT_CORE_STORE_CHUNK_PACKS_H_
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "core/base/unique_fd.h"
+#include "gpuckpt/status.h"
+
+namespace gpuckpt {
+
+// Where one chunk record lies.
+struct PackLocation {
+  uint64_t pack = 0;    // pack id (its file name)
+  uint64_t offset = 0;  // of the record in the pack file
+  uint64_t length = 0;  // of the record
+};
+
+// The value stored under a chunk's seq in the chunks family for a packed
+// chunk: version:u8(=kPackLocationVersion) pack:varint64 offset:varint64
+// length:varint64. Chunk records kept inline by earlier versions start with
+// kChunkRecordVersion instead, so the first byte tells them apart.
+std::string EncodePackLocation(const PackLocation& location);
+Result<PackLocation> DecodePackLocation(std::string_view value);
+bool IsPackLocation(std::string_view value);
+
+class ChunkPacks {
+ public:
+  // Opens (creating) the packs directory `dir`. Packs are created with
+  // mode 0600.
+  static Result<std::unique_ptr<ChunkPacks>> Open(const std::string& dir);
+  ~ChunkPacks();
+
+  ChunkPacks(const ChunkPacks&) = delete;
+  ChunkPacks& operator=(const ChunkPacks&) = delete;
+
+  // Appends `record` to the active pack (creating one when there is none or
+  // it is full) and returns where it lies. Durable after the next Sync().
+  Result<PackLocation> Append(std::string_view record);
+
+  // Reads `location` into `*out`. kNotFound when the pack is gone (removed
+  // by gc after the caller looked the location up); kCorruption when the
+  // pack is shorter than the location says.
+  Status Read(const PackLocation& location, std::string* out) const;
+  // Reads `len` bytes at `offset` of pack `pack` into `buf` (several records
+  // in one read); errors as Read().
+  Status ReadRange(uint64_t pack, uint64_t offset, size_t len, char* buf) const;
+
+  // Makes every Append() that returned before this call durable. Once a
+  // sync failed every later Append() and Sync() fails too: the kernel may
+  // have dropped the unwritten pages, so nothing after may claim to be
+  // durable.
+  Status Sync();
+
+  // The next Append() starts a new pack; the current one is no longer
+  // appended to (gc rewrites packs only once no one appends to them).
+  void Rotate();
+
+  struct PackFile {
+    uint64_t id = 0;
+    uint64_t size = 0;  // bytes in the file
+    bool active = false;
+  };
+  // Every pack file in the directory, by id.
+  Result<std::vector<PackFile>> List() const;
+
+  // Deletes pack `id` (must not be the active one) and syncs the directory.
+  Status Remove(uint64_t id);
+
+  const std::string& dir() const { return dir_; }
+
+  // Bytes before the first record of every pack (its header).
+  static constexpr uint64_t kHeaderSize = 16;
+  // A pack is closed once it holds this much; gc works pack by pack.
+  static constexpr uint64_t kTargetSize = 256ull << 20;
+
+ private:
+  struct File;
+  ChunkPacks(std::string dir, UniqueFd dir_fd, uint64_t next_id)
+      : dir_(std::move(dir)), dir_fd_(std::move(dir_fd)), next_id_(next_id) {}
+
+  std::string PathOf(uint64_t id) const;
+  // Creates the next pack; called with mu_ held.
+  Status StartPackLocked();
+  // The open file of pack `id`, opened for reading on first use.
+  Result<std::shared_ptr<File>> FileFor(uint64_t id) const;
+
+  const std::string dir_;
+  const UniqueFd dir_fd_;
+
+  std::mutex sync_mu_;  // held through a whole Sync(), before mu_
+  mutable std::mutex mu_;
+  uint64_t next_id_;                          // guarded by mu_
+  std::shared_ptr<File> active_;              // guarded by mu_; null: none yet
+  mutable std::map<uint64_t, std::shared_ptr<File>> open_;  // guarded by mu_
+  std::set<uint64_t> dirty_;                  // guarded by mu_: appended since Sync()
+  bool dir_dirty_ = false;                    // guarded by mu_: a pack was created
+  Status failed_;                             // guarded by mu_: sticky Sync() error
+};
+
+}  // namespace gpuckpt
+
+#endif  // GPUCKPT_CORE_STORE_CHUNK_PACKS_H_

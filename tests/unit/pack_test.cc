@@ -1,0 +1,239 @@
+// Chunk records in pack files: ChunkPacks on its own (appends from many
+// threads, rotation, removal, a new pack after reopening, damaged location
+// records), and through the Store: gc gives pack space back by removing and
+// rewriting packs, packs left without references are removed, and a store
+// written by version 1 (records inside RocksDB) is still read and upgraded.
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core/store/chunk_codec.h"
+#include "core/store/chunk_packs.h"
+#include "core/store/format.h"
+#include "gpuckpt/store.h"
+#include "tests/unit/test_util.h"
+
+namespace gpuckpt {
+namespace {
+
+using testing::ExportMatches;
+using testing::Import;
+using testing::TempDir;
+
+uint64_t PackBytes(const std::string& store_dir) {
+  uint64_t total = 0;
+  for (const std::string& name : testing::ListDir(store_dir + "/" + format::kPacksDirName)) {
+    struct stat st {};
+    if (stat((store_dir + "/" + format::kPacksDirName + "/" + name).c_str(), &st) == 0) {
+      total += static_cast<uint64_t>(st.st_size);
+    }
+  }
+  return total;
+}
+
+TEST(ChunkPacksTest, AppendsFromManyThreadsReadBackWhereTheySay) {
+  TempDir tmp;
+  ASSERT_OK_AND_ASSIGN(auto packs, ChunkPacks::Open(tmp.Sub("packs")));
+  constexpr int kThreads = 4, kEach = 200;
+  std::vector<std::vector<std::pair<PackLocation, std::string>>> written(kThreads);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < kEach; ++i) {
+        std::string record = testing::RandomBytes(100 + (i * 37) % 5000, t * 1000 + i);
+        auto l = packs->Append(record);
+        ASSERT_OK(l);
+        written[t].emplace_back(*l, std::move(record));
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  ASSERT_OK(packs->Sync());
+  std::set<uint64_t> offsets;
+  for (const auto& per_thread : written) {
+    for (const auto& [l, record] : per_thread) {
+      EXPECT_GE(l.offset, ChunkPacks::kHeaderSize);
+      EXPECT_TRUE(offsets.insert(l.offset).second) << "two records at " << l.offset;
+      std::string got;
+      ASSERT_OK(packs->Read(l, &got));
+      EXPECT_EQ(got, record);
+      ASSERT_OK_AND_ASSIGN(PackLocation back, DecodePackLocation(EncodePackLocation(l)));
+      EXPECT_EQ(back.pack, l.pack);
+      EXPECT_EQ(back.offset, l.offset);
+      EXPECT_EQ(back.length, l.length);
+    }
+  }
+}
+
+TEST(ChunkPacksTest, RotateRemoveAndReopenNeverAppendToAnOldPack) {
+  TempDir tmp;
+  const std::string dir = tmp.Sub("packs");
+  PackLocation first, second;
+  {
+    ASSERT_OK_AND_ASSIGN(auto packs, ChunkPacks::Open(dir));
+    ASSERT_OK_AND_ASSIGN(first, packs->Append("one"));
+    packs->Rotate();
+    ASSERT_OK_AND_ASSIGN(second, packs->Append("two"));
+    EXPECT_GT(second.pack, first.pack);
+    ASSERT_OK_AND_ASSIGN(auto list, packs->List());
+    ASSERT_EQ(list.size(), 2u);
+    EXPECT_FALSE(list[0].active);
+    EXPECT_TRUE(list[1].active);
+    EXPECT_EQ(list[0].size, ChunkPacks::kHeaderSize + 3);
+    EXPECT_CODE(packs->Remove(second.pack), StatusCode::kInvalidArgument)
+        << "the active pack is never removed";
+    ASSERT_OK(packs->Remove(first.pack));
+    std::string got;
+    EXPECT_CODE(packs->Read(first, &got), StatusCode::kNotFound);
+    ASSERT_OK(packs->Sync());
+  }
+  ASSERT_OK_AND_ASSIGN(auto packs, ChunkPacks::Open(dir));
+  ASSERT_OK_AND_ASSIGN(PackLocation third, packs->Append("three"));
+  EXPECT_GT(third.pack, second.pack) << "a reopened store starts a new pack";
+  std::string got;
+  ASSERT_OK(packs->Read(second, &got));
+  EXPECT_EQ(got, "two");
+  // A location past the end of its pack is damage, not a short read.
+  PackLocation beyond = second;
+  beyond.length = 4096;
+  EXPECT_CODE(packs->Read(beyond, &got), StatusCode::kCorruption);
+}
+
+TEST(ChunkPacksTest, DamagedLocationRecordsAreCorruption) {
+  const std::string good = EncodePackLocation(PackLocation{3, 100, 2000});
+  EXPECT_TRUE(IsPackLocation(good));
+  EXPECT_FALSE(IsPackLocation(std::string(1, static_cast<char>(format::kChunkRecordVersion))));
+  for (size_t cut = 0; cut < good.size(); ++cut) {
+    EXPECT_CODE(DecodePackLocation(good.substr(0, cut)), StatusCode::kCorruption) << cut;
+  }
+  EXPECT_CODE(DecodePackLocation(EncodePackLocation(PackLocation{3, 0, 10})),
+              StatusCode::kCorruption)
+      << "no record lies in the header";
+  EXPECT_CODE(DecodePackLocation(EncodePackLocation(PackLocation{3, 100, 0})),
+              StatusCode::kCorruption);
+  EXPECT_CODE(DecodePackLocation(EncodePackLocation(PackLocation{3, 100, 1ull << 40})),
+              StatusCode::kCorruption)
+      << "a length no chunk can have";
+}
+
+class PackStoreTest : public ::testing::Test {
+ protected:
+  std::unique_ptr<Store> Open() {
+    auto s = Store::Open(store_dir_, testing::TestOptions());
+    EXPECT_TRUE(testing::IsOk(s));
+    return s.ok() ? std::move(s).value() : nullptr;
+  }
+  void ExpectFsckClean(Store& store) {
+    auto r = store.Fsck();
+    ASSERT_OK(r);
+    EXPECT_TRUE(r->clean()) << "first problem: " << (r->problems.empty() ? "" : r->problems[0]);
+  }
+
+  TempDir tmp_;
+  const std::string store_dir_ = tmp_.Sub("store");
+};
+
+TEST_F(PackStoreTest, GcRewritesMostlyDeadPacksAndRemovesDeadOnes) {
+  const std::string big = tmp_.Sub("big"), small = tmp_.Sub("small");
+  testing::MakeDirs(big);
+  testing::MakeDirs(small);
+  testing::WriteRandomFile(big + "/only-big.bin", 6u << 20, 41);
+  testing::WriteRandomFile(small + "/only-small.bin", 2u << 20, 42);
+  auto store = Open();
+  ASSERT_NE(store, nullptr);
+  ASSERT_OK(Import(*store, big, "big"));
+  ASSERT_OK(Import(*store, small, "small"));
+  const uint64_t before = PackBytes(store_dir_);
+  EXPECT_GE(before, 8u << 20) << "random chunks are stored raw, in packs";
+
+  // Both snapshots share one pack; without "big" it is three quarters dead.
+  ASSERT_OK(store->Remove("big"));
+  ASSERT_OK_AND_ASSIGN(GcReport gc, store->Gc());
+  EXPECT_EQ(gc.packs_rewritten, 1u);
+  EXPECT_GE(gc.packs_removed, 1u);
+  EXPECT_GE(gc.bytes_rewritten, 2u << 20);
+  EXPECT_LT(gc.bytes_rewritten, 3u << 20);
+  const uint64_t after = PackBytes(store_dir_);
+  EXPECT_LT(after, before - (5u << 20)) << "the dead 6 MiB are given back";
+  EXPECT_TRUE(ExportMatches(*store, "small", small, tmp_.path()));
+  ExpectFsckClean(*store);
+
+  // Nothing left to do: a second gc rewrites nothing.
+  ASSERT_OK_AND_ASSIGN(GcReport again, store->Gc());
+  EXPECT_EQ(again.packs_rewritten, 0u);
+  ASSERT_OK(store->Remove("small"));
+  ASSERT_OK_AND_ASSIGN(GcReport last, store->Gc());
+  EXPECT_GE(last.packs_removed, 1u);
+  EXPECT_LT(PackBytes(store_dir_), 64u) << "only empty pack headers may stay";
+
+  // Still a working store.
+  ASSERT_OK(Import(*store, small, "small-again"));
+  EXPECT_TRUE(ExportMatches(*store, "small-again", small, tmp_.path()));
+}
+
+TEST_F(PackStoreTest, GcRemovesPacksThatNothingPointsInto) {
+  const std::string src = tmp_.Sub("src");
+  testing::MakeDirs(src);
+  testing::WriteRandomFile(src + "/f.bin", 1u << 20, 43);
+  {
+    auto store = Open();
+    ASSERT_NE(store, nullptr);
+    ASSERT_OK(Import(*store, src, "kept"));
+  }
+  // What a crash between appending and publishing leaves: records no
+  // location points at.
+  {
+    ASSERT_OK_AND_ASSIGN(auto packs,
+                         ChunkPacks::Open(store_dir_ + "/" + format::kPacksDirName));
+    ASSERT_OK(packs->Append(testing::RandomBytes(3u << 20, 44)));
+    ASSERT_OK(packs->Sync());
+  }
+  const uint64_t before = PackBytes(store_dir_);
+  auto store = Open();
+  ASSERT_NE(store, nullptr);
+  ASSERT_OK_AND_ASSIGN(GcReport gc, store->Gc());
+  EXPECT_EQ(gc.chunks_deleted, 0u);
+  EXPECT_EQ(gc.packs_removed, 1u);
+  EXPECT_EQ(gc.packs_rewritten, 0u);
+  EXPECT_LT(PackBytes(store_dir_), before - (3u << 20));
+  EXPECT_TRUE(ExportMatches(*store, "kept", src, tmp_.path()));
+  ExpectFsckClean(*store);
+}
+
+TEST_F(PackStoreTest, AVersion1StoreIsReadAndUpgraded) {
+  const std::string src = tmp_.Sub("src"), more = tmp_.Sub("more");
+  testing::MakeCheckpointTree(src, 45, 3u << 20);
+  testing::MakeCheckpointTree(more, 46, 3u << 20);
+  {
+    auto store = Open();
+    ASSERT_NE(store, nullptr);
+    ASSERT_OK(Import(*store, src, "old"));
+  }
+  ASSERT_OK(testing::MakeVersion1Store(store_dir_));
+  ASSERT_OK_AND_ASSIGN(auto inline_chunks, testing::ListStoredChunks(store_dir_));
+  ASSERT_FALSE(inline_chunks.empty());
+  EXPECT_EQ(PackBytes(store_dir_), 0u);
+
+  auto store = Open();
+  ASSERT_NE(store, nullptr);
+  EXPECT_TRUE(ExportMatches(*store, "old", src, tmp_.path()));
+  ASSERT_OK(Import(*store, more, "new"));
+  EXPECT_GT(PackBytes(store_dir_), 0u) << "new chunks go to packs";
+  EXPECT_TRUE(ExportMatches(*store, "new", more, tmp_.path()));
+  ExpectFsckClean(*store);
+  // Old and new chunks are collected alike.
+  ASSERT_OK(store->Remove("old"));
+  ASSERT_OK(store->Gc());
+  EXPECT_TRUE(ExportMatches(*store, "new", more, tmp_.path()));
+  ExpectFsckClean(*store);
+  store.reset();
+  ASSERT_OK_AND_ASSIGN(std::string version, testing::StoredVersion(store_dir_));
+  EXPECT_EQ(version, std::to_string(format::kStoreVersion));
+}
+
+}  // namespace
+}  // namespace gpuckpt
