@@ -18,7 +18,9 @@
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -170,13 +172,65 @@ size_t StreamAhead() {
   return ahead;
 }
 
+// A block of fresh anonymous memory, unmapped when destroyed. Fresh for
+// every block because its pages are handed to CRIU's pipe by reference
+// (vmsplice): the pipe keeps them after the unmap until CRIU has read them,
+// so they must never be written again, and hold nothing but this image.
+class MappedBlock {
+ public:
+  explicit MappedBlock(size_t size) : size_(size) {
+    void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE,
+                   -1, 0);
+    data_ = p == MAP_FAILED ? nullptr : static_cast<char*>(p);
+  }
+  ~MappedBlock() {
+    if (data_ != nullptr) munmap(data_, size_);
+  }
+  MappedBlock(const MappedBlock&) = delete;
+  MappedBlock& operator=(const MappedBlock&) = delete;
+  char* data() const { return data_; }
+
+ private:
+  const size_t size_;
+  char* data_;
+};
+
+// Hands `len` bytes at `data` to pipe `fd`: by reference (vmsplice, no
+// copy; `data` must not change afterwards), or with write() where `fd` is
+// no pipe. *gone: CRIU closed its end (it read what it needed).
+Status GiveToPipe(int fd, const char* data, size_t len, const std::string& name, bool* gone) {
+  bool splice_works = true;
+  size_t done = 0;
+  while (done < len) {
+    ssize_t w;
+    if (splice_works) {
+      iovec iov{const_cast<char*>(data + done), len - done};
+      w = vmsplice(fd, &iov, 1, 0);
+      if (w < 0 && (errno == EBADF || errno == EINVAL)) {
+        splice_works = false;  // not a pipe
+        continue;
+      }
+    } else {
+      w = write(fd, data + done, len - done);
+    }
+    if (w < 0 && errno == EINTR) continue;
+    if (w < 0 && errno == EPIPE) {
+      *gone = true;
+      return Status::Ok();
+    }
+    if (w < 0) return StatusFromErrno(errno, "serving " + name + " to CRIU");
+    done += static_cast<size_t>(w);
+  }
+  return Status::Ok();
+}
+
 // Writes a stored file into CRIU's pipe. The next blocks are read (looked
-// up, decompressed, checked) on other threads while this one writes: one
-// reader alone is slower than CRIU takes the pages in.
+// up, decompressed, checked) on other threads while this one hands them
+// over: one reader alone is slower than CRIU takes the pages in.
 Status StreamFile(FileReader* reader, int fd, const std::string& name,
                   const std::function<void(size_t)>& on_written) {
   struct Block {
-    std::unique_ptr<char[]> data;
+    std::unique_ptr<MappedBlock> data;
     // Declared after `data`: destroyed first, it waits for its read to end
     // before the buffer goes.
     std::future<Result<size_t>> read;
@@ -184,30 +238,27 @@ Status StreamFile(FileReader* reader, int fd, const std::string& name,
   const uint64_t size = reader->entry().size;
   std::deque<Block> ahead;
   uint64_t next = 0;
-  auto launch = [&] {
+  auto launch = [&]() -> Status {
     Block b;
-    b.data.reset(new char[kStreamBlock]);
-    b.read = std::async(std::launch::async, [reader, offset = next, buf = b.data.get()] {
+    b.data = std::make_unique<MappedBlock>(kStreamBlock);
+    if (b.data->data() == nullptr) return StatusFromErrno(errno, "memory for serving " + name);
+    b.read = std::async(std::launch::async, [reader, offset = next, buf = b.data->data()] {
       return reader->Pread(offset, kStreamBlock, buf);
     });
     next += kStreamBlock;
     ahead.push_back(std::move(b));
+    return Status::Ok();
   };
-  while (next < size && ahead.size() < StreamAhead()) launch();
+  while (next < size && ahead.size() < StreamAhead()) GPUCKPT_RETURN_IF_ERROR(launch());
   while (!ahead.empty()) {
     Block b = std::move(ahead.front());
     ahead.pop_front();
     Result<size_t> n = b.read.get();
     if (!n.ok()) return n.status().WithContext("image " + name);
-    if (next < size) launch();
-    size_t done = 0;
-    while (done < *n) {
-      const ssize_t w = write(fd, b.data.get() + done, *n - done);
-      if (w < 0 && errno == EINTR) continue;
-      if (w < 0 && errno == EPIPE) return Status::Ok();  // CRIU read what it needed
-      if (w < 0) return StatusFromErrno(errno, "serving " + name + " to CRIU");
-      done += static_cast<size_t>(w);
-    }
+    if (next < size) GPUCKPT_RETURN_IF_ERROR(launch());
+    bool gone = false;
+    GPUCKPT_RETURN_IF_ERROR(GiveToPipe(fd, b.data->data(), *n, name, &gone));
+    if (gone) return Status::Ok();
     on_written(*n);
   }
   return Status::Ok();

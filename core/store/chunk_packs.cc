@@ -204,6 +204,13 @@ Status ChunkPacks::ReadRange(uint64_t pack, uint64_t start, size_t len, char* bu
   return Status::Ok();
 }
 
+void ChunkPacks::ReadAhead(uint64_t pack, uint64_t offset, uint64_t len) const {
+  auto file = FileFor(pack);
+  if (!file.ok()) return;
+  posix_fadvise((*file)->fd.get(), static_cast<off_t>(offset), static_cast<off_t>(len),
+                POSIX_FADV_WILLNEED);
+}
+
 Status ChunkPacks::Sync() {
   // One Sync() at a time: a second one must not return while the first is
   // still writing packs the second's caller appended to.

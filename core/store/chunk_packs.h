@@ -76,6 +76,10 @@ class ChunkPacks {
   // in one read); errors as Read().
   Status ReadRange(uint64_t pack, uint64_t offset, size_t len, char* buf) const;
 
+  // Asks the kernel to start reading `len` bytes at `offset` of pack `pack`
+  // into its cache (a reader about to come that way). Best effort.
+  void ReadAhead(uint64_t pack, uint64_t offset, uint64_t len) const;
+
   // Makes every Append() that returned before this call durable. Once a
   // sync failed every later Append() and Sync() fails too: the kernel may
   // have dropped the unwritten pages, so nothing after may claim to be

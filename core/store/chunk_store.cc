@@ -144,6 +144,10 @@ Status ChunkStore::ReadMany(const std::vector<ChunkRef>& refs,
   // between them; runs stop growing at kMaxRun.
   constexpr uint64_t kMaxGap = 64u << 10;
   constexpr uint64_t kMaxRun = 8u << 20;
+  // Every kReadAheadStep of a pack read, the kernel is asked to fetch the
+  // kReadAhead bytes after the next step boundary.
+  constexpr uint64_t kReadAheadStep = 4u << 20;
+  constexpr uint64_t kReadAhead = 16u << 20;
   out->assign(refs.size(), nullptr);
   std::vector<size_t> wanted;  // indices not served by the cache
   for (size_t i = 0; i < refs.size(); ++i) {
@@ -212,6 +216,13 @@ Status ChunkStore::ReadMany(const std::vector<ChunkRef>& refs,
       ++end;
     }
     buffer.resize(run_end - first.offset);
+    if (first.offset / kReadAheadStep != run_end / kReadAheadStep) {
+      // Crossed into the next step: have the disk read the steps after it
+      // while we decode this one. Readers go forward through a file, and a
+      // file's chunks lie forward in the pack.
+      const uint64_t next_step = run_end / kReadAheadStep * kReadAheadStep + kReadAheadStep;
+      db_->packs().ReadAhead(first.pack, next_step, kReadAhead);
+    }
     Status read = db_->packs().ReadRange(first.pack, first.offset, buffer.size(), buffer.data());
     for (size_t j = begin; j < end; ++j) {
       const ChunkRef& ref = refs[packed[j].index];
