@@ -63,8 +63,9 @@ struct StoreOptions {
   // Upper bound on chunk bytes held in memory by one import or export
   // (read but not yet written), unless the writer is given its own
   // (SnapshotWriterOptions::staging_bytes). This, plus two read blocks (4 MiB + max
-  // chunk size each) and RocksDB's write buffers (at most 4 x 64 MiB for
-  // chunks, 4 x 32 MiB for each index family), bounds an import's memory
+  // chunk size each) and RocksDB's write buffers (2 x 16 MiB for chunk
+  // locations, the records themselves go straight to pack files; 2 x 32 MiB
+  // for each index family), bounds an import's memory
   // whatever the file size: a 100 GiB file takes no more than a 1 GiB one.
   // Default: 64 MiB.
   uint64_t max_in_flight_bytes = 64ull << 20;
