@@ -346,12 +346,8 @@ void OpInit(void*, fuse_conn_info* conn) {
   // Sequential readers (cat, cp, CRIU's restore) get the kernel's
   // read-ahead in large requests, served by several FUSE threads at once:
   // that is what keeps a cold store's disk and our workers busy.
-  conn->max_readahead = 32u << 20;
+  conn->max_readahead = 8u << 20;
   conn->max_read = 0;  // no limit beyond the kernel's
-  // Read-ahead requests are the kernel's background requests, 12 at a time
-  // by default: with a cold store each waits on the disk, so allow more.
-  conn->max_background = 32;
-  conn->congestion_threshold = 24;
   // Requests of up to 1 MiB (the kernel's max_pages follows max_write): a
   // quarter of the requests, and of the per-request index seeks, of 256 KiB.
   conn->max_write = 1u << 20;
