@@ -12,6 +12,7 @@
 #include <random>
 #include <string>
 
+#include "core/base/full_io.h"
 #include "core/base/work_queue.h"
 #include "core/snapshot/records.h"
 #include "core/snapshot/store_impl.h"
@@ -22,20 +23,6 @@ namespace {
 
 // Bytes of a file one export task reads and writes.
 constexpr uint64_t kRunBytes = 1u << 20;
-
-Status WriteAll(int fd, const char* data, size_t len, uint64_t offset, const std::string& shown) {
-  while (len > 0) {
-    const ssize_t n = pwrite(fd, data, len, static_cast<off_t>(offset));
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return StatusFromErrno(errno, "writing " + shown);
-    }
-    data += n;
-    len -= static_cast<size_t>(n);
-    offset += static_cast<uint64_t>(n);
-  }
-  return Status::Ok();
-}
 
 std::string ParentOf(const std::string& path) {
   std::filesystem::path p(path);
@@ -147,7 +134,7 @@ Status StoreImpl::Export(const std::string& id, const std::string& dest_dir_in,
         std::string buf;
         buf.reserve(run_bytes);
         for (const auto& chunk : chunks) buf.append(*chunk);
-        GPUCKPT_RETURN_IF_ERROR(WriteAll(fd, buf.data(), buf.size(), extents.front().offset, path));
+        GPUCKPT_RETURN_IF_ERROR(PwriteFully(fd, buf.data(), buf.size(), extents.front().offset, path));
         done.fetch_add(buf.size(), std::memory_order_relaxed);
         return Status::Ok();
       });

@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "core/base/full_io.h"
 #include "core/store/chunk_codec.h"
 #include "core/store/format.h"
 
@@ -47,20 +48,6 @@ std::string PackName(uint64_t id) {
   char name[32];
   std::snprintf(name, sizeof(name), "%016" PRIx64 "%s", id, kPackSuffix);
   return name;
-}
-
-Status WriteFully(int fd, const char* data, size_t len, uint64_t offset, const std::string& what) {
-  while (len > 0) {
-    const ssize_t n = pwrite(fd, data, len, static_cast<off_t>(offset));
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return StatusFromErrno(errno, "writing " + what);
-    }
-    data += n;
-    len -= static_cast<size_t>(n);
-    offset += static_cast<uint64_t>(n);
-  }
-  return Status::Ok();
 }
 
 }  // namespace
@@ -122,7 +109,7 @@ Status ChunkPacks::StartPackLocked() {
   char header[kHeaderSize] = {};
   std::memcpy(header, kPackMagic, sizeof(kPackMagic));
   for (int i = 0; i < 4; ++i) header[8 + i] = static_cast<char>((kPackFormatVersion >> (8 * i)) & 0xff);
-  GPUCKPT_RETURN_IF_ERROR(WriteFully(fd.get(), header, sizeof(header), 0, "pack " + PathOf(id)));
+  GPUCKPT_RETURN_IF_ERROR(PwriteFully(fd.get(), header, sizeof(header), 0, "pack " + PathOf(id)));
   auto file = std::make_shared<File>(id, std::move(fd), kHeaderSize);
   open_[id] = file;
   active_ = file;
@@ -146,7 +133,7 @@ Result<PackLocation> ChunkPacks::Append(std::string_view record) {
   }
   // Outside the lock: appenders write their own ranges side by side.
   GPUCKPT_RETURN_IF_ERROR(
-      WriteFully(file->fd.get(), record.data(), record.size(), offset, "pack " + PathOf(file->id)));
+      PwriteFully(file->fd.get(), record.data(), record.size(), offset, "pack " + PathOf(file->id)));
   const uint64_t end = offset + record.size();
   if (offset / kWritebackStep != end / kWritebackStep) {
     // Best effort: start writing the step just filled; Sync() still waits
