@@ -259,11 +259,16 @@ Result<SnapshotInfo> Engine::DumpAndStore(const CheckpointRequest& request,
   extra["gpus"] = gpus;
 
   // The checkpoint this one follows (the process's latest), for users
-  // tracing a series.
+  // tracing a series. It is also the base the store compares the new
+  // chunks with, if it was written for the same owner: chunks the process
+  // left unchanged are then recognised without being hashed.
+  std::string base;
   if (auto all = store_->List(); all.ok()) {
     for (auto it = all->rbegin(); it != all->rend(); ++it) {
-      if (OwnerOf(*it).pid == request.pid) {
+      const SnapshotOwner owner = OwnerOf(*it);
+      if (owner.pid == request.pid) {
         extra["parent"] = it->id;
+        if (owner.uid == process.creds.ruid) base = it->id;
         break;
       }
     }
@@ -273,7 +278,7 @@ Result<SnapshotInfo> Engine::DumpAndStore(const CheckpointRequest& request,
     GPUCKPT_ASSIGN_OR_RETURN(name, NextCheckpointName(request.pid));
   }
   SnapshotSpec spec{name, "pid " + std::to_string(request.pid) + " (" + process.comm + ")",
-                    extra.dump()};
+                    extra.dump(), base};
   // CRIU's pipes are drained into staging memory as fast as CRIU writes
   // them, with hashing, compression and the disk behind, on idle CPU only
   // until CRIU is done: the tree is frozen for as long as CRIU runs. What

@@ -429,7 +429,7 @@ Result<SnapshotInfo> Engine::ImportImageDir(const std::string& path, const std::
     if (id.empty()) {
       GPUCKPT_ASSIGN_OR_RETURN(id, NextCheckpointName(pid));
     }
-    auto writer = store_->BeginSnapshot({id, path, extra.dump()});
+    auto writer = store_->BeginSnapshot({id, path, extra.dump(), /*base=*/""});
     if (!writer.ok()) {
       // Another checkpoint of this pid took the number meanwhile.
       if (writer.status().code() == StatusCode::kAlreadyExists && name.empty() && attempt < 8)

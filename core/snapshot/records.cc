@@ -92,6 +92,10 @@ std::string SnapshotInfoToJson(const SnapshotInfo& info, int indent) {
       {"chunking", ChunkingToJson(info.chunking)},
       {"extra", extra},
   };
+  if (!info.base.empty()) {
+    j["base"] = info.base;
+    j["base_chunks"] = info.base_chunks;
+  }
   return j.dump(indent);
 }
 
@@ -129,6 +133,8 @@ Result<SnapshotInfo> DecodeSnapshotRecord(std::string_view id, std::string_view 
     info.new_bytes = j.value("new_bytes", uint64_t{0});
     info.stored_bytes = j.value("stored_bytes", uint64_t{0});
     info.duration_s = j.value("duration_s", 0.0);
+    info.base = j.value("base", std::string());
+    info.base_chunks = j.value("base_chunks", uint64_t{0});
     info.extra_json = j.contains("extra") ? j["extra"].dump() : "{}";
     if (j.contains("chunking")) {
       const json& c = j["chunking"];
@@ -199,11 +205,13 @@ Result<FileEntry> DecodeFileRecord(std::string_view record) {
   }
 }
 
-std::string EncodeExtentRecord(const ChunkHash& hash, uint64_t seq, uint64_t length) {
+std::string EncodeExtentRecord(const ChunkHash& hash, uint64_t seq, uint64_t length,
+                               const ChunkFingerprint& fingerprint) {
   std::string record(1, static_cast<char>(format::kExtentRecordVersion));
   record.append(hash.view());
   PutVarint64(&record, seq);
   PutVarint64(&record, length);
+  record.append(fingerprint.view());
   return record;
 }
 
@@ -219,6 +227,11 @@ Result<Extent> DecodeExtentRecord(uint64_t offset, std::string_view record) {
   if (!GetVarint64(&rest, &e.seq) || !GetVarint64(&rest, &e.length) || e.length == 0 ||
       e.length > format::kMaxChunkSize) {
     return Status::Corruption("extent at offset " + std::to_string(offset) + " has a bad length");
+  }
+  // The fingerprint was added as a trailing field: older extents end here.
+  if (rest.size() >= format::kFingerprintSize) {
+    GPUCKPT_ASSIGN_OR_RETURN(e.fingerprint,
+                             ChunkFingerprint::FromBytes(rest.substr(0, format::kFingerprintSize)));
   }
   return e;
 }

@@ -4,9 +4,11 @@
 #ifndef GPUCKPT_CORE_SNAPSHOT_RECORDS_H_
 #define GPUCKPT_CORE_SNAPSHOT_RECORDS_H_
 
+#include <optional>
 #include <string>
 #include <string_view>
 
+#include "core/store/chunk_fingerprint.h"
 #include "core/store/chunk_hash.h"
 #include "gpuckpt/status.h"
 #include "gpuckpt/store_types.h"
@@ -34,8 +36,12 @@ struct Extent {
   uint64_t length = 0;
   ChunkHash hash;
   uint64_t seq = 0;  // key of the chunk record
+  // The chunk's fingerprint under the store's key; absent in extents written
+  // before fingerprints existed.
+  std::optional<ChunkFingerprint> fingerprint;
 };
-std::string EncodeExtentRecord(const ChunkHash& hash, uint64_t seq, uint64_t length);
+std::string EncodeExtentRecord(const ChunkHash& hash, uint64_t seq, uint64_t length,
+                               const ChunkFingerprint& fingerprint);
 // `offset` comes from the key.
 Result<Extent> DecodeExtentRecord(uint64_t offset, std::string_view record);
 

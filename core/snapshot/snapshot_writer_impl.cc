@@ -77,6 +77,15 @@ SnapshotWriterImpl::~SnapshotWriterImpl() {
   // removes them.
 }
 
+Status SnapshotWriterImpl::LoadBase() {
+  if (spec_.base.empty()) return Status::Ok();
+  // Under gc_guard_: whatever chunks the base names stay until this
+  // snapshot, which will name them too, is published.
+  if (!ValidateSnapshotName(spec_.base).ok()) return Status::Ok();  // no such snapshot
+  GPUCKPT_ASSIGN_OR_RETURN(base_, BaseExtents::Load(store_->db(), spec_.base));
+  return Status::Ok();
+}
+
 Status SnapshotWriterImpl::Fail(Status s) {
   std::lock_guard lock(entries_mu_);
   if (failed_.ok()) failed_ = s;
@@ -125,6 +134,7 @@ Status SnapshotWriterImpl::AddFile(const FileEntry& meta, int fd) {
   e.chunk_count = e.new_bytes = e.stored_bytes = 0;
   GPUCKPT_ASSIGN_OR_RETURN(const uint32_t file_index, AppendEntry(e));
   const Chunker& chunker = IsPageImage(e.path) ? pages_ : generic_;
+  std::unique_ptr<BaseExtents::Cursor> base = base_ ? base_->Open(e.path) : nullptr;
 
   // Data is read into shared blocks and handed to the workers as slices of
   // them, so a byte is copied once (by read()) on its way to the hash. The
@@ -169,6 +179,7 @@ Status SnapshotWriterImpl::AddFile(const FileEntry& meta, int fd) {
       uint64_t file_offset;
       const uint8_t* data;
       size_t len;
+      std::optional<Extent> base;
     };
     std::vector<Piece> group;
     size_t group_bytes = 0;
@@ -179,7 +190,7 @@ Status SnapshotWriterImpl::AddFile(const FileEntry& meta, int fd) {
           [this, file_index, pieces = std::move(group), block](unsigned worker) -> Status {
             for (const Piece& p : pieces) {
               GPUCKPT_RETURN_IF_ERROR(
-                  ProcessChunk(worker, file_index, p.file_offset, p.data, p.len));
+                  ProcessChunk(worker, file_index, p.file_offset, p.data, p.len, p.base));
             }
             return Status::Ok();
           });
@@ -190,7 +201,13 @@ Status SnapshotWriterImpl::AddFile(const FileEntry& meta, int fd) {
     while (begin < end) {
       const size_t len = chunker.NextChunkLength(block.get() + begin, end - begin, offset, eof);
       if (len == 0) break;
-      group.push_back(Piece{offset, block.get() + begin, len});
+      std::optional<Extent> base_extent;
+      if (base) {
+        auto found = base->At(offset);
+        if (!found.ok()) return Fail(found.status());
+        base_extent = std::move(*found);
+      }
+      group.push_back(Piece{offset, block.get() + begin, len, std::move(base_extent)});
       group_bytes += len;
       begin += len;
       offset += len;
@@ -208,18 +225,37 @@ Status SnapshotWriterImpl::AddFile(const FileEntry& meta, int fd) {
 }
 
 Status SnapshotWriterImpl::ProcessChunk(unsigned worker, uint32_t file_index, uint64_t offset,
-                                        const uint8_t* data, size_t len) {
-  const ChunkHash hash = HashChunk(data, len);
-  GPUCKPT_ASSIGN_OR_RETURN(auto put,
-                           store_->chunks().Put(hash, data, len, store_->options().zstd_level));
+                                        const uint8_t* data, size_t len,
+                                        const std::optional<Extent>& base) {
+  const ChunkFingerprint fingerprint = store_->db()->fingerprint_key().Of(data, len);
+  // The base's chunk at the same place, else anywhere in the base.
+  std::optional<Extent> same;
+  if (base && base->length == len && base->fingerprint == fingerprint) {
+    same = base;
+  } else if (base_) {
+    GPUCKPT_ASSIGN_OR_RETURN(same, base_->Find(fingerprint, len));
+  }
+  const bool from_base = same.has_value();
+  ChunkHash hash;
+  ChunkStore::PutResult put;
+  if (from_base) {
+    // The base's chunk, which gc_guard_ keeps in the store.
+    hash = same->hash;
+    put.seq = same->seq;
+  } else {
+    hash = HashChunk(data, len);
+    GPUCKPT_ASSIGN_OR_RETURN(put,
+                             store_->chunks().Put(hash, data, len, store_->options().zstd_level));
+  }
   Batch* b = batches_[worker].get();
   auto s = b->batch.Put(store_->db()->extents(), keys::ExtentKey(key_, file_index, offset),
-                        EncodeExtentRecord(hash, put.seq, len));
+                        EncodeExtentRecord(hash, put.seq, len, fingerprint));
   if (!s.ok()) return FromRocks(s, "batching extent");
   {
     std::lock_guard lock(totals_mu_);
     FileTotals& t = totals_[file_index];
     ++t.chunks;
+    if (from_base) ++t.base_chunks;
     if (put.added) {
       ++t.new_chunks;
       t.new_bytes += len;
@@ -257,6 +293,7 @@ Result<SnapshotInfo> SnapshotWriterImpl::Commit() {
   info.source = spec_.source;
   info.extra_json = spec_.extra_json.empty() ? "{}" : spec_.extra_json;
   info.chunking = store_->options().chunking;
+  if (base_) info.base = base_->id();
   rocksdb::WriteBatch files;
   for (size_t i = 0; i < entries_.size(); ++i) {
     FileEntry& e = entries_[i];
@@ -269,6 +306,7 @@ Result<SnapshotInfo> SnapshotWriterImpl::Commit() {
     info.new_chunks += t.new_chunks;
     info.new_bytes += t.new_bytes;
     info.stored_bytes += t.stored_bytes;
+    info.base_chunks += t.base_chunks;
     auto ws = files.Put(store_->db()->files(), keys::FileKey(key_, static_cast<uint32_t>(i)),
                         EncodeFileRecord(e));
     if (!ws.ok()) return Fail(FromRocks(ws, "batching file records"));

@@ -1,7 +1,9 @@
 // SnapshotWriterImpl: the pipeline behind SnapshotWriter.
 //
-// The calling thread reads and cuts chunks; a WorkQueue hashes each chunk
-// and hands it to ChunkStore::Put (which stores it unless it is there), and
+// The calling thread reads and cuts chunks; a WorkQueue fingerprints each
+// chunk, takes it from the base snapshot when the base held the same chunk
+// at the same place (see SnapshotSpec::base), else hashes it and hands it to
+// ChunkStore::Put (which stores it unless it is there), and
 // writes the extents in per-worker batches (without RocksDB's WAL: Commit()
 // flushes the memtables, which syncs their files, before the manifest goes
 // in with a synced WAL write). Memory: chunks in flight are slices of
@@ -25,6 +27,7 @@
 
 #include "core/base/block_pool.h"
 #include "core/base/work_queue.h"
+#include "core/snapshot/base_extents.h"
 #include "core/snapshot/store_impl.h"
 #include "core/store/chunker.h"
 #include "gpuckpt/snapshot_writer.h"
@@ -37,6 +40,10 @@ class SnapshotWriterImpl final : public SnapshotWriter {
   SnapshotWriterImpl(StoreImpl* store, SnapshotSpec spec, uint64_t key, Chunker generic,
                      Chunker pages, const SnapshotWriterOptions& options);
   ~SnapshotWriterImpl() override;
+
+  // Finds the spec's base snapshot, if it names one that exists; called once,
+  // before the first AddFile(). Errors are the store's (reading its index).
+  Status LoadBase();
 
   Status AddFile(const FileEntry& meta, int fd) override;
   Status AddEntry(const FileEntry& meta) override;
@@ -64,10 +71,12 @@ class SnapshotWriterImpl final : public SnapshotWriter {
     uint64_t new_bytes = 0;
     uint64_t stored_bytes = 0;
     uint64_t new_chunks = 0;
+    uint64_t base_chunks = 0;
   };
 
+  // `base`: the base snapshot's extent at the same offset of the same file.
   Status ProcessChunk(unsigned worker, uint32_t file_index, uint64_t offset, const uint8_t* data,
-                      size_t len);
+                      size_t len, const std::optional<Extent>& base);
   Status WriteBatch(Batch* b);
   Result<uint32_t> AppendEntry(FileEntry entry);  // the new file index
   bool IsPageImage(const std::string& path) const;
@@ -84,6 +93,7 @@ class SnapshotWriterImpl final : public SnapshotWriter {
   Chunker generic_;
   Chunker pages_;
   std::chrono::steady_clock::time_point start_;
+  std::unique_ptr<BaseExtents> base_;  // null: no base
 
   // Read blocks, reused: a fresh block's pages fault and get cleared, which
   // costs more than the read itself. Blocks keep the pool's state alive.

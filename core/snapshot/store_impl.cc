@@ -128,8 +128,10 @@ Result<std::unique_ptr<SnapshotWriter>> StoreImpl::BeginSnapshot(
     ReleaseName(spec.name);
     return !generic.ok() ? generic.status() : pages.status();
   }
-  return std::unique_ptr<SnapshotWriter>(
-      new SnapshotWriterImpl(this, std::move(spec), key, *generic, *pages, writer_options));
+  auto writer = std::make_unique<SnapshotWriterImpl>(this, std::move(spec), key, *generic, *pages,
+                                                     writer_options);
+  GPUCKPT_RETURN_IF_ERROR(writer->LoadBase());
+  return std::unique_ptr<SnapshotWriter>(std::move(writer));
 }
 
 void StoreImpl::ReleaseName(const std::string& name) {

@@ -203,7 +203,13 @@ Status ChunkStore::ReadMany(const std::vector<ChunkRef>& refs,
     return std::tie(a.location.pack, a.location.offset) <
            std::tie(b.location.pack, b.location.offset);
   });
-  std::string buffer;
+  // Runs are read into this thread's buffer, reused and never zeroed: a
+  // fresh one per call cost a page fault and a clear for every byte read.
+  // Only runs of up to kKeptBuffer keep it (a FUSE read is 1 MiB); longer
+  // ones get a buffer of their own, so that idle threads hold little.
+  constexpr size_t kKeptBuffer = 2u << 20;
+  thread_local std::unique_ptr<char[]> kept;
+  std::unique_ptr<char[]> own;
   for (size_t begin = 0; begin < packed.size();) {
     const PackLocation& first = packed[begin].location;
     uint64_t run_end = first.offset + first.length;
@@ -215,7 +221,15 @@ Status ChunkStore::ReadMany(const std::vector<ChunkRef>& refs,
       run_end = packed[end].location.offset + packed[end].location.length;
       ++end;
     }
-    buffer.resize(run_end - first.offset);
+    const size_t run_bytes = static_cast<size_t>(run_end - first.offset);
+    char* buffer;
+    if (run_bytes <= kKeptBuffer) {
+      if (!kept) kept.reset(new char[kKeptBuffer]);
+      buffer = kept.get();
+    } else {
+      own.reset(new char[run_bytes]);
+      buffer = own.get();
+    }
     if (first.offset / kReadAheadStep != run_end / kReadAheadStep) {
       // Crossed into the next step: have the disk read the steps after it
       // while we decode this one. Readers go forward through a file, and a
@@ -223,7 +237,7 @@ Status ChunkStore::ReadMany(const std::vector<ChunkRef>& refs,
       const uint64_t next_step = run_end / kReadAheadStep * kReadAheadStep + kReadAheadStep;
       db_->packs().ReadAhead(first.pack, next_step, kReadAhead);
     }
-    Status read = db_->packs().ReadRange(first.pack, first.offset, buffer.size(), buffer.data());
+    Status read = db_->packs().ReadRange(first.pack, first.offset, run_bytes, buffer);
     for (size_t j = begin; j < end; ++j) {
       const ChunkRef& ref = refs[packed[j].index];
       if (read.code() == StatusCode::kNotFound) {
@@ -233,7 +247,7 @@ Status ChunkStore::ReadMany(const std::vector<ChunkRef>& refs,
         continue;
       }
       GPUCKPT_RETURN_IF_ERROR(read);
-      const std::string_view record(buffer.data() + (packed[j].location.offset - first.offset),
+      const std::string_view record(buffer + (packed[j].location.offset - first.offset),
                                     packed[j].location.length);
       GPUCKPT_ASSIGN_OR_RETURN(
           (*out)[packed[j].index],

@@ -28,6 +28,9 @@ inline constexpr char kExtentsFamily[] = "extents";
 // Keys in the meta family.
 inline constexpr char kMetaStoreVersionKey[] = "store_version";
 inline constexpr char kMetaNextSnapshotKey[] = "next_snapshot_key";
+// The store's secret fingerprint seed (kFingerprintSeedSize random bytes,
+// made when a store without one is opened).
+inline constexpr char kMetaFingerprintSeedKey[] = "fingerprint_seed";
 
 // Record versions (first byte of each value).
 inline constexpr uint8_t kChunkRecordVersion = 1;
@@ -45,6 +48,8 @@ inline constexpr uint8_t kCodecRaw = 0;
 inline constexpr uint8_t kCodecZstd = 1;
 
 inline constexpr size_t kChunkHashSize = 32;  // SHA-256
+inline constexpr size_t kFingerprintSize = 16;     // keyed XXH3-128
+inline constexpr size_t kFingerprintSeedSize = 32;
 
 // Largest chunk a reader accepts; protects against a corrupt length field
 // making us allocate gigabytes.

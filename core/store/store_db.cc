@@ -220,6 +220,23 @@ Result<std::unique_ptr<StoreDb>> StoreDb::Open(const std::string& dir, bool crea
       if (!s.ok()) return FromRocks(s, "upgrading store " + dir);
     }
   }
+
+  // The fingerprint seed: added to stores made before it existed, which
+  // older gpuckpt versions ignore (so the format version stays).
+  std::string seed;
+  s = raw->Get(rocksdb::ReadOptions(), store->meta(), format::kMetaFingerprintSeedKey, &seed);
+  if (s.IsNotFound()) {
+    GPUCKPT_ASSIGN_OR_RETURN(seed, FingerprintKey::NewSeed());
+    rocksdb::WriteOptions w;
+    w.sync = true;
+    s = raw->Put(w, store->meta(), format::kMetaFingerprintSeedKey, seed);
+    if (!s.ok()) return FromRocks(s, "storing the fingerprint seed of store " + dir);
+  } else if (!s.ok()) {
+    return FromRocks(s, "reading the fingerprint seed of store " + dir);
+  }
+  auto key = FingerprintKey::FromSeed(seed);
+  if (!key.ok()) return Status::Corruption("store " + dir + ": " + key.status().message());
+  store->fingerprint_key_.emplace(*key);
   return store;
 }
 

@@ -16,9 +16,11 @@
 #include <rocksdb/db.h>
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "core/store/chunk_fingerprint.h"
 #include "core/store/chunk_packs.h"
 #include "gpuckpt/status.h"
 
@@ -52,6 +54,10 @@ class StoreDb {
 
   ChunkPacks& packs() const { return *packs_; }
 
+  // The key of this store's chunk fingerprints (its seed is made the first
+  // time a store is opened without one).
+  const FingerprintKey& fingerprint_key() const { return *fingerprint_key_; }
+
   const std::string& dir() const { return dir_; }
 
   // Makes everything written so far durable: syncs the packs, then flushes
@@ -69,6 +75,7 @@ class StoreDb {
   std::unique_ptr<ChunkPacks> packs_;  // outlives db_: its flushes sync the packs
   std::unique_ptr<rocksdb::DB> db_;
   std::vector<rocksdb::ColumnFamilyHandle*> handles_;
+  std::optional<FingerprintKey> fingerprint_key_;  // set by Open()
 };
 
 }  // namespace gpuckpt

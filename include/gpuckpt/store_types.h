@@ -87,6 +87,15 @@ struct SnapshotSpec {
   // A JSON object merged into manifest.json under "extra" (the engine puts
   // pid, command, GPUs there). Empty means none.
   std::string extra_json;
+  // A snapshot this one probably resembles, such as the previous checkpoint
+  // of the same process. A chunk cut at the same path and offset as one of
+  // the base's, with the same length and fingerprint (a keyed XXH3-128,
+  // twenty times cheaper than SHA-256; core/store/chunk_fingerprint.h), is
+  // taken from the base without computing its name or looking it up: the
+  // cost of an unchanged chunk drops to reading it once. Name only a base
+  // written for the same owner as this snapshot. A base that does not exist
+  // (any more) is no error: every chunk is then hashed. Empty: none.
+  std::string base;
 };
 
 // How one SnapshotWriter holds and schedules the bytes it is given.
@@ -143,6 +152,8 @@ struct SnapshotInfo {
   uint64_t new_chunks = 0;     // chunks this snapshot added to the store
   uint64_t new_bytes = 0;      // raw bytes of those chunks
   uint64_t stored_bytes = 0;   // what those chunks take in the store (compressed)
+  std::string base;            // SnapshotSpec::base, if it was found
+  uint64_t base_chunks = 0;    // chunks recognised as the base's, not hashed
   double duration_s = 0;
   ChunkingOptions chunking;  // what it was cut with (informational)
 };

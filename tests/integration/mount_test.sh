@@ -36,6 +36,11 @@ id=$("$GPUCKPT" --store "$work/store" import "$work/src" --name ckpt-a 2>/dev/nu
 
 "$GPUCKPTFS" --store "$work/store" "$mnt" || fail "gpuckptfs did not mount"
 mountpoint -q "$mnt" || fail "not mounted after gpuckptfs returned"
+# Cold sequential reads get 8 MiB of kernel read-ahead, not the 128 KiB the
+# kernel gives a FUSE mount by default.
+dev=$(awk -v m="$(realpath "$mnt")" '$5 == m { d = $3 } END { print d }' /proc/self/mountinfo)
+[[ $(cat "/sys/class/bdi/$dev/read_ahead_kb") == 8192 ]] ||
+  fail "read-ahead of the mount (bdi $dev) is $(cat "/sys/class/bdi/$dev/read_ahead_kb" 2>&1) KiB"
 
 # A second daemon, or the CLI, on the same store: refused with a clear line.
 if msg=$("$GPUCKPTFS" --store "$work/store" "$work" 2>&1); then fail "second daemon mounted"; fi

@@ -1,5 +1,6 @@
 """Checkpoints through a real mount with staging memory far smaller than the
-image, and the frozen time gpuckptfs reports for them.
+image, the frozen time gpuckptfs reports for them, and a second checkpoint
+that takes the chunks the process left unchanged from the first.
 
 Run by ctest under wl_reaper (restored processes are orphans):
     wl_reaper python3 -m pytest tests/integration/test_staging.py
@@ -166,4 +167,26 @@ def test_killed_checkpoint_reports_frozen_until_dump_end(mount):
     assert extra["mode"] == "kill"
     assert extra["stages"]["frozen_s"] > 0
     ctl(os.path.join(mnt, "restore"), os.path.join(mnt, "checkpoints", f"{wl.pid}-1"))
+    assert wl.verdict() == "PASS"
+
+
+def test_second_checkpoint_takes_unchanged_chunks_from_the_first(mount):
+    mnt, work, workloads = mount
+    wl = Workload(work, "wl_big", "--mib", "64")
+    workloads.append(wl)
+    ctl(f"{mnt}/{wl.pid}/ctl", "checkpoint")
+    ctl(f"{mnt}/{wl.pid}/ctl", "checkpoint")
+    first = json.loads(read(os.path.join(mnt, "checkpoints", f"{wl.pid}-1", "manifest.json")))
+    second = json.loads(read(os.path.join(mnt, "checkpoints", f"{wl.pid}-2", "manifest.json")))
+    assert "base" not in first
+    assert second["base"] == f"{wl.pid}-1"
+    assert second["extra"]["parent"] == f"{wl.pid}-1"
+    # The 64 MiB of pattern pages did not move: nearly every chunk is the
+    # first checkpoint's, recognised without being hashed.
+    assert second["base_chunks"] >= 0.9 * second["chunks"], second
+    assert second["base_chunks"] < second["chunks"], "some image changed between the checkpoints"
+
+    # The restore reads the base's chunks for the second checkpoint.
+    wl.kill()
+    ctl(os.path.join(mnt, "restore"), os.path.join(mnt, "checkpoints", f"{wl.pid}-2"))
     assert wl.verdict() == "PASS"

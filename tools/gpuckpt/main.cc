@@ -1,6 +1,6 @@
 // gpuckpt: the command line of the gpuckpt store.
 //
-//   gpuckpt [--store DIR] import SRC_DIR [--name N]
+//   gpuckpt [--store DIR] import SRC_DIR [--name N] [--base ID]
 //   gpuckpt [--store DIR] export ID DEST_DIR
 //   gpuckpt [--store DIR] ls [--json]
 //   gpuckpt [--store DIR] rm ID
@@ -34,7 +34,7 @@ int Fail(const Status& s) {
 
 json InfoToJson(const SnapshotInfo& i) {
   json extra = json::parse(i.extra_json.empty() ? "{}" : i.extra_json, nullptr, false);
-  return json{{"id", i.id},
+  json out{{"id", i.id},
               {"created_ns", i.created_ns},
               {"source", i.source},
               {"files", i.file_count},
@@ -45,6 +45,11 @@ json InfoToJson(const SnapshotInfo& i) {
               {"stored_bytes", i.stored_bytes},
               {"duration_s", i.duration_s},
               {"extra", extra.is_discarded() ? json::object() : extra}};
+  if (!i.base.empty()) {
+    out["base"] = i.base;
+    out["base_chunks"] = i.base_chunks;
+  }
+  return out;
 }
 
 std::string FormatTime(int64_t ns) {
@@ -103,13 +108,16 @@ int Main(int argc, char** argv) {
   app.add_flag("!--no-page-aware", g.page_aware,
                "Chunk page images (pages-*.img) like ordinary files, not at page boundaries");
 
-  std::string src, name, id, dest;
+  std::string src, name, base, id, dest;
   bool as_json = false;
 
   auto* import =
       app.add_subcommand("import", "Store a directory tree as a new snapshot; prints its id");
   import->add_option("SRC_DIR", src, "Directory to import")->required();
   import->add_option("--name", name, "Snapshot id (default: the next free number)");
+  import->add_option("--base", base,
+                     "A snapshot the tree probably resembles (an earlier import of it): chunks "
+                     "found unchanged at the same place are not hashed again");
 
   auto* exp = app.add_subcommand("export", "Write a snapshot into a new directory");
   exp->add_option("ID", id, "Snapshot id")->required();
@@ -148,12 +156,24 @@ int Main(int argc, char** argv) {
     ProgressBar bar("import");
     SnapshotSpec spec;
     spec.name = name;
+    spec.base = base;
+    // The store treats a vanished base as none; a base named by hand that
+    // does not exist is a typo.
+    if (!base.empty()) {
+      if (auto b = store.Get(base); !b.ok()) return Fail(b.status());
+    }
     auto info = store.ImportDirectory(src, spec, [&](uint64_t d, uint64_t t) { bar.Update(d, t); });
     if (!info.ok()) return Fail(info.status());
     std::printf("%s\n", info->id.c_str());
-    std::fprintf(stderr, "snapshot %s: %s logical, %s new, %s stored, %.2f s\n", info->id.c_str(),
-                 HumanBytes(info->logical_bytes).c_str(), HumanBytes(info->new_bytes).c_str(),
-                 HumanBytes(info->stored_bytes).c_str(), info->duration_s);
+    std::string from_base;
+    if (!info->base.empty()) {
+      from_base = ", " + std::to_string(info->base_chunks) + " of " +
+                  std::to_string(info->chunk_count) + " chunks unchanged from " + info->base;
+    }
+    std::fprintf(stderr, "snapshot %s: %s logical, %s new, %s stored%s, %.2f s\n",
+                 info->id.c_str(), HumanBytes(info->logical_bytes).c_str(),
+                 HumanBytes(info->new_bytes).c_str(), HumanBytes(info->stored_bytes).c_str(),
+                 from_base.c_str(), info->duration_s);
     return 0;
   }
   if (exp->parsed()) {
