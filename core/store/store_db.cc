@@ -73,6 +73,10 @@ rocksdb::ColumnFamilyOptions ChunkMetaFamilyOptions(const std::shared_ptr<rocksd
   rocksdb::ColumnFamilyOptions o;
   o.write_buffer_size = 16ull << 20;
   o.compression = rocksdb::kNoCompression;  // keys are hashes
+  // The same for the memtable: a miss is answered by its bloom filter
+  // instead of a walk down a skip list of random keys.
+  o.memtable_prefix_bloom_size_ratio = 0.02;
+  o.memtable_whole_key_filtering = true;
   rocksdb::BlockBasedTableOptions t;
   // Looked up once per ingested chunk: most lookups of a first checkpoint
   // miss, and a bloom filter answers a miss without I/O.
