@@ -89,6 +89,8 @@ std::string SnapshotInfoToJson(const SnapshotInfo& info, int indent) {
       {"new_bytes", info.new_bytes},
       {"stored_bytes", info.stored_bytes},
       {"duration_s", info.duration_s},
+      {"commit_s", info.commit_s},
+      {"sync_s", info.sync_s},
       {"chunking", ChunkingToJson(info.chunking)},
       {"extra", extra},
   };
@@ -133,6 +135,8 @@ Result<SnapshotInfo> DecodeSnapshotRecord(std::string_view id, std::string_view 
     info.new_bytes = j.value("new_bytes", uint64_t{0});
     info.stored_bytes = j.value("stored_bytes", uint64_t{0});
     info.duration_s = j.value("duration_s", 0.0);
+    info.commit_s = j.value("commit_s", 0.0);
+    info.sync_s = j.value("sync_s", 0.0);
     info.base = j.value("base", std::string());
     info.base_chunks = j.value("base_chunks", uint64_t{0});
     info.extra_json = j.contains("extra") ? j["extra"].dump() : "{}";

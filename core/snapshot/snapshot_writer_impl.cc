@@ -280,6 +280,7 @@ Status SnapshotWriterImpl::WriteBatch(Batch* b) {
 Result<SnapshotInfo> SnapshotWriterImpl::Commit() {
   if (Status f = failed(); !f.ok()) return f;
   if (committed_) return Status::InvalidArgument("snapshot already committed");
+  const auto commit_start = std::chrono::steady_clock::now();
   Status s = queue_->Finish();
   if (!s.ok()) return Fail(s);
   for (auto& b : batches_) {
@@ -317,12 +318,15 @@ Result<SnapshotInfo> SnapshotWriterImpl::Commit() {
   s = FromRocks(store_->db()->db()->Write(w, &files), "writing file records");
   if (!s.ok()) return Fail(s);
   // Everything the manifest will name must be on disk before it is.
+  const auto sync_start = std::chrono::steady_clock::now();
   s = store_->db()->FlushAll();
   if (!s.ok()) return Fail(s);
 
   info.created_ns = NowNs();
-  info.duration_s =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  const auto now = std::chrono::steady_clock::now();
+  info.duration_s = std::chrono::duration<double>(now - start_).count();
+  info.commit_s = std::chrono::duration<double>(now - commit_start).count();
+  info.sync_s = std::chrono::duration<double>(now - sync_start).count();
   s = store_->Publish(info);
   if (!s.ok()) return Fail(s);
   committed_ = true;

@@ -155,6 +155,11 @@ struct SnapshotInfo {
   std::string base;            // SnapshotSpec::base, if it was found
   uint64_t base_chunks = 0;    // chunks recognised as the base's, not hashed
   double duration_s = 0;
+  // Of duration_s, the time Commit() took: the workers finishing what was
+  // still staged, then `sync_s` to make everything durable (syncing the
+  // packs, flushing the index) before publication.
+  double commit_s = 0;
+  double sync_s = 0;
   ChunkingOptions chunking;  // what it was cut with (informational)
 };
 

@@ -324,6 +324,20 @@ TEST_F(SnapshotTest, SecondImportOfTheSameTreeStoresNoNewChunk) {
   EXPECT_TRUE(ExportMatches(*store, "second", src, tmp_.path()));
 }
 
+TEST_F(SnapshotTest, ManifestSaysHowLongTheCommitAndItsSyncTook) {
+  const std::string src = tmp_.Sub("src");
+  testing::MakeCheckpointTree(src, 3, 4u << 20);
+  auto store = Open();
+  ASSERT_NE(store, nullptr);
+  ASSERT_OK_AND_ASSIGN(SnapshotInfo made, Import(*store, src, "timed"));
+  ASSERT_OK_AND_ASSIGN(SnapshotInfo read, store->Get("timed"));
+  EXPECT_GT(read.sync_s, 0.0);  // at least the synced flush
+  EXPECT_LE(read.sync_s, read.commit_s);
+  EXPECT_LE(read.commit_s, read.duration_s);
+  EXPECT_DOUBLE_EQ(read.commit_s, made.commit_s);
+  EXPECT_NE(SnapshotManifestJson(read).find("\"sync_s\""), std::string::npos);
+}
+
 TEST_F(SnapshotTest, SameDataUnderAnotherNameOrInAnotherSnapshotDedups) {
   const std::string a = tmp_.Sub("a"), b = tmp_.Sub("b");
   testing::MakeDirs(a);

@@ -44,6 +44,8 @@ json InfoToJson(const SnapshotInfo& i) {
               {"new_bytes", i.new_bytes},
               {"stored_bytes", i.stored_bytes},
               {"duration_s", i.duration_s},
+              {"commit_s", i.commit_s},
+              {"sync_s", i.sync_s},
               {"extra", extra.is_discarded() ? json::object() : extra}};
   if (!i.base.empty()) {
     out["base"] = i.base;
