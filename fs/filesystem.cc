@@ -6,7 +6,9 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <climits>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <functional>
@@ -407,6 +409,11 @@ Status ServeFilesystem(Store* store, Engine* engine, const MountOptions& options
     }
   } cleanup{se};
 
+  // Resolved before mounting: afterwards the path's last component is the
+  // mount's root, which must not be asked anything before we serve it.
+  char resolved_mountpoint[PATH_MAX];
+  const bool resolved = realpath(options.mountpoint.c_str(), resolved_mountpoint) != nullptr;
+  const int resolve_errno = resolved ? 0 : errno;
   if (fuse_set_signal_handlers(se) != 0)
     return Status::Internal("could not install signal handlers");
   cleanup.handlers = true;
@@ -418,8 +425,10 @@ Status ServeFilesystem(Store* store, Engine* engine, const MountOptions& options
   // Before the kernel's INIT, which keeps the smaller of this and
   // max_readahead: 8 MiB, so that a cold sequential reader has eight 1 MiB
   // requests in flight instead of one of 128 KiB.
-  if (Status ra = SetMountReadAhead(options.mountpoint, "fuse.gpuckpt", kReadAheadBytes >> 10);
-      !ra.ok()) {
+  Status ra = resolved ? SetMountReadAhead(resolved_mountpoint, "fuse.gpuckpt",
+                                           kReadAheadBytes >> 10)
+                       : StatusFromErrno(resolve_errno, "resolving " + options.mountpoint);
+  if (!ra.ok()) {
     std::fprintf(stderr,
                  "gpuckptfs: warning: cold sequential reads keep the kernel's 128 KiB "
                  "read-ahead: %s\n",

@@ -4,7 +4,6 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <climits>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
@@ -34,11 +33,8 @@ std::string Unescape(const std::string& field) {
 
 }  // namespace
 
-Status SetMountReadAhead(const std::string& mountpoint, const std::string& fstype, unsigned kib) {
-  char resolved[PATH_MAX];
-  if (realpath(mountpoint.c_str(), resolved) == nullptr) {
-    return StatusFromErrno(errno, "resolving mount point " + mountpoint);
-  }
+Status SetMountReadAhead(const std::string& resolved_mountpoint, const std::string& fstype,
+                         unsigned kib) {
   std::ifstream mountinfo("/proc/self/mountinfo");
   if (!mountinfo) return Status::IOError("cannot read /proc/self/mountinfo");
   // The last match: a mount stacked on an older one at the same place.
@@ -51,10 +47,10 @@ Status SetMountReadAhead(const std::string& mountpoint, const std::string& fstyp
     std::string type;
     fields >> type;
     if (before_dash.size() < 5 || type != fstype) continue;
-    if (Unescape(before_dash[4]) == resolved) device = before_dash[2];
+    if (Unescape(before_dash[4]) == resolved_mountpoint) device = before_dash[2];
   }
   if (device.empty()) {
-    return Status::NotFound("no " + fstype + " mount at " + std::string(resolved));
+    return Status::NotFound("no " + fstype + " mount at " + resolved_mountpoint);
   }
   if (device.find_first_not_of("0123456789:") != std::string::npos) {
     return Status::Internal("unexpected device '" + device + "' in /proc/self/mountinfo");

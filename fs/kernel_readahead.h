@@ -15,12 +15,15 @@
 
 namespace gpuckpt {
 
-// Sets the read-ahead of the FUSE mount at `mountpoint` (fstype `fstype`,
-// e.g. "fuse.gpuckpt") to `kib`. Finds the mount in /proc/self/mountinfo
-// rather than by stat(): the mount's root must not be asked anything
-// before its filesystem serves requests. kNotFound when no such mount is
-// there; kIOError or kPermissionDenied when sysfs refuses.
-Status SetMountReadAhead(const std::string& mountpoint, const std::string& fstype, unsigned kib);
+// Sets the read-ahead of the FUSE mount at `resolved_mountpoint` (an
+// absolute path without symlinks, as /proc/self/mountinfo names it: resolve
+// it before mounting) of type `fstype` (e.g. "fuse.gpuckpt") to `kib`.
+// Finds the mount in /proc/self/mountinfo and touches no path inside it:
+// the mount's root must not be asked anything before its filesystem serves
+// requests. kNotFound when no such mount is there; kIOError or
+// kPermissionDenied when sysfs refuses.
+Status SetMountReadAhead(const std::string& resolved_mountpoint, const std::string& fstype,
+                         unsigned kib);
 
 }  // namespace gpuckpt
 
