@@ -2,7 +2,7 @@
 //
 // The calling thread reads and cuts chunks; a WorkQueue fingerprints each
 // chunk, takes it from the base snapshot when the base held the same chunk
-// at the same place (see SnapshotSpec::base), else hashes it and hands it to
+// (see SnapshotSpec::base), else hashes it and hands it to
 // ChunkStore::Put (which stores it unless it is there), and
 // writes the extents in per-worker batches (without RocksDB's WAL: Commit()
 // flushes the memtables, which syncs their files, before the manifest goes

@@ -88,13 +88,14 @@ struct SnapshotSpec {
   // pid, command, GPUs there). Empty means none.
   std::string extra_json;
   // A snapshot this one probably resembles, such as the previous checkpoint
-  // of the same process. A chunk cut at the same path and offset as one of
-  // the base's, with the same length and fingerprint (a keyed XXH3-128,
-  // twenty times cheaper than SHA-256; core/store/chunk_fingerprint.h), is
-  // taken from the base without computing its name or looking it up: the
-  // cost of an unchanged chunk drops to reading it once. Name only a base
-  // written for the same owner as this snapshot. A base that does not exist
-  // (any more) is no error: every chunk is then hashed. Empty: none.
+  // of the same process. A chunk with the same length and fingerprint (a
+  // keyed XXH3-128, twenty times cheaper than SHA-256;
+  // core/store/chunk_fingerprint.h) as one of the base's, at the same path
+  // and offset or anywhere else in the base, is taken from the base without
+  // computing its name or looking it up: the cost of an unchanged chunk
+  // drops to reading it once. Name only a base written for the same owner
+  // as this snapshot. A base that does not exist (any more) is no error:
+  // every chunk is then hashed. Empty: none.
   std::string base;
 };
 
