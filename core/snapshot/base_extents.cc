@@ -7,7 +7,8 @@
 
 namespace gpuckpt {
 
-Result<std::unique_ptr<BaseExtents>> BaseExtents::Load(StoreDb* db, const std::string& id) {
+Result<std::unique_ptr<BaseExtents>> BaseExtents::Load(StoreImpl* store, const std::string& id) {
+  StoreDb* db = store->db();
   std::unique_ptr<BaseExtents> base(new BaseExtents(db, db->db()->GetSnapshot()));
   rocksdb::ReadOptions r;
   r.snapshot = base->view_;
@@ -19,20 +20,12 @@ Result<std::unique_ptr<BaseExtents>> BaseExtents::Load(StoreDb* db, const std::s
   base->id_ = id;
   base->key_ = info.key;
 
-  const std::string lower = keys::SnapshotPrefix(info.key);
-  const std::string upper = keys::SnapshotPrefix(info.key + 1);
-  rocksdb::Slice upper_slice(upper);
-  r.iterate_upper_bound = &upper_slice;
-  std::unique_ptr<rocksdb::Iterator> it(db->db()->NewIterator(r, db->files()));
-  for (it->Seek(lower); it->Valid(); it->Next()) {
-    if (it->key().size() != 12) return Status::Corruption("malformed file record key");
-    GPUCKPT_ASSIGN_OR_RETURN(FileEntry e, DecodeFileRecord(it->value().ToStringView()));
-    if (e.type == FileType::kRegular) {
-      base->file_index_by_path_.emplace(std::move(e.path),
-                                        keys::FileIndexOf(it->key().ToStringView()));
+  GPUCKPT_ASSIGN_OR_RETURN(auto files, store->ReadFileRecords(info.key, base->view_));
+  for (auto& [index, entry] : files) {
+    if (entry.type == FileType::kRegular) {
+      base->file_index_by_path_.emplace(std::move(entry.path), index);
     }
   }
-  GPUCKPT_RETURN_IF_ERROR(FromRocks(it->status(), "reading the base snapshot's files"));
   const BaseExtents* self = base.get();
   base->index_ = std::async(std::launch::async, [self] { return self->BuildIndex(); }).share();
   return base;

@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "core/snapshot/records.h"
+#include "core/snapshot/store_impl.h"
 #include "core/store/store_db.h"
 #include "gpuckpt/status.h"
 #include "gpuckpt/store_types.h"
@@ -40,9 +41,9 @@ namespace gpuckpt {
 
 class BaseExtents {
  public:
-  // Snapshot `id` as the store holds it now; nullptr when there is no
-  // such snapshot.
-  static Result<std::unique_ptr<BaseExtents>> Load(StoreDb* db, const std::string& id);
+  // Snapshot `id` of `store` as it holds it now; nullptr when there is no
+  // such snapshot. Borrows the store's StoreDb.
+  static Result<std::unique_ptr<BaseExtents>> Load(StoreImpl* store, const std::string& id);
   ~BaseExtents();
   BaseExtents(const BaseExtents&) = delete;
   BaseExtents& operator=(const BaseExtents&) = delete;

@@ -82,7 +82,7 @@ Status SnapshotWriterImpl::LoadBase() {
   // Under gc_guard_: whatever chunks the base names stay until this
   // snapshot, which will name them too, is published.
   if (!ValidateSnapshotName(spec_.base).ok()) return Status::Ok();  // no such snapshot
-  GPUCKPT_ASSIGN_OR_RETURN(base_, BaseExtents::Load(store_->db(), spec_.base));
+  GPUCKPT_ASSIGN_OR_RETURN(base_, BaseExtents::Load(store_, spec_.base));
   return Status::Ok();
 }
 

@@ -177,12 +177,14 @@ Result<SnapshotInfo> StoreImpl::Get(const std::string& id) {
   return DecodeSnapshotRecord(id, record);
 }
 
-Result<std::vector<std::pair<uint32_t, FileEntry>>> StoreImpl::ReadFileRecords(uint64_t key) {
+Result<std::vector<std::pair<uint32_t, FileEntry>>> StoreImpl::ReadFileRecords(
+    uint64_t key, const rocksdb::Snapshot* view) {
   std::vector<std::pair<uint32_t, FileEntry>> out;
   const std::string lower = keys::SnapshotPrefix(key);
   const std::string upper = keys::SnapshotPrefix(key + 1);
   rocksdb::Slice upper_slice(upper);
   rocksdb::ReadOptions r;
+  r.snapshot = view;
   r.iterate_upper_bound = &upper_slice;
   std::unique_ptr<rocksdb::Iterator> it(db_->db()->NewIterator(r, db_->files()));
   for (it->Seek(lower); it->Valid(); it->Next()) {

@@ -68,8 +68,10 @@ class StoreImpl final : public Store {
   // Held by a writer for its whole life: Gc waits for it.
   std::shared_lock<std::shared_mutex> LockAgainstGc() { return std::shared_lock(gc_mu_); }
 
-  // Files of snapshot `key` with their index numbers, in index order.
-  Result<std::vector<std::pair<uint32_t, FileEntry>>> ReadFileRecords(uint64_t key);
+  // Files of snapshot `key` with their index numbers, in index order; as of
+  // `view` when given (a RocksDB snapshot of db()), else as of now.
+  Result<std::vector<std::pair<uint32_t, FileEntry>>> ReadFileRecords(
+      uint64_t key, const rocksdb::Snapshot* view = nullptr);
 
  private:
   Result<uint64_t> AllocateSnapshotKey();

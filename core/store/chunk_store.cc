@@ -209,7 +209,8 @@ Status ChunkStore::ReadMany(const std::vector<ChunkRef>& refs,
   // ones get a buffer of their own, so that idle threads hold little.
   constexpr size_t kKeptBuffer = 2u << 20;
   thread_local std::unique_ptr<char[]> kept;
-  std::unique_ptr<char[]> own;
+  std::unique_ptr<char[]> own;  // for longer runs, kept for the rest of this call
+  size_t own_size = 0;
   for (size_t begin = 0; begin < packed.size();) {
     const PackLocation& first = packed[begin].location;
     uint64_t run_end = first.offset + first.length;
@@ -227,7 +228,10 @@ Status ChunkStore::ReadMany(const std::vector<ChunkRef>& refs,
       if (!kept) kept.reset(new char[kKeptBuffer]);
       buffer = kept.get();
     } else {
-      own.reset(new char[run_bytes]);
+      if (own_size < run_bytes) {
+        own.reset(new char[run_bytes]);
+        own_size = run_bytes;
+      }
       buffer = own.get();
     }
     if (first.offset / kReadAheadStep != run_end / kReadAheadStep) {
