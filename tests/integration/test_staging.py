@@ -12,114 +12,27 @@ skipped, saying why, where one of them is missing.
 import json
 import os
 import re
-import shutil
-import signal
-import subprocess
-import tempfile
-import time
 
 import pytest
 
-GPUCKPTFS = os.environ.get("GPUCKPTFS", "")
-WORKLOAD_BIN = os.environ.get("WORKLOAD_BIN", "")
-CRIU = shutil.which("criu") or "/usr/local/sbin/criu"
+from harness import Mount, ctl, read, wait_for, why_not_runnable, Workload
 
 # Staging memory (16 MiB, the least gpuckptfs accepts) against an image of
 # about 200 MB: CRIU must wait for room many times over.
 STAGING = "16M"
 IMAGE_MIB = 256
 
-
-def why_not_runnable():
-    if os.geteuid() != 0:
-        return "needs root (CRIU checkpoints and restores as root)"
-    if not os.access("/dev/fuse", os.W_OK):
-        return "/dev/fuse is not usable here, so no real mount can be tested"
-    if subprocess.run([CRIU, "--version"], capture_output=True).returncode != 0:
-        return f"no usable criu at {CRIU}"
-    if not os.access(GPUCKPTFS, os.X_OK):
-        return f"GPUCKPTFS={GPUCKPTFS!r} is not an executable gpuckptfs"
-    if not os.access(os.path.join(WORKLOAD_BIN, "wl_big"), os.X_OK):
-        return f"WORKLOAD_BIN={WORKLOAD_BIN!r} holds no wl_big"
-    return None
-
-
-pytestmark = pytest.mark.skipif(why_not_runnable() is not None, reason=str(why_not_runnable()))
-
-
-def wait_for(predicate, seconds, what):
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {seconds} s waiting for {what}")
-
-
-class Workload:
-    """A self-checking workload (tests/workloads/workload.h) in its own session."""
-
-    def __init__(self, work, name, *args):
-        self.dir = tempfile.mkdtemp(prefix=name + "-", dir=work)
-        self.result = os.path.join(self.dir, "result")
-        binary = os.path.join(work, name)
-        shutil.copy(os.path.join(WORKLOAD_BIN, name), binary)
-        # Started through a shell that exits at once: the workload is then
-        # an orphan that the subreaper (wl_reaper) reaps when it is killed,
-        # so its pid is free again for the restore.
-        subprocess.run(["sh", "-c", 'log=$1; shift; setsid "$@" </dev/null >"$log" 2>&1 &', "sh",
-                        os.path.join(self.dir, "out.log"), binary, self.result, *args], check=True)
-        ready = self.result + ".ready"
-        wait_for(lambda: os.path.exists(ready), 120, f"{name} to get ready")
-        with open(ready) as f:
-            self.pid = int(f.read())
-
-    def alive(self):
-        return os.path.exists(f"/proc/{self.pid}")
-
-    def kill(self):
-        if self.alive():
-            os.kill(self.pid, signal.SIGKILL)
-        wait_for(lambda: not self.alive(), 10, f"pid {self.pid} to go")
-
-    def verdict(self):
-        if os.path.exists(self.result):
-            os.unlink(self.result)
-        os.kill(self.pid, signal.SIGUSR1)
-        wait_for(lambda: os.path.exists(self.result), 120, "the workload's verdict")
-        with open(self.result) as f:
-            return f.read().strip()
+pytestmark = pytest.mark.skipif(why_not_runnable("wl_big") is not None,
+                                reason=str(why_not_runnable("wl_big")))
 
 
 @pytest.fixture
 def mount():
-    work = tempfile.mkdtemp(prefix="gpuckpt-staging-test.", dir="/var/tmp")
-    mnt = os.path.join(work, "mnt")
-    os.mkdir(mnt)
-    log = open(os.path.join(work, "daemon.log"), "w")
-    subprocess.run([GPUCKPTFS, "--store", os.path.join(work, "store"), "--all-processes",
-                    "--staging-memory", STAGING, "--work-dir", os.path.join(work, "run"), mnt],
-                   stdout=log, stderr=log, check=True)
-    workloads = []
+    m = Mount("gpuckpt-staging-test.", "--staging-memory", STAGING)
     try:
-        yield mnt, work, workloads
+        yield m.mnt, m.work, m.workloads
     finally:
-        for w in workloads:
-            if w.alive():
-                os.kill(w.pid, signal.SIGKILL)
-        subprocess.run(["fusermount3", "-u", mnt])
-        log.close()
-        shutil.rmtree(work, ignore_errors=True)
-
-
-def ctl(path, command):
-    with open(path, "w") as f:
-        f.write(command + "\n")
-
-
-def read(path):
-    with open(path) as f:
-        return f.read()
+        m.close()
 
 
 def test_image_far_larger_than_staging_checkpoints_and_restores(mount):

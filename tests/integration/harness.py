@@ -1,0 +1,180 @@
+"""What the pytest integration tests share: a real gpuckptfs mount of a fresh
+store, self-checking workloads (tests/workloads/workload.h) started as root
+or as an ordinary test user, and commands run as such a user.
+
+The tests run under ctest, inside wl_reaper (restored processes are
+orphans), with GPUCKPTFS and WORKLOAD_BIN naming the built gpuckptfs and the
+directory of the workloads. They need root, /dev/fuse and CRIU; a module
+skips, saying why, where one of them is missing (`why_not_runnable`).
+"""
+
+import os
+import pwd
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+
+GPUCKPTFS = os.environ.get("GPUCKPTFS", "")
+WORKLOAD_BIN = os.environ.get("WORKLOAD_BIN", "")
+CRIU = shutil.which("criu") or "/usr/local/sbin/criu"
+
+# Ordinary users the tests act as; made (system users, no home) when absent.
+USERS = ("gpuckpt-test-a", "gpuckpt-test-b")
+
+
+def why_not_runnable(workload="wl_memory"):
+    """None when the tests can run here, else the reason they cannot."""
+    if os.geteuid() != 0:
+        return "needs root (CRIU checkpoints and restores as root)"
+    if not os.access("/dev/fuse", os.W_OK):
+        return "/dev/fuse is not usable here, so no real mount can be tested"
+    if subprocess.run([CRIU, "--version"], capture_output=True).returncode != 0:
+        return f"no usable criu at {CRIU}"
+    if not os.access(GPUCKPTFS, os.X_OK):
+        return f"GPUCKPTFS={GPUCKPTFS!r} is not an executable gpuckptfs"
+    if not os.access(os.path.join(WORKLOAD_BIN, workload), os.X_OK):
+        return f"WORKLOAD_BIN={WORKLOAD_BIN!r} holds no {workload}"
+    return None
+
+
+def wait_for(predicate, seconds, what):
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"timed out after {seconds} s waiting for {what}")
+
+
+class User:
+    """An ordinary user: uid, gid, and commands run with their credentials."""
+
+    def __init__(self, name):
+        if subprocess.run(["id", name], capture_output=True).returncode != 0:
+            subprocess.run(["useradd", "-r", "-M", "-s", "/usr/sbin/nologin", name], check=True)
+        entry = pwd.getpwnam(name)
+        self.name = name
+        self.uid = entry.pw_uid
+        self.gid = entry.pw_gid
+
+    def prefix(self):
+        return ["setpriv", f"--reuid={self.uid}", f"--regid={self.gid}", "--init-groups"]
+
+    def run(self, args, timeout=60, **kwargs):
+        """Runs `args` as this user; a CompletedProcess with text output."""
+        return subprocess.run(self.prefix() + list(args), capture_output=True, text=True,
+                              timeout=timeout, **kwargs)
+
+    def write(self, path, text, timeout=120):
+        """Writes `text` into `path` as this user: (ok, the error in words)."""
+        r = self.run(["sh", "-c", 'printf "%s\\n" "$2" > "$1"', "sh", path, text], timeout=timeout)
+        return r.returncode == 0, r.stderr.strip()
+
+    def read(self, path, timeout=60):
+        """Reads `path` as this user: (ok, its text or the error in words)."""
+        r = self.run(["cat", path], timeout=timeout)
+        return r.returncode == 0, (r.stdout if r.returncode == 0 else r.stderr.strip())
+
+
+class Workload:
+    """A self-checking workload in its own session, as root or as `user`."""
+
+    def __init__(self, work, name, *args, user=None):
+        self.dir = tempfile.mkdtemp(prefix=name + "-", dir=work)
+        self.result = os.path.join(self.dir, "result")
+        self.user = user
+        binary = os.path.join(work, name)
+        if not os.path.exists(binary):
+            shutil.copy(os.path.join(WORKLOAD_BIN, name), binary)
+            os.chmod(binary, 0o755)
+        log = os.path.join(self.dir, "out.log")
+        open(log, "w").close()
+        run_as = []
+        if user is not None:
+            # The workload's files are the user's own, as if they had
+            # started it: a restore run as the user reopens them.
+            os.chown(self.dir, user.uid, user.gid)
+            os.chown(log, user.uid, user.gid)
+            run_as = user.prefix()
+        # Started through a shell that exits at once: the workload is then
+        # an orphan that the subreaper (wl_reaper) reaps when it is killed,
+        # so its pid is free again for the restore.
+        subprocess.run(["sh", "-c", 'log=$1; shift; setsid "$@" </dev/null >"$log" 2>&1 &', "sh",
+                        log, *run_as, binary, self.result, *args], check=True)
+        ready = self.result + ".ready"
+        wait_for(lambda: os.path.exists(ready), 120, f"{name} to get ready")
+        with open(ready) as f:
+            self.pid = int(f.read())
+
+    def alive(self):
+        return os.path.exists(f"/proc/{self.pid}")
+
+    def kill(self):
+        if self.alive():
+            os.kill(self.pid, signal.SIGKILL)
+        wait_for(lambda: not self.alive(), 10, f"pid {self.pid} to go")
+
+    def verdict(self):
+        if os.path.exists(self.result):
+            os.unlink(self.result)
+        os.kill(self.pid, signal.SIGUSR1)
+        wait_for(lambda: os.path.exists(self.result), 120, "the workload's verdict")
+        with open(self.result) as f:
+            return f.read().strip()
+
+
+class Mount:
+    """gpuckptfs on a fresh store in a fresh work dir; `close()` unmounts."""
+
+    def __init__(self, prefix, *options, store=None):
+        self.work = tempfile.mkdtemp(prefix=prefix, dir="/var/tmp")
+        # Workloads run from here, also as the test users.
+        os.chmod(self.work, 0o755)
+        self.mnt = os.path.join(self.work, "mnt")
+        os.mkdir(self.mnt)
+        self.store = store or os.path.join(self.work, "store")
+        self.run_dir = os.path.join(self.work, "run")
+        self.log_path = os.path.join(self.work, "daemon.log")
+        self.workloads = []
+        with open(self.log_path, "w") as log:
+            subprocess.run([GPUCKPTFS, "--store", self.store, "--all-processes",
+                            "--work-dir", self.run_dir, *options, self.mnt],
+                           stdout=log, stderr=log, check=True, timeout=120)
+
+    def path(self, *parts):
+        return os.path.join(self.mnt, *parts)
+
+    def start(self, name, *args, user=None):
+        """Starts a workload, waits for its directory to appear, keeps it to kill."""
+        wl = Workload(self.work, name, *args, user=user)
+        self.workloads.append(wl)
+        wait_for(lambda: os.path.isdir(self.path(str(wl.pid))), 10,
+                 f"{self.path(str(wl.pid))} to appear")
+        return wl
+
+    def close(self):
+        for w in self.workloads:
+            if w.alive():
+                os.kill(w.pid, signal.SIGKILL)
+        subprocess.run(["fusermount3", "-u", self.mnt])
+        shutil.rmtree(self.work, ignore_errors=True)
+
+
+def ctl(path, command):
+    with open(path, "w") as f:
+        f.write(command + "\n")
+
+
+def read(path):
+    with open(path) as f:
+        return f.read()
+
+
+def status_line(mnt, pid, key):
+    """The `key:` line of <pid>/status, without the key."""
+    for line in read(os.path.join(mnt, str(pid), "status")).splitlines():
+        if line.startswith(key + ":"):
+            return line[len(key) + 1:].strip()
+    raise AssertionError(f"no {key}: line in {pid}/status")
