@@ -1,6 +1,7 @@
 #include "fs/commands.h"
 
 #include <CLI/CLI.hpp>
+#include <string_view>
 #include <vector>
 
 namespace gpuckpt {
@@ -9,33 +10,49 @@ namespace {
 // Commands are one line; longer writes are not commands.
 constexpr size_t kMaxCommand = 4096;
 
-// Splits like a shell would (quotes, backslashes), via CLI11's own splitter.
+// Splits into words as a POSIX shell would, without expansions: blanks
+// separate words; '...' keeps everything as written; "..." too, except
+// that a backslash escapes " \ $ and `; elsewhere a backslash escapes the
+// next character. So --name="x y", --name 'x y' and --name x\ y are one
+// word each (CLI11's own splitter cuts the first in two). An unterminated
+// quote or a final backslash is refused, as a shell does.
 Result<std::vector<std::string>> Words(const std::string& line) {
   if (line.size() > kMaxCommand) return Status::InvalidArgument("command too long");
   for (char c : line) {
     if (c == '\0' || c == '\n') return Status::InvalidArgument("a command is one line of text");
   }
-  // CLI11's splitter takes an unterminated quote to the end of the line; a
-  // shell refuses it, and so do we.
-  char open_quote = 0;
+  std::vector<std::string> words;
+  std::string word;
+  bool in_word = false;  // "" and '' are words, empty ones
   for (size_t i = 0; i < line.size(); ++i) {
     const char c = line[i];
-    if (c == '\\' && open_quote != '\'') {
-      ++i;  // an escaped character
-    } else if (open_quote != 0) {
-      if (c == open_quote) open_quote = 0;
-    } else if (c == '\'' || c == '"' || c == '`') {
-      open_quote = c;
+    if (c == ' ' || c == '\t') {
+      if (in_word) words.push_back(std::move(word));
+      word.clear();
+      in_word = false;
+      continue;
+    }
+    in_word = true;
+    if (c == '\\') {
+      if (i + 1 == line.size())
+        return Status::InvalidArgument("the command ends with a backslash (nothing to escape)");
+      word += line[++i];
+    } else if (c == '\'' || c == '"') {
+      for (++i; i < line.size() && line[i] != c; ++i) {
+        if (c == '"' && line[i] == '\\' && i + 1 < line.size() &&
+            std::string_view("\"\\$`").find(line[i + 1]) != std::string_view::npos)
+          ++i;
+        word += line[i];
+      }
+      if (i == line.size())
+        return Status::InvalidArgument(std::string("unterminated quote (") + c +
+                                       ") in the command");
+    } else {
+      word += c;
     }
   }
-  if (open_quote != 0)
-    return Status::InvalidArgument(std::string("unterminated quote (") + open_quote +
-                                   ") in the command");
-  try {
-    return CLI::detail::split_up(line);
-  } catch (const std::exception& e) {
-    return Status::InvalidArgument(std::string("cannot parse the command: ") + e.what());
-  }
+  if (in_word) words.push_back(std::move(word));
+  return words;
 }
 
 // Usage errors carry this prefix, so that they can be told from the
@@ -43,13 +60,29 @@ Result<std::vector<std::string>> Words(const std::string& line) {
 constexpr char kUsage[] = "usage: ";
 bool IsUsageError(const Status& s) { return s.message().rfind(kUsage, 0) == 0; }
 
-// Parses `args` (without the command word) with `app`.
-Status Parse(CLI::App& app, std::vector<std::string> args) {
+constexpr char kCheckpointSynopsis[] =
+    "checkpoint [--kill] [--name NAME] [--lock-timeout MS] (--kill: stop the process once "
+    "checkpointed; --name: what to call the checkpoint (letters, digits, '.', '_', '-'); "
+    "--lock-timeout: milliseconds the GPU driver may take to lock the process)";
+constexpr char kRestoreSynopsis[] =
+    "PATH [--gpu-map OLD_UUID=NEW_UUID,...] (--gpu-map: restore the checkpoint's GPUs onto "
+    "these)";
+
+// Parses `args` (without the command word) with `app`. --help is answered
+// with the synopsis, as an error: what is written to a control file is a
+// command, and its only answer besides the errno is the `last:` line (or
+// `cat restore`), where the synopsis then is.
+Status Parse(CLI::App& app, std::vector<std::string> args, const std::string& synopsis) {
   std::reverse(args.begin(), args.end());  // CLI11 takes them last-first
   try {
     app.parse(args);
+  } catch (const CLI::CallForHelp&) {
+    return Status::InvalidArgument(std::string(kUsage) + synopsis);
+  } catch (const CLI::CallForAllHelp&) {
+    return Status::InvalidArgument(std::string(kUsage) + synopsis);
   } catch (const CLI::ParseError& e) {
-    return Status::InvalidArgument(std::string(kUsage) + app.get_name() + ": " + e.what());
+    return Status::InvalidArgument(std::string(kUsage) + app.get_name() + ": " + e.what() +
+                                   "; expected " + synopsis);
   }
   return Status::Ok();
 }
@@ -66,7 +99,7 @@ Status Checkpoint(Engine& engine, int pid, const std::vector<std::string>& words
   app.add_option("--lock-timeout", request.lock_timeout_ms,
                  "milliseconds the GPU driver may take to lock the process")
       ->check(CLI::Range(1u, 3600u * 1000u));
-  GPUCKPT_RETURN_IF_ERROR(Parse(app, {words.begin() + 1, words.end()}));
+  GPUCKPT_RETURN_IF_ERROR(Parse(app, {words.begin() + 1, words.end()}, kCheckpointSynopsis));
   return engine.Checkpoint(request).status();
 }
 
@@ -124,10 +157,8 @@ Status RestoreCommand(Engine& engine, const std::string& line, const Caller& cal
     app.add_option("path", path)->required();
     app.add_option("--gpu-map", request.gpu_map,
                    "OLD_UUID=NEW_UUID,...: restore the checkpoint's GPUs onto these");
-    Status parsed = Parse(app, *words);
-    if (!parsed.ok())
-      return refuse(Status::InvalidArgument(parsed.message() +
-                                            " (expected: PATH [--gpu-map OLD_UUID=NEW_UUID,...])"));
+    Status parsed = Parse(app, *words, std::string("restore ") + kRestoreSynopsis);
+    if (!parsed.ok()) return refuse(parsed);
     request.path = path;
   }
   return engine.Restore(request).status();

@@ -1,13 +1,17 @@
-// Commands written to gpuckptfs's control files: parsing (CLI11, so that
-// quoting and errors behave like a command line) and dispatch to the Engine.
+// Commands written to gpuckptfs's control files: parsing (split into words
+// as a shell would, quotes and backslashes included, then options by CLI11,
+// so that quoting and errors behave like a command line) and dispatch to
+// the Engine.
 //
 //   <pid>/ctl   checkpoint [--kill] [--name NAME] [--lock-timeout MS]
 //   ctl         track PID | import DIR [NAME] | gc
 //   restore     PATH [--gpu-map OLD_UUID=NEW_UUID,...]
 //
-// Every input is untrusted: anything unknown is kInvalidArgument with a line
-// saying what was expected, recorded where the caller reads results
-// (<pid>/status, restore).
+// Every input is untrusted: anything unknown (an unterminated quote, an
+// unknown option) is kInvalidArgument with a line saying what was
+// expected, recorded where the caller reads results (<pid>/status,
+// restore). So is --help, which records the synopsis: a write to a control
+// file has no other way to answer.
 //
 // Stateless; thread-safe as far as the Engine is.
 #ifndef GPUCKPT_FS_COMMANDS_H_

@@ -13,11 +13,15 @@
 #include <exception>
 #include <functional>
 #include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
 #include <vector>
 
 #include "fs/commands.h"
 #include "fs/inode_table.h"
 #include "fs/kernel_readahead.h"
+#include "fs/mount_table.h"
 #include "fs/store_view.h"
 
 namespace gpuckpt {
@@ -27,6 +31,21 @@ namespace {
 // immutable once published, so this only bounds how long a new checkpoint
 // takes to show in a cached listing.
 constexpr double kCacheSeconds = 1.0;
+
+// The kernel shares a cached name among all users, and only a lookup sees
+// who asks: checkpoints/<id> is never cached, so that every path through it
+// is looked up again as the caller (to whom someone else's is absent).
+double EntrySeconds(const NodeId& node) {
+  return node.kind == NodeKind::kSnapshotDir ? 0 : kCacheSeconds;
+}
+
+// What a change to the tree is refused with: inside a checkpoint, whose
+// contents never change, EROFS; elsewhere, where the names are gpuckpt's
+// (processes, control files, checkpoints made by commands), EPERM. Status
+// has neither, hence errno values here.
+int RefusalErrno(const NodeId& where) {
+  return StoreView::InCheckpoint(where.kind) ? EROFS : EPERM;
+}
 
 // The caller of a request, as the kernel reports it. Supplementary groups
 // are read from /proc only where a decision needs them (restore, import).
@@ -39,6 +58,14 @@ Caller CallerOf(fuse_req_t req) {
   return c;
 }
 
+// A checkpoint's directory open in a process: the checkpoint's key and the
+// process's pid.
+struct OpenCheckpoint {
+  uint64_t key = 0;
+  int pid = 0;
+  auto operator<=>(const OpenCheckpoint&) const = default;
+};
+
 class Filesystem {
  public:
   Filesystem(Store* store, Engine* engine) : store_(store), engine_(engine), view_(store, engine) {}
@@ -50,19 +77,19 @@ class Filesystem {
   Result<fuse_entry_param> DoLookup(fuse_ino_t parent, const char* name, const Caller& caller) {
     GPUCKPT_ASSIGN_OR_RETURN(NodeId dir, Node(parent));
     GPUCKPT_ASSIGN_OR_RETURN(NodeId child, view_.Child(dir, name, caller));
-    GPUCKPT_ASSIGN_OR_RETURN(struct stat st, view_.Attributes(child));
+    GPUCKPT_ASSIGN_OR_RETURN(struct stat st, view_.Attributes(child, caller));
     fuse_entry_param e{};
     e.ino = inodes_.Ref(child);
     st.st_ino = e.ino;
     e.attr = st;
     e.attr_timeout = kCacheSeconds;
-    e.entry_timeout = kCacheSeconds;
+    e.entry_timeout = EntrySeconds(child);
     return e;
   }
 
-  Result<struct stat> DoGetattr(fuse_ino_t ino) {
+  Result<struct stat> DoGetattr(fuse_ino_t ino, const Caller& caller) {
     GPUCKPT_ASSIGN_OR_RETURN(NodeId node, Node(ino));
-    GPUCKPT_ASSIGN_OR_RETURN(struct stat st, view_.Attributes(node));
+    GPUCKPT_ASSIGN_OR_RETURN(struct stat st, view_.Attributes(node, caller));
     st.st_ino = ino;
     return st;
   }
@@ -76,11 +103,17 @@ class Filesystem {
   // so offsets stay valid however long the reader takes.
   struct DirHandle {
     std::vector<std::pair<std::string, struct stat>> entries;
+    std::optional<OpenCheckpoint> checkpoint;  // a checkpoint's own directory
   };
   Result<std::unique_ptr<DirHandle>> DoOpendir(fuse_ino_t ino, const Caller& caller) {
     GPUCKPT_ASSIGN_OR_RETURN(NodeId node, Node(ino));
     GPUCKPT_ASSIGN_OR_RETURN(auto children, view_.Children(node, caller));
     auto h = std::make_unique<DirHandle>();
+    if (node.kind == NodeKind::kSnapshotDir) {
+      h->checkpoint = OpenCheckpoint{node.key, caller.pid};
+      std::lock_guard lock(mu_);
+      open_checkpoints_.insert(*h->checkpoint);
+    }
     struct stat self {};
     self.st_mode = S_IFDIR;
     self.st_ino = ino;
@@ -88,21 +121,29 @@ class Filesystem {
     h->entries.push_back({"..", self});
     for (auto& [name, id] : children) {
       struct stat st {};
-      auto attrs = view_.Attributes(id);
+      auto attrs = view_.Attributes(id, caller);
       st.st_mode = attrs.ok() ? attrs->st_mode : S_IFREG;
       // Without a lookup there is no inode number yet; readdir's d_ino is
       // informational, but must not be 0 (some tools skip such entries).
-      st.st_ino = std::hash<std::string>{}(id.snapshot + "/" + id.path + "/" +
-                                           std::to_string(id.pid) + std::to_string(int(id.kind))) |
-                  1;
+      st.st_ino =
+          std::hash<std::string>{}(id.snapshot + "/" + std::to_string(id.key) + "/" + id.path +
+                                   "/" + std::to_string(id.pid) + std::to_string(int(id.kind))) |
+          1;
       h->entries.push_back({name, st});
     }
     return h;
   }
 
+  void DoReleasedir(std::unique_ptr<DirHandle> h) {
+    if (!h->checkpoint) return;
+    std::lock_guard lock(mu_);
+    open_checkpoints_.erase(open_checkpoints_.find(*h->checkpoint));
+  }
+
   struct FileHandle {
     NodeId node;
     std::unique_ptr<FileReader> reader;  // image files
+    struct stat attributes {};           // image files, taken at open
     std::string content;                 // generated files, taken at open
   };
   Result<std::unique_ptr<FileHandle>> DoOpen(fuse_ino_t ino, int flags, const Caller& caller) {
@@ -114,6 +155,7 @@ class Filesystem {
     auto h = std::make_unique<FileHandle>();
     h->node = node;
     if (node.kind == NodeKind::kSnapshotEntry) {
+      GPUCKPT_ASSIGN_OR_RETURN(h->attributes, DoGetattr(ino, caller));
       GPUCKPT_ASSIGN_OR_RETURN(h->reader, view_.OpenImage(node));
     } else if (!writing) {
       GPUCKPT_ASSIGN_OR_RETURN(h->content, view_.GeneratedContent(node, caller));
@@ -131,19 +173,59 @@ class Filesystem {
     return s;
   }
 
-  Status DoUnlink(fuse_ino_t parent, const char* name, bool is_dir, const Caller& caller) {
-    GPUCKPT_ASSIGN_OR_RETURN(NodeId dir, Node(parent));
-    GPUCKPT_ASSIGN_OR_RETURN(NodeId child, view_.Child(dir, name, caller));
-    if (child.kind == NodeKind::kSnapshotDir) {
-      if (!is_dir) return Status(StatusCode::kInvalidArgument, "is a directory");
-      return view_.RemoveSnapshot(child.snapshot, caller);
+  // unlink and rmdir: the errno to reply (0: done). A checkpoint goes as a
+  // whole, when its directory is removed; nothing else can be.
+  int DoRemove(fuse_ino_t parent, const char* name, bool is_dir, const Caller& caller) {
+    auto dir = Node(parent);
+    if (!dir.ok()) return ErrnoFromStatus(dir.status());
+    auto child = view_.Child(*dir, name, caller);
+    if (!child.ok()) return ErrnoFromStatus(child.status());
+    if (child->kind == NodeKind::kSnapshotDir) {
+      if (!is_dir) return EISDIR;
+      Status s = view_.RemoveSnapshot(*child, caller);
+      return s.ok() ? 0 : ErrnoFromStatus(s);
     }
-    if (child.kind == NodeKind::kSnapshotEntry || child.kind == NodeKind::kManifest) {
-      // A checkpoint goes as a whole, when its directory is removed: `rm -r`
-      // removes the entries first, which succeeds without effect.
-      return Status::Ok();
+    // `rm -r checkpoints/<id>` opens the directory, removes what is in it,
+    // and stops at the first failure, never reaching the rmdir that removes
+    // the checkpoint. So the process that holds the checkpoint's directory
+    // open may "remove" its entries, without effect; anyone else (`rm` of
+    // one file, `rm -r` of images/) gets EROFS.
+    if (StoreView::InCheckpoint(child->kind) && RemovingCheckpoint(child->key, caller.pid))
+      return 0;
+    return RefusalErrno(*child);
+  }
+
+  // mkdir, mknod, create, symlink, link and rename: the tree's names are
+  // gpuckpt's. The errno to reply for a new name in `parent` (and, for link
+  // and rename, a change of `other`).
+  int DoRefuseChange(fuse_ino_t parent, const Caller& caller,
+                     std::optional<fuse_ino_t> other = std::nullopt) {
+    int refusal = EPERM;
+    for (std::optional<fuse_ino_t> ino : {std::optional<fuse_ino_t>(parent), other}) {
+      if (!ino) continue;
+      auto node = Node(*ino);
+      if (!node.ok()) return ErrnoFromStatus(node.status());
+      // As absent as to a lookup where the caller may not see it.
+      auto attrs = view_.Attributes(*node, caller);
+      if (!attrs.ok()) return ErrnoFromStatus(attrs.status());
+      if (RefusalErrno(*node) == EROFS) refusal = EROFS;
     }
-    return Status(StatusCode::kPermissionDenied, "cannot be removed");
+    return refusal;
+  }
+
+  // Only truncation of a control file to nothing (`echo x > ctl` opens with
+  // O_TRUNC), which changes nothing: the errno to reply (0: `*st` is the
+  // node's attributes).
+  int DoSetattr(fuse_ino_t ino, const struct stat& attr, int to_set, const Caller& caller,
+                struct stat* st) {
+    auto node = Node(ino);
+    if (!node.ok()) return ErrnoFromStatus(node.status());
+    auto attrs = DoGetattr(ino, caller);
+    if (!attrs.ok()) return ErrnoFromStatus(attrs.status());
+    if (!StoreView::IsControl(node->kind) || to_set != FUSE_SET_ATTR_SIZE || attr.st_size != 0)
+      return RefusalErrno(*node);
+    *st = *attrs;
+    return 0;
   }
 
   // Reads into this thread's reusable buffer, which is neither allocated
@@ -184,10 +266,20 @@ class Filesystem {
     return *node;
   }
 
+  // Whether process `pid` holds the directory of checkpoint `key` open.
+  bool RemovingCheckpoint(uint64_t key, int pid) {
+    std::lock_guard lock(mu_);
+    return open_checkpoints_.count(OpenCheckpoint{key, pid}) != 0;
+  }
+
   Store* store_;
   Engine* engine_;
   StoreView view_;
   InodeTable inodes_;
+  std::mutex mu_;  // guards open_checkpoints_
+  // Checkpoint directories open, by checkpoint key and the opener's pid
+  // (once per handle); see DoRemove().
+  std::multiset<OpenCheckpoint> open_checkpoints_;
 };
 
 // Every callback goes through here: exceptions never cross into libfuse
@@ -222,14 +314,6 @@ void OpForgetMulti(fuse_req_t req, size_t count, fuse_forget_data* forgets) {
   fuse_reply_none(req);
 }
 
-void OpGetattr(fuse_req_t req, fuse_ino_t ino, fuse_file_info*) {
-  Guard(req, [&] {
-    auto st = Filesystem::From(req)->DoGetattr(ino);
-    if (!st.ok()) return ReplyError(req, st.status());
-    fuse_reply_attr(req, &*st, kCacheSeconds);
-  });
-}
-
 void OpReadlink(fuse_req_t req, fuse_ino_t ino) {
   Guard(req, [&] {
     auto target = Filesystem::From(req)->DoReadlink(ino);
@@ -243,7 +327,11 @@ void OpOpendir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
     auto h = Filesystem::From(req)->DoOpendir(ino, CallerOf(req));
     if (!h.ok()) return ReplyError(req, h.status());
     fi->fh = reinterpret_cast<uint64_t>(h->get());
-    if (fuse_reply_open(req, fi) == 0) h->release();  // the handle now belongs to the kernel
+    if (fuse_reply_open(req, fi) == 0) {
+      h->release();  // the handle now belongs to the kernel
+    } else {
+      Filesystem::From(req)->DoReleasedir(std::move(*h));  // the opener is gone
+    }
   });
 }
 
@@ -264,7 +352,8 @@ void OpReaddir(fuse_req_t req, fuse_ino_t, size_t size, off_t offset, fuse_file_
 }
 
 void OpReleasedir(fuse_req_t req, fuse_ino_t, fuse_file_info* fi) {
-  delete reinterpret_cast<Filesystem::DirHandle*>(fi->fh);
+  Filesystem::From(req)->DoReleasedir(
+      std::unique_ptr<Filesystem::DirHandle>(reinterpret_cast<Filesystem::DirHandle*>(fi->fh)));
   fuse_reply_err(req, 0);
 }
 
@@ -307,29 +396,75 @@ void OpWrite(fuse_req_t req, fuse_ino_t, const char* buf, size_t size, off_t, fu
   });
 }
 
-// Only truncation of a control file (`echo x > ctl` opens with O_TRUNC);
-// it changes nothing.
-void OpSetattr(fuse_req_t req, fuse_ino_t ino, struct stat*, int to_set, fuse_file_info*) {
+// The kernel refreshes a file's attributes before it reads it (its page
+// cache may be stale) and says through which open file: an image file's
+// are those it had at open, still true of a removed checkpoint's, which
+// its open files go on reading. Anything else (stat, a path) is asked
+// about the node, and a removed checkpoint's are ENOENT.
+void OpGetattr(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   Guard(req, [&] {
-    auto st = Filesystem::From(req)->DoGetattr(ino);
+    auto* h = fi != nullptr ? reinterpret_cast<Filesystem::FileHandle*>(fi->fh) : nullptr;
+    if (h != nullptr && h->reader) return (void)fuse_reply_attr(req, &h->attributes, kCacheSeconds);
+    auto st = Filesystem::From(req)->DoGetattr(ino, CallerOf(req));
     if (!st.ok()) return ReplyError(req, st.status());
-    if (!S_ISREG(st->st_mode) || (st->st_mode & 0222) == 0 || (to_set & ~FUSE_SET_ATTR_SIZE) != 0)
-      return (void)fuse_reply_err(req, EROFS);
-    fuse_reply_attr(req, &*st, 0);
+    fuse_reply_attr(req, &*st, kCacheSeconds);
+  });
+}
+
+// chmod, chown, truncate, utimens (touch).
+void OpSetattr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set, fuse_file_info*) {
+  Guard(req, [&] {
+    struct stat st {};
+    const int err = Filesystem::From(req)->DoSetattr(ino, *attr, to_set, CallerOf(req), &st);
+    if (err != 0) return (void)fuse_reply_err(req, err);
+    fuse_reply_attr(req, &st, 0);
   });
 }
 
 void OpUnlink(fuse_req_t req, fuse_ino_t parent, const char* name) {
   Guard(req, [&] {
-    Status s = Filesystem::From(req)->DoUnlink(parent, name, false, CallerOf(req));
-    fuse_reply_err(req, s.ok() ? 0 : ErrnoFromStatus(s));
+    fuse_reply_err(req, Filesystem::From(req)->DoRemove(parent, name, false, CallerOf(req)));
   });
 }
 
 void OpRmdir(fuse_req_t req, fuse_ino_t parent, const char* name) {
   Guard(req, [&] {
-    Status s = Filesystem::From(req)->DoUnlink(parent, name, true, CallerOf(req));
-    fuse_reply_err(req, s.ok() ? 0 : ErrnoFromStatus(s));
+    fuse_reply_err(req, Filesystem::From(req)->DoRemove(parent, name, true, CallerOf(req)));
+  });
+}
+
+// Nothing can be created, linked or renamed: these only say why not (the
+// kernel would otherwise answer ENOSYS, "Function not implemented").
+void OpMkdir(fuse_req_t req, fuse_ino_t parent, const char*, mode_t) {
+  Guard(req,
+        [&] { fuse_reply_err(req, Filesystem::From(req)->DoRefuseChange(parent, CallerOf(req))); });
+}
+
+void OpMknod(fuse_req_t req, fuse_ino_t parent, const char*, mode_t, dev_t) {
+  Guard(req,
+        [&] { fuse_reply_err(req, Filesystem::From(req)->DoRefuseChange(parent, CallerOf(req))); });
+}
+
+void OpCreate(fuse_req_t req, fuse_ino_t parent, const char*, mode_t, fuse_file_info*) {
+  Guard(req,
+        [&] { fuse_reply_err(req, Filesystem::From(req)->DoRefuseChange(parent, CallerOf(req))); });
+}
+
+void OpSymlink(fuse_req_t req, const char*, fuse_ino_t parent, const char*) {
+  Guard(req,
+        [&] { fuse_reply_err(req, Filesystem::From(req)->DoRefuseChange(parent, CallerOf(req))); });
+}
+
+void OpLink(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const char*) {
+  Guard(req, [&] {
+    fuse_reply_err(req, Filesystem::From(req)->DoRefuseChange(newparent, CallerOf(req), ino));
+  });
+}
+
+void OpRename(fuse_req_t req, fuse_ino_t parent, const char*, fuse_ino_t newparent, const char*,
+              unsigned int) {
+  Guard(req, [&] {
+    fuse_reply_err(req, Filesystem::From(req)->DoRefuseChange(newparent, CallerOf(req), parent));
   });
 }
 
@@ -377,11 +512,27 @@ fuse_lowlevel_ops MakeOps() {
   ops.setattr = OpSetattr;
   ops.unlink = OpUnlink;
   ops.rmdir = OpRmdir;
+  ops.mkdir = OpMkdir;
+  ops.mknod = OpMknod;
+  ops.create = OpCreate;
+  ops.symlink = OpSymlink;
+  ops.link = OpLink;
+  ops.rename = OpRename;
   ops.statfs = OpStatfs;
   return ops;
 }
 
 }  // namespace
+
+Status CheckNothingMountedAt(const std::string& resolved_mountpoint) {
+  GPUCKPT_ASSIGN_OR_RETURN(auto mounts, ReadMountTable());
+  for (const auto& m : mounts) {
+    if (m.mountpoint != resolved_mountpoint) continue;
+    return Status::Busy(resolved_mountpoint + " is already a mount point (" + m.type + " " +
+                        m.source + "); unmount it first, or mount elsewhere");
+  }
+  return Status::Ok();
+}
 
 Status ServeFilesystem(Store* store, Engine* engine, const MountOptions& options,
                        const std::function<void()>& on_mounted) {
@@ -414,6 +565,7 @@ Status ServeFilesystem(Store* store, Engine* engine, const MountOptions& options
   char resolved_mountpoint[PATH_MAX];
   const bool resolved = realpath(options.mountpoint.c_str(), resolved_mountpoint) != nullptr;
   const int resolve_errno = resolved ? 0 : errno;
+  if (resolved) GPUCKPT_RETURN_IF_ERROR(CheckNothingMountedAt(resolved_mountpoint));
   if (fuse_set_signal_handlers(se) != 0)
     return Status::Internal("could not install signal handlers");
   cleanup.handlers = true;
@@ -425,9 +577,9 @@ Status ServeFilesystem(Store* store, Engine* engine, const MountOptions& options
   // Before the kernel's INIT, which keeps the smaller of this and
   // max_readahead: 8 MiB, so that a cold sequential reader has eight 1 MiB
   // requests in flight instead of one of 128 KiB.
-  Status ra = resolved ? SetMountReadAhead(resolved_mountpoint, "fuse.gpuckpt",
-                                           kReadAheadBytes >> 10)
-                       : StatusFromErrno(resolve_errno, "resolving " + options.mountpoint);
+  Status ra = resolved
+                  ? SetMountReadAhead(resolved_mountpoint, "fuse.gpuckpt", kReadAheadBytes >> 10)
+                  : StatusFromErrno(resolve_errno, "resolving " + options.mountpoint);
   if (!ra.ok()) {
     std::fprintf(stderr,
                  "gpuckptfs: warning: cold sequential reads keep the kernel's 128 KiB "

@@ -1,8 +1,11 @@
 // Filesystem: gpuckptfs's FUSE low-level operations over a StoreView.
 //
 // Translates between the kernel and the store, nothing more: each operation
-// is a DoX() returning a Result, and a callback that replies exactly once.
-// Checkpoints are read-only; writes to control files are commands, run
+// is a DoX() returning a Result (or, for changes to the tree, which Status
+// has no codes for, the errno itself), and a callback that replies exactly
+// once. Nothing can be changed but by commands: inside a checkpoint every
+// change is EROFS, elsewhere EPERM; `rmdir checkpoints/<id>` (as `rm -r`
+// does it) removes a checkpoint. Writes to control files are commands, run
 // synchronously on the FUSE thread that received them (a long checkpoint
 // holds one of up to 16 threads, so everyone else's ls and cat go on).
 // Borrows the Store and the Engine, which must outlive it.
@@ -26,8 +29,15 @@ struct MountOptions {
   bool debug = false;
 };
 
+// kBusy, saying what is mounted, when a mount's mount point is exactly
+// `resolved_mountpoint` (an absolute path without symlinks, as realpath()
+// gives it): mounting there would hide that mount (another gpuckptfs and
+// its checkpoints, say) until unmounted. Reads /proc/self/mountinfo.
+Status CheckNothingMountedAt(const std::string& resolved_mountpoint);
+
 // Mounts, calls `on_mounted` (the mount is then visible), serves until
-// unmounted or signalled (SIGINT, SIGTERM, SIGHUP), unmounts. Errors: the
+// unmounted or signalled (SIGINT, SIGTERM, SIGHUP), unmounts. Errors:
+// something is mounted there already (kBusy, CheckNothingMountedAt()), the
 // mount failed (kUnavailable), or the session broke. Runs in the calling
 // process: daemonizing is the caller's business (it must happen before the
 // Store is opened, since RocksDB's threads do not survive fork()).

@@ -3,7 +3,10 @@
 // Each node gets a number on its first lookup and keeps it while the
 // kernel holds references (exact lookup counts: a forget that takes more
 // than was given is a bug, and aborts). The root is FUSE_ROOT_ID forever.
-// Numbers are never reused within a process, so the generation stays 0.
+// Numbers are never reused within a process, so the generation stays 0;
+// and since a checkpoint's nodes include its key (NodeId::key), a
+// checkpoint made under the id of a removed one never gets the removed
+// one's numbers, which the kernel may still hold (an open file, a cwd).
 //
 // Thread-safe (one mutex, held only for map operations).
 #ifndef GPUCKPT_FS_INODE_TABLE_H_

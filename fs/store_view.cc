@@ -40,7 +40,12 @@ constexpr char kCtlHelp[] = "commands: track PID | import DIR [NAME] | gc\n";
 constexpr char kPidCtlHelp[] = "commands: checkpoint [--kill] [--name NAME] [--lock-timeout MS]\n";
 
 NodeId MakeNode(NodeKind kind, std::string snapshot = "", std::string path = "", int pid = 0) {
-  return NodeId{kind, std::move(snapshot), std::move(path), pid};
+  return NodeId{kind, std::move(snapshot), 0, std::move(path), pid};
+}
+
+// A node of the checkpoint `id` in its incarnation `key`.
+NodeId SnapshotNode(NodeKind kind, const std::string& id, uint64_t key, std::string path = "") {
+  return NodeId{kind, id, key, std::move(path), 0};
 }
 
 bool ParsePid(const std::string& name, int* pid) {
@@ -97,25 +102,36 @@ void StoreView::Invalidate() {
 }
 
 Result<std::vector<std::string>> StoreView::CheckpointsOf(int pid) {
+  // Only what the process's owner (or root) made for that owner: an import
+  // claiming the pid of somebody else's job is not among them.
+  GPUCKPT_ASSIGN_OR_RETURN(ProcessInfo process, Process(pid));
   GPUCKPT_ASSIGN_OR_RETURN(auto list, Snapshots());
   std::vector<std::string> ids;
   for (const auto& s : list)
-    if (OwnerOf(s).pid == pid) ids.push_back(s.id);
+    if (IsCheckpointOfProcess(s, pid, process.creds.ruid)) ids.push_back(s.id);
   return ids;
 }
 
 Result<ProcessInfo> StoreView::Process(int pid) { return engine_->processes().Get(pid); }
 
-Result<std::shared_ptr<const StoreView::SnapshotTree>> StoreView::Tree(const std::string& id) {
+Result<std::shared_ptr<const StoreView::SnapshotTree>> StoreView::CurrentTree(
+    const std::string& id) {
+  // One point read: an id removed and reused since the tree was cached
+  // has another key, and gets its own tree.
+  GPUCKPT_ASSIGN_OR_RETURN(SnapshotInfo info, store_->Get(id));
   {
     std::lock_guard lock(mu_);
     auto it = trees_.find(id);
-    if (it != trees_.end()) return it->second;
+    if (it != trees_.end() && it->second->info.key == info.key) return it->second;
   }
   auto tree = std::make_shared<SnapshotTree>();
-  GPUCKPT_ASSIGN_OR_RETURN(tree->info, store_->Get(id));
+  tree->info = std::move(info);
   tree->owner = OwnerOf(tree->info);
   GPUCKPT_ASSIGN_OR_RETURN(auto files, store_->ListFiles(id));
+  // The files are listed by id: had the id been removed and reused
+  // meanwhile, they would be another incarnation's.
+  GPUCKPT_ASSIGN_OR_RETURN(SnapshotInfo again, store_->Get(id));
+  if (again.key != tree->info.key) return Status::NotFound("checkpoint " + id + " was replaced");
   // A device/ that cannot be built (a damaged pagemap) is left out; the
   // images themselves stay readable.
   if (auto device = BuildDeviceFiles(store_, tree->info, tree->owner, files); device.ok()) {
@@ -162,16 +178,43 @@ Result<std::shared_ptr<const StoreView::SnapshotTree>> StoreView::Tree(const std
   }
   for (auto& [dir, names] : tree->children) std::sort(names.begin(), names.end());
   std::lock_guard lock(mu_);
-  return trees_.emplace(id, std::move(tree)).first->second;
+  // Two threads may build the same tree: the first one stays.
+  auto& cached = trees_[id];
+  if (cached == nullptr || cached->info.key != tree->info.key) cached = std::move(tree);
+  return cached;
 }
 
-Status StoreView::RemoveSnapshot(const std::string& id, const Caller& caller) {
-  GPUCKPT_ASSIGN_OR_RETURN(auto tree, Tree(id));
-  if (!Visible(tree->owner, caller))
-    return Status::PermissionDenied("checkpoint " + id + " is not yours");
-  GPUCKPT_RETURN_IF_ERROR(store_->Remove(id));
+Result<std::shared_ptr<const StoreView::SnapshotTree>> StoreView::Tree(const NodeId& node) {
+  {
+    std::lock_guard lock(mu_);
+    auto it = trees_.find(node.snapshot);
+    if (it != trees_.end() && it->second->info.key == node.key) return it->second;
+  }
+  auto not_found = [&] { return Status::NotFound("checkpoint " + node.snapshot + " was removed"); };
+  auto tree = CurrentTree(node.snapshot);
+  if (!tree.ok()) {
+    if (tree.status().code() == StatusCode::kNotFound) return not_found();
+    return tree.status();
+  }
+  if ((*tree)->info.key != node.key) return not_found();
+  return tree;
+}
+
+Result<std::shared_ptr<const StoreView::SnapshotTree>> StoreView::VisibleTree(
+    const NodeId& node, const Caller& caller) {
+  GPUCKPT_ASSIGN_OR_RETURN(auto tree, Tree(node));
+  // Absent rather than forbidden: EACCES would say that it exists.
+  if (!Visible(tree->owner, caller)) return Status::NotFound("no checkpoint " + node.snapshot);
+  return tree;
+}
+
+Status StoreView::RemoveSnapshot(const NodeId& node, const Caller& caller) {
+  if (node.kind != NodeKind::kSnapshotDir) return Status::InvalidArgument("not a checkpoint");
+  GPUCKPT_ASSIGN_OR_RETURN(auto tree, VisibleTree(node, caller));
+  GPUCKPT_RETURN_IF_ERROR(store_->Remove(node.snapshot));
   std::lock_guard lock(mu_);
-  trees_.erase(id);
+  if (auto it = trees_.find(node.snapshot); it != trees_.end() && it->second == tree)
+    trees_.erase(it);
   snapshots_read_ = {};
   return Status::Ok();
 }
@@ -193,18 +236,19 @@ Result<NodeId> StoreView::Child(const NodeId& parent, const std::string& name,
       return MakeNode(NodeKind::kPidDir, "", "", pid);
     }
     case NodeKind::kCheckpointsDir: {
-      auto tree = Tree(name);
-      if (!tree.ok()) return not_found();
-      return MakeNode(NodeKind::kSnapshotDir, name);
+      // Someone else's checkpoint is as absent as in the listing.
+      auto tree = CurrentTree(name);
+      if (!tree.ok() || !Visible((*tree)->owner, caller)) return not_found();
+      return SnapshotNode(NodeKind::kSnapshotDir, name, (*tree)->info.key);
     }
     case NodeKind::kSnapshotDir:
-      if (name == "manifest.json") return MakeNode(NodeKind::kManifest, parent.snapshot);
-      [[fallthrough]];
     case NodeKind::kSnapshotEntry: {
-      GPUCKPT_ASSIGN_OR_RETURN(auto tree, Tree(parent.snapshot));
+      GPUCKPT_ASSIGN_OR_RETURN(auto tree, VisibleTree(parent, caller));
+      if (parent.kind == NodeKind::kSnapshotDir && name == "manifest.json")
+        return SnapshotNode(NodeKind::kManifest, parent.snapshot, parent.key);
       const std::string path = parent.path.empty() ? name : parent.path + "/" + name;
       if (tree->entries.count(path) == 0) return not_found();
-      return MakeNode(NodeKind::kSnapshotEntry, parent.snapshot, path);
+      return SnapshotNode(NodeKind::kSnapshotEntry, parent.snapshot, parent.key, path);
     }
     case NodeKind::kPidDir:
       if (name == "ctl") return MakeNode(NodeKind::kPidCtl, "", "", parent.pid);
@@ -245,21 +289,21 @@ Result<std::vector<std::pair<std::string, NodeId>>> StoreView::Children(const No
       GPUCKPT_ASSIGN_OR_RETURN(auto list, Snapshots());
       for (auto& s : list) {
         if (!Visible(OwnerOf(s), caller)) continue;
-        out.push_back({s.id, MakeNode(NodeKind::kSnapshotDir, s.id)});
+        out.push_back({s.id, SnapshotNode(NodeKind::kSnapshotDir, s.id, s.key)});
       }
       std::sort(out.begin(), out.end());
       return out;
     }
     case NodeKind::kSnapshotDir:
-      out.push_back({"manifest.json", MakeNode(NodeKind::kManifest, dir.snapshot)});
-      [[fallthrough]];
     case NodeKind::kSnapshotEntry: {
-      GPUCKPT_ASSIGN_OR_RETURN(auto tree, Tree(dir.snapshot));
+      GPUCKPT_ASSIGN_OR_RETURN(auto tree, VisibleTree(dir, caller));
+      if (dir.kind == NodeKind::kSnapshotDir)
+        out.push_back({"manifest.json", SnapshotNode(NodeKind::kManifest, dir.snapshot, dir.key)});
       auto it = tree->children.find(dir.path);
       if (it == tree->children.end()) return Status::InvalidArgument("not a directory");
       for (const auto& name : it->second) {
         const std::string path = dir.path.empty() ? name : dir.path + "/" + name;
-        out.push_back({name, MakeNode(NodeKind::kSnapshotEntry, dir.snapshot, path)});
+        out.push_back({name, SnapshotNode(NodeKind::kSnapshotEntry, dir.snapshot, dir.key, path)});
       }
       return out;
     }
@@ -283,7 +327,7 @@ Result<std::vector<std::pair<std::string, NodeId>>> StoreView::Children(const No
   }
 }
 
-Result<struct stat> StoreView::Attributes(const NodeId& node) {
+Result<struct stat> StoreView::Attributes(const NodeId& node, const Caller& caller) {
   switch (node.kind) {
     case NodeKind::kRoot:
       return DirStat(0755);
@@ -302,7 +346,7 @@ Result<struct stat> StoreView::Attributes(const NodeId& node) {
       return FileStat(0666, 0);
     case NodeKind::kSnapshotDir: {
       // Images hold a process's whole memory: only its owner and root.
-      GPUCKPT_ASSIGN_OR_RETURN(auto tree, Tree(node.snapshot));
+      GPUCKPT_ASSIGN_OR_RETURN(auto tree, VisibleTree(node, caller));
       struct stat st = DirStat(0700);
       st.st_uid = tree->owner.uid;
       st.st_gid = tree->owner.gid;
@@ -310,7 +354,7 @@ Result<struct stat> StoreView::Attributes(const NodeId& node) {
       return st;
     }
     case NodeKind::kManifest: {
-      GPUCKPT_ASSIGN_OR_RETURN(auto tree, Tree(node.snapshot));
+      GPUCKPT_ASSIGN_OR_RETURN(auto tree, VisibleTree(node, caller));
       struct stat st = FileStat(0400, SnapshotManifestJson(tree->info).size());
       st.st_uid = tree->owner.uid;
       st.st_gid = tree->owner.gid;
@@ -318,7 +362,7 @@ Result<struct stat> StoreView::Attributes(const NodeId& node) {
       return st;
     }
     case NodeKind::kSnapshotEntry: {
-      GPUCKPT_ASSIGN_OR_RETURN(auto tree, Tree(node.snapshot));
+      GPUCKPT_ASSIGN_OR_RETURN(auto tree, VisibleTree(node, caller));
       auto it = tree->entries.find(node.path);
       if (it == tree->entries.end()) return Status::NotFound("no entry '" + node.path + "'");
       const FileEntry& e = it->second;
@@ -381,7 +425,7 @@ Result<std::string> StoreView::GeneratedContent(const NodeId& node, const Caller
     case NodeKind::kMetrics:
       return engine_->MetricsText();
     case NodeKind::kManifest: {
-      GPUCKPT_ASSIGN_OR_RETURN(auto tree, Tree(node.snapshot));
+      GPUCKPT_ASSIGN_OR_RETURN(auto tree, VisibleTree(node, caller));
       return SnapshotManifestJson(tree->info);
     }
     case NodeKind::kPidStatus: {
@@ -400,7 +444,7 @@ Result<std::string> StoreView::GeneratedContent(const NodeId& node, const Caller
 
 Result<std::unique_ptr<FileReader>> StoreView::OpenImage(const NodeId& node) {
   if (node.kind != NodeKind::kSnapshotEntry) return Status::InvalidArgument("not an image file");
-  GPUCKPT_ASSIGN_OR_RETURN(auto tree, Tree(node.snapshot));
+  GPUCKPT_ASSIGN_OR_RETURN(auto tree, Tree(node));
   if (auto it = tree->device_files.find(node.path); it != tree->device_files.end())
     return OpenDeviceFile(store_, node.snapshot, it->second);
   return store_->OpenFile(node.snapshot, node.path);
@@ -416,7 +460,7 @@ Result<std::string> StoreView::SymlinkTarget(const NodeId& node) {
     return "../../checkpoints/" + ids[n - 1];
   }
   if (node.kind != NodeKind::kSnapshotEntry) return Status::InvalidArgument("not a symlink");
-  GPUCKPT_ASSIGN_OR_RETURN(auto tree, Tree(node.snapshot));
+  GPUCKPT_ASSIGN_OR_RETURN(auto tree, Tree(node));
   auto it = tree->entries.find(node.path);
   if (it == tree->entries.end() || it->second.type != FileType::kSymlink) {
     return Status::InvalidArgument("not a symlink");

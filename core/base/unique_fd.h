@@ -23,6 +23,8 @@ class UniqueFd {
     return *this;
   }
   int get() const { return fd_; }
+  // Gives up ownership: the caller closes the descriptor.
+  int release() { return std::exchange(fd_, -1); }
 
  private:
   int fd_;

@@ -5,6 +5,7 @@
 #include <sched.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -15,7 +16,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <deque>
-#include <fstream>
 #include <memory>
 #include <sstream>
 
@@ -359,13 +359,22 @@ std::string ParseCriuVersion(const std::string& output) {
   return "";
 }
 
-std::string SummarizeCriuLog(const std::string& log_path, size_t max_lines) {
-  constexpr std::streamoff kTail = 4 << 20;  // logs of big dumps are long
-  std::ifstream in(log_path, std::ios::binary | std::ios::ate);
-  if (!in) return "";
-  const std::streamoff size = in.tellg();
-  in.seekg(size > kTail ? size - kTail : 0);
+std::string SummarizeCriuLog(int fd, size_t max_lines) {
+  constexpr off_t kTail = 4 << 20;  // logs of big dumps are long
+  struct stat st {};
+  if (fd < 0 || fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) return "";
+  off_t offset = st.st_size > kTail ? st.st_size - kTail : 0;
+  std::string text;
+  char buf[64 << 10];
+  while (text.size() < static_cast<size_t>(kTail)) {
+    const ssize_t n = pread(fd, buf, sizeof(buf), offset);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    text.append(buf, static_cast<size_t>(n));
+    offset += n;
+  }
   std::deque<std::string> errors, last;
+  std::istringstream in(text);
   std::string line;
   while (std::getline(in, line)) {
     if (line.find("Error (") != std::string::npos) errors.push_back(line);
@@ -377,6 +386,14 @@ std::string SummarizeCriuLog(const std::string& log_path, size_t max_lines) {
   std::string out;
   for (const std::string& l : pick) out += (out.empty() ? "" : "\n") + l;
   return out;
+}
+
+std::string SummarizeCriuLog(const std::string& log_path, size_t max_lines) {
+  const int fd = open(log_path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+  if (fd < 0) return "";
+  std::string summary = SummarizeCriuLog(fd, max_lines);
+  close(fd);
+  return summary;
 }
 
 }  // namespace gpuckpt

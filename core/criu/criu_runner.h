@@ -123,7 +123,12 @@ class Criu {
 
 // The lines worth showing a user from a CRIU log: its "Error (" lines (the
 // last `max_lines` of them), or its last `max_lines` lines when there is
-// none, joined by '\n'. "" when the log cannot be read.
+// none, joined by '\n'; only the last 4 MiB are read. "" when the log
+// cannot be read. The descriptor version reads through `fd` (from offset
+// 0, not moving its offset), which must be a regular file; the path
+// version opens `log_path` without following a symlink or blocking on a
+// FIFO, and reads nothing but a regular file.
+std::string SummarizeCriuLog(int fd, size_t max_lines = 4);
 std::string SummarizeCriuLog(const std::string& log_path, size_t max_lines = 4);
 
 // "4.1.1" from `criu --version` output ("Version: 4.1.1\nGitID: ..."), or

@@ -21,6 +21,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "core/base/display_text.h"
 #include "core/base/mono_clock.h"
 #include "core/base/small_file.h"
 #include "core/criu/image_streamer.h"
@@ -103,13 +104,15 @@ FrozenTime MeasureFrozenTime(const GpuBackend::LockSpan& gpu, int64_t dump_end_n
   return frozen;
 }
 
-Status CriuFailure(const std::string& what, const std::string& work, const std::string& log_name,
-                   const Status& served, Result<int>& exit) {
-  const std::string log = work + "/" + log_name;
-  std::string summary = SummarizeCriuLog(log);
-  // CRIU reports what happens before it opens its log (e.g. it cannot
-  // reach the image socket) on stderr only.
-  if (summary.empty()) summary = SummarizeCriuLog(work + "/criu.stderr");
+Status CriuFailure(const std::string& what, const CriuLogs& logs, const Status& served,
+                   Result<int>& exit) {
+  // The store ran out of space: CRIU then fails only because its pipe was
+  // closed ("Broken pipe"), so the store's error is the one that says what
+  // happened and what to do.
+  if (served.code() == StatusCode::kNoSpace) {
+    return Status::NoSpace(what + " failed: " + served.message());
+  }
+  const std::string summary = logs.Summary();
   if (summary.find("No space left") != std::string::npos) {
     return Status::NoSpace(what + " failed: " + summary);
   }
@@ -121,8 +124,7 @@ Status CriuFailure(const std::string& what, const std::string& work, const std::
   }
   if (!summary.empty()) message += ": " + summary;
   if (!served.ok() && (exit.ok() && *exit == 0)) message += ": " + served.message();
-  if (!served.ok() && served.code() == StatusCode::kNoSpace) return Status::NoSpace(message);
-  return Status::IOError(message + " (log: " + log + ")");
+  return Status::IOError(message + " (log: " + logs.log_path() + ")");
 }
 
 Result<SnapshotInfo> Engine::Checkpoint(const CheckpointRequest& request) {
@@ -231,6 +233,7 @@ Result<SnapshotInfo> Engine::DumpAndStore(const CheckpointRequest& request,
       {"pid", request.pid},
       {"command", DisplayCommand(process)},
       {"owner", {{"uid", process.creds.ruid}, {"gid", process.creds.rgid}}},
+      {"made_by", MadeByJson(request.caller)},
       {"tree", tree},
       {"mode", request.kill ? "kill" : "leave-running"},
       {"shell_job", NeedsShellJob(process, tree)},
@@ -265,20 +268,23 @@ Result<SnapshotInfo> Engine::DumpAndStore(const CheckpointRequest& request,
   std::string base;
   if (auto all = store_->List(); all.ok()) {
     for (auto it = all->rbegin(); it != all->rend(); ++it) {
-      const SnapshotOwner owner = OwnerOf(*it);
-      if (owner.pid == request.pid) {
+      if (IsCheckpointOfProcess(*it, request.pid, process.creds.ruid)) {
         extra["parent"] = it->id;
-        if (owner.uid == process.creds.ruid) base = it->id;
+        base = it->id;
         break;
       }
     }
   }
-  std::string name = request.name;
-  if (name.empty()) {
+  std::string name;
+  if (request.name.empty()) {
     GPUCKPT_ASSIGN_OR_RETURN(name, NextCheckpointName(request.pid));
+  } else {
+    GPUCKPT_RETURN_IF_ERROR(CheckCheckpointName(request.name));
+    name = CheckpointIdForName(request.name, request.caller);
   }
-  SnapshotSpec spec{name, "pid " + std::to_string(request.pid) + " (" + process.comm + ")",
-                    extra.dump(), base};
+  SnapshotSpec spec{
+      name, "pid " + std::to_string(request.pid) + " (" + DisplayText(process.comm) + ")",
+      extra.dump(), base};
   // CRIU's pipes are drained into staging memory as fast as CRIU writes
   // them, with hashing, compression and the disk behind, on idle CPU only
   // until CRIU is done: the tree is frozen for as long as CRIU runs. What
@@ -323,7 +329,14 @@ Result<SnapshotInfo> Engine::DumpAndStore(const CheckpointRequest& request,
   cmd.args.insert(cmd.args.end(), gpu.criu_args.begin(), gpu.criu_args.end());
   cmd.path_prepend = gpu.path_prepend;
   cmd.environment = gpu.environment;
-  if (process.creds.ruid != 0 && owners_in_tree.size() == 1) {
+  const bool dump_as_owner = process.creds.ruid != 0 && owners_in_tree.size() == 1;
+  // Made before the work dir is the user's, so the names are the daemon's.
+  GPUCKPT_ASSIGN_OR_RETURN(
+      auto criu_logs,
+      CriuLogs::Create(work, "dump.log",
+                       dump_as_owner ? std::optional<uint32_t>(process.creds.ruid) : std::nullopt,
+                       process.creds.rgid));
+  if (dump_as_owner) {
     // CRIU dumps a tree that is wholly one user's as that user
     // (CAP_CHECKPOINT_RESTORE and CAP_SYS_PTRACE only): least privilege, and
     // root may lack what a dump of another uid needs (CAP_SYS_RESOURCE for
@@ -335,8 +348,7 @@ Result<SnapshotInfo> Engine::DumpAndStore(const CheckpointRequest& request,
     GPUCKPT_RETURN_IF_ERROR(GiveTo(process.creds.ruid, process.creds.rgid,
                                    {work, images, gpu_options.scratch_dir, server->socket_path()}));
   }
-  StderrFile criu_stderr(work + "/criu.stderr");
-  cmd.stderr_fd = criu_stderr.fd();
+  cmd.stderr_fd = criu_logs->stderr_fd();
 
   // CRIU gives a failed dump's GPU processes back running itself; a dump
   // that succeeded with --leave-stopped left them stopped with their device
@@ -393,8 +405,8 @@ Result<SnapshotInfo> Engine::DumpAndStore(const CheckpointRequest& request,
   metrics_.ObserveStage("checkpoint", "dump", dump_s);
   if (!served.ok() || !exit.ok() || *exit != 0) {
     resume_on_failure();
-    Status failure = CriuFailure("criu dump of process " + std::to_string(request.pid), work,
-                                 "dump.log", served, exit);
+    Status failure =
+        CriuFailure("criu dump of process " + std::to_string(request.pid), *criu_logs, served, exit);
     // The driver could not lock the process in time (long GPU work in
     // flight): nothing is wrong, it runs on; try again later (EAGAIN).
     // (CRIU's summary also holds unrelated error lines; the log has all.)

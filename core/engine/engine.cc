@@ -13,10 +13,14 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <climits>
+#include <optional>
 #include <cerrno>
 #include <cstdlib>
 #include <nlohmann/json.hpp>
 
+#include "core/base/unique_fd.h"
+#include "core/criu/criu_runner.h"
 #include "core/engine/kill_journal.h"
 
 namespace gpuckpt {
@@ -41,23 +45,54 @@ Status MakePrivateDir(const std::string& path, mode_t mode) {
   return Status::Ok();
 }
 
-void RemoveTree(const std::string& path) {
-  DIR* d = opendir(path.c_str());
-  if (d != nullptr) {
-    while (dirent* e = readdir(d)) {
-      const std::string name = e->d_name;
-      if (name == "." || name == "..") continue;
-      const std::string child = path + "/" + name;
-      struct stat st {};
-      if (lstat(child.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
-        RemoveTree(child);
-      } else {
-        unlink(child.c_str());
-      }
-    }
-    closedir(d);
+// Removes what is in the directory `dir_fd` and below. Work directories
+// may be a user's (their CRIU wrote there): everything is reached through
+// descriptors, without following a symlink, so an entry swapped for a
+// symlink meanwhile removes the symlink, never what it points to.
+void RemoveContents(int dir_fd) {
+  const int dup_fd = dup(dir_fd);
+  if (dup_fd < 0) return;
+  DIR* d = fdopendir(dup_fd);
+  if (d == nullptr) {
+    close(dup_fd);
+    return;
   }
+  std::vector<std::string> names;
+  while (dirent* e = readdir(d)) {
+    const std::string name = e->d_name;
+    if (name != "." && name != "..") names.push_back(name);
+  }
+  closedir(d);
+  for (const auto& name : names) {
+    if (unlinkat(dir_fd, name.c_str(), 0) == 0 || errno != EISDIR) continue;
+    UniqueFd sub(openat(dir_fd, name.c_str(),
+                        O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
+    if (sub.get() >= 0) RemoveContents(sub.get());
+    unlinkat(dir_fd, name.c_str(), AT_REMOVEDIR);
+  }
+}
+
+void RemoveTree(const std::string& path) {
+  UniqueFd dir(open(path.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  if (dir.get() >= 0) RemoveContents(dir.get());
   rmdir(path.c_str());
+}
+
+// A file the daemon makes in a work directory for CRIU to write: created
+// anew (never an existing name, never through a symlink), readable back
+// through the returned descriptor, and given to `owner` when CRIU runs as
+// a user. -1 with errno set on failure.
+int MakeCriuOutputFile(const std::string& path, std::optional<uint32_t> owner_uid,
+                       uint32_t owner_gid) {
+  const int fd = open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+  if (fd < 0) return -1;
+  if (owner_uid && fchown(fd, *owner_uid, owner_gid) != 0) {
+    const int saved = errno;
+    close(fd);
+    errno = saved;
+    return -1;
+  }
+  return fd;
 }
 
 }  // namespace
@@ -71,11 +106,28 @@ Status GiveTo(uint32_t uid, uint32_t gid, const std::vector<std::string>& paths)
   return Status::Ok();
 }
 
-StderrFile::StderrFile(const std::string& path)
-    : fd_(open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600)) {}
+Result<std::unique_ptr<CriuLogs>> CriuLogs::Create(const std::string& work,
+                                                   const std::string& log_name,
+                                                   std::optional<uint32_t> owner_uid,
+                                                   uint32_t owner_gid) {
+  const std::string log_path = work + "/" + log_name;
+  UniqueFd log(MakeCriuOutputFile(log_path, owner_uid, owner_gid));
+  if (log.get() < 0) return StatusFromErrno(errno, log_path);
+  const std::string stderr_path = work + "/criu.stderr";
+  UniqueFd err(MakeCriuOutputFile(stderr_path, owner_uid, owner_gid));
+  if (err.get() < 0) return StatusFromErrno(errno, stderr_path);
+  return std::unique_ptr<CriuLogs>(new CriuLogs(log.release(), err.release(), log_path));
+}
 
-StderrFile::~StderrFile() {
-  if (fd_ >= 0) close(fd_);
+CriuLogs::~CriuLogs() {
+  close(log_fd_);
+  close(stderr_fd_);
+}
+
+std::string CriuLogs::Summary() const {
+  std::string summary = SummarizeCriuLog(log_fd_);
+  if (summary.empty()) summary = SummarizeCriuLog(stderr_fd_);
+  return summary;
 }
 
 SnapshotOwner OwnerOf(const SnapshotInfo& info) {
@@ -92,6 +144,63 @@ SnapshotOwner OwnerOf(const SnapshotInfo& info) {
   }
   owner.pid = static_cast<int>(number(extra, "pid"));
   return owner;
+}
+
+SnapshotMaker MakerOf(const SnapshotInfo& info) {
+  const SnapshotOwner owner = OwnerOf(info);
+  SnapshotMaker maker{owner.uid, owner.gid, {}};
+  auto extra = nlohmann::json::parse(info.extra_json, nullptr, /*allow_exceptions=*/false);
+  if (!extra.is_object()) return maker;
+  auto made_by = extra.find("made_by");
+  if (made_by == extra.end() || !made_by->is_object()) return maker;
+  auto id = [&](const char* key) -> std::optional<uint32_t> {
+    auto it = made_by->find(key);
+    if (it == made_by->end() || !it->is_number_unsigned() || it->get<uint64_t>() > UINT32_MAX)
+      return std::nullopt;
+    return static_cast<uint32_t>(it->get<uint64_t>());
+  };
+  const auto uid = id("uid"), gid = id("gid");
+  // A record that does not parse says nothing: the owner stands.
+  if (!uid || !gid) return maker;
+  maker = SnapshotMaker{*uid, *gid, {}};
+  if (auto groups = made_by->find("groups"); groups != made_by->end() && groups->is_array()) {
+    for (const auto& g : *groups)
+      if (g.is_number_unsigned() && g.get<uint64_t>() <= UINT32_MAX)
+        maker.groups.push_back(static_cast<uint32_t>(g.get<uint64_t>()));
+  }
+  return maker;
+}
+
+nlohmann::json MadeByJson(const Caller& caller) {
+  return {{"uid", caller.uid}, {"gid", caller.gid}, {"groups", caller.groups}};
+}
+
+bool IsCheckpointOfProcess(const SnapshotInfo& info, int pid, uint32_t owner_uid) {
+  const SnapshotOwner owner = OwnerOf(info);
+  if (owner.pid != pid || owner.uid != owner_uid) return false;
+  const uint32_t maker = MakerOf(info).uid;
+  return maker == owner_uid || maker == 0;
+}
+
+namespace {
+bool AllDigits(const std::string& s) {
+  return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
+}
+}  // namespace
+
+Status CheckCheckpointName(const std::string& name) {
+  const size_t dash = name.find('-');
+  if (dash != std::string::npos && AllDigits(name.substr(0, dash)) &&
+      AllDigits(name.substr(dash + 1))) {
+    return Status::InvalidArgument("checkpoint name '" + name +
+                                   "' has the form PID-N of the automatic names; choose another");
+  }
+  return Status::Ok();
+}
+
+std::string CheckpointIdForName(const std::string& name, const Caller& maker) {
+  if (maker.is_root()) return name;
+  return std::to_string(maker.uid) + "." + name;
 }
 
 Result<std::unique_ptr<Engine>> Engine::Create(Store* store, std::unique_ptr<GpuBackend> gpu,
@@ -178,9 +287,9 @@ Result<std::string> Engine::NextCheckpointName(int pid) {
   for (const auto& s : snapshots) {
     if (s.id.compare(0, prefix.size(), prefix) != 0) continue;
     const std::string rest = s.id.substr(prefix.size());
-    if (rest.empty() || rest.size() > 9 ||
-        !std::all_of(rest.begin(), rest.end(), [](char c) { return c >= '0' && c <= '9'; }))
-      continue;
+    // Only the engine makes names of this form (CheckCheckpointName), so
+    // they stay far below 2^64.
+    if (!AllDigits(rest) || rest.size() > 18) continue;
     highest = std::max<uint64_t>(highest, std::stoull(rest));
   }
   return prefix + std::to_string(highest + 1);

@@ -22,6 +22,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
@@ -104,10 +105,40 @@ struct RestoreRequest {
   Caller caller;
 };
 
+// CRIU's log and stderr for one run, made by the daemon in the run's work
+// directory before CRIU starts (given to `owner` when CRIU runs as a user)
+// and read back through the descriptors it keeps: the work directory is
+// the user's, and whatever they put at those names later (a symlink to a
+// root-only file, a FIFO) is never opened by the daemon.
+class CriuLogs {
+ public:
+  // `log_name` is what CRIU is told with -o (relative to the work dir).
+  static Result<std::unique_ptr<CriuLogs>> Create(const std::string& work,
+                                                  const std::string& log_name,
+                                                  std::optional<uint32_t> owner_uid,
+                                                  uint32_t owner_gid);
+  ~CriuLogs();
+  CriuLogs(const CriuLogs&) = delete;
+  CriuLogs& operator=(const CriuLogs&) = delete;
+  int stderr_fd() const { return stderr_fd_; }
+  const std::string& log_path() const { return log_path_; }
+  // The lines that say why CRIU failed: of its log, or of its stderr when
+  // the log holds none (CRIU reports what happens before it opens its log
+  // there only).
+  std::string Summary() const;
+
+ private:
+  CriuLogs(int log_fd, int stderr_fd, std::string log_path)
+      : log_fd_(log_fd), stderr_fd_(stderr_fd), log_path_(std::move(log_path)) {}
+  int log_fd_;
+  int stderr_fd_;
+  std::string log_path_;
+};
+
 // The error for a failed CRIU run: the lines of its log (or stderr) that
 // say why, classed kNoSpace when the disk filled, else kIOError.
-Status CriuFailure(const std::string& what, const std::string& work, const std::string& log_name,
-                   const Status& served, Result<int>& exit);
+Status CriuFailure(const std::string& what, const CriuLogs& logs, const Status& served,
+                   Result<int>& exit);
 
 // Gives the memory an operation freed back to the system: the read blocks
 // and chunk buffers of a large checkpoint would otherwise stay in malloc's
@@ -117,19 +148,6 @@ void ReleaseFreeMemory();
 // Hands the paths (work dirs, sockets) to a user's CRIU.
 Status GiveTo(uint32_t uid, uint32_t gid, const std::vector<std::string>& paths);
 
-// A file in a work dir for CRIU's stderr; fd() -1 if it could not be made.
-class StderrFile {
- public:
-  explicit StderrFile(const std::string& path);
-  ~StderrFile();
-  StderrFile(const StderrFile&) = delete;
-  StderrFile& operator=(const StderrFile&) = delete;
-  int fd() const { return fd_; }
-
- private:
-  int fd_;
-};
-
 // Who a checkpoint belongs to: its process's owner, recorded in the
 // manifest's "extra"; root for snapshots made without one (CLI imports).
 struct SnapshotOwner {
@@ -138,6 +156,35 @@ struct SnapshotOwner {
   int pid = 0;  // the checkpointed process, 0 if none
 };
 SnapshotOwner OwnerOf(const SnapshotInfo& info);
+
+// Who made a checkpoint: the user who asked for it (through <pid>/ctl) or
+// imported it, recorded in the manifest's "extra" as "made_by". A restore
+// never gives the restored tasks more than this user had, whoever asks for
+// it. Snapshots that predate the record count as made by their owner (the
+// least that the record could have said); CLI imports, by root.
+struct SnapshotMaker {
+  uint32_t uid = 0;
+  uint32_t gid = 0;
+  std::vector<uint32_t> groups;
+};
+SnapshotMaker MakerOf(const SnapshotInfo& info);
+// The "made_by" record of `caller`.
+nlohmann::json MadeByJson(const Caller& caller);
+
+// Whether `info` is listed under <pid>/checkpoints for the process `pid`
+// owned by `owner_uid`: a checkpoint of that pid, owned by that user, and
+// made by that user or by root. A checkpoint somebody else made (an import
+// claiming the pid of another user's job) is never among them.
+bool IsCheckpointOfProcess(const SnapshotInfo& info, int pid, uint32_t owner_uid);
+
+// A name given with `checkpoint --name` or `import DIR NAME` must not have
+// the form "<digits>-<digits>" that the automatic names ("<pid>-<n>") take;
+// the store checks the rest (letters, digits, '.', '_', '-'; 1 to 128).
+Status CheckCheckpointName(const std::string& name);
+// The id a checkpoint named `name` by `maker` gets: the name itself for
+// root, "<uid>.<name>" for anyone else, so that one user's names never
+// collide with, or block, another's.
+std::string CheckpointIdForName(const std::string& name, const Caller& maker);
 
 class Engine {
  public:
@@ -191,11 +238,15 @@ class Engine {
   Result<std::string> NextCheckpointName(int pid);
   Result<SnapshotInfo> DumpAndStore(const CheckpointRequest& request, const ProcessInfo& process,
                                     const std::vector<int>& tree, OperationBoard::Ticket* ticket);
-  Result<std::string> ResolveRestoreSource(const RestoreRequest& request);
+  // The id of the checkpoint a restore names; *imported when it was
+  // imported from outside the mount for this restore.
+  Result<std::string> ResolveRestoreSource(const RestoreRequest& request, bool* imported);
   Result<SnapshotInfo> ImportImageDir(const std::string& path, const std::string& name,
                                       const Caller& caller);
+  // Restores as `as` (CRIU runs with their credentials unless root); the
+  // tree's root comes back as `root_pid`.
   Result<int> RestoreSnapshot(const std::string& id, bool shell_job, const CriuGpuSetup& gpu,
-                              const Caller& caller, OperationBoard::Ticket* ticket);
+                              const Caller& as, int root_pid, OperationBoard::Ticket* ticket);
   void RecoverInterruptedKills();
   std::string JournalDir() const;
 

@@ -4,17 +4,19 @@
 // checkpoints/), check who may restore them, then serve them to
 // `criu restore --stream` from the store.
 //
-// Who may do what, for a caller that is not root:
+// Who may do what:
 //  - a checkpoint in the store: only its owner (the checkpointed process's
-//    owner) may restore it;
-//  - a directory from outside is read as root, so every directory, file and
-//    symlink in it must belong to the caller (AddDirectoryOptions): nobody
-//    gets other people's files into a checkpoint of theirs, whichever
-//    symlinks the path went through;
-//  - the images' credentials (every task's uids, gids, capabilities) must be
-//    the caller's own and carry no capability, and CRIU restores with the
-//    caller's credentials (`--unprivileged`, CAP_CHECKPOINT_RESTORE only), so
-//    a crafted image cannot open files the caller could not.
+//    owner) may restore it, and root;
+//  - a path from outside is resolved with the caller's rights (ActingAs),
+//    so it tells nobody what lies in directories they cannot read; below
+//    it, every directory, file and symlink must belong to the caller
+//    (AddDirectoryOptions), and nothing is followed or opened blocking;
+//  - a restore never gives the restored tasks more than the user who made
+//    the checkpoint had, whoever asks (root included): every task's and
+//    every thread's uids and gids must be that user's, with no capability,
+//    and CRIU restores with that user's credentials (`--unprivileged`), so
+//    a crafted image cannot open files the user could not. Only a
+//    checkpoint root made is restored with whatever the images say.
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <signal.h>
@@ -33,16 +35,22 @@
 #include <set>
 #include <thread>
 
+#include "core/base/display_text.h"
+#include "core/base/small_file.h"
 #include "core/base/unique_fd.h"
 #include "core/criu/image_streamer.h"
 #include "core/criu/images.h"
 #include "core/engine/engine.h"
+#include "core/proc/acting_as.h"
 
 namespace gpuckpt {
 namespace {
 
 // Image records gpuckpt parses are small; a bigger one is not CRIU's.
 constexpr uint64_t kMaxParsedImage = 64u << 20;
+// A checkpoint's manifest is a few KiB (a few hundred bytes per GPU and
+// per range of device memory); what a copy brings is read only this far.
+constexpr uint64_t kMaxCopiedManifest = 1u << 20;
 
 // "/a//b/./c/../d/" -> "/a/b/d"; only for recognising paths in the mount.
 std::string Normalize(const std::string& path) {
@@ -76,17 +84,26 @@ std::vector<std::string> Split(const std::string& rel) {
   return parts;
 }
 
+// The whole of `name` in `dir_fd`, a file a user handed in: the name is not
+// followed if it is a symlink, a FIFO or device is not opened blocking, and
+// the descriptor must be a regular file of `owner` (when given) no larger
+// than `max_bytes`.
 Result<std::string> ReadWholeFile(int dir_fd, const std::string& name, const std::string& shown,
-                                  std::optional<uint32_t> owner) {
-  UniqueFd fd(openat(dir_fd, name.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY));
-  if (fd.get() < 0) return StatusFromErrno(errno, shown);
+                                  std::optional<uint32_t> owner, uint64_t max_bytes) {
+  UniqueFd fd(
+      openat(dir_fd, name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC | O_NOCTTY));
+  if (fd.get() < 0) {
+    if (errno == ELOOP) return Status::InvalidArgument(shown + " is a symlink");
+    return StatusFromErrno(errno, shown);
+  }
   struct stat st {};
   if (fstat(fd.get(), &st) != 0) return StatusFromErrno(errno, shown);
   if (!S_ISREG(st.st_mode)) return Status::InvalidArgument(shown + " is not a regular file");
   if (owner && st.st_uid != *owner)
     return Status::PermissionDenied(shown + " belongs to uid " + std::to_string(st.st_uid));
-  if (static_cast<uint64_t>(st.st_size) > kMaxParsedImage)
-    return Status::InvalidArgument(shown + " is too large for a CRIU image of its kind");
+  if (static_cast<uint64_t>(st.st_size) > max_bytes)
+    return Status::InvalidArgument(fmt::format("{} is too large ({} bytes; at most {} are read)",
+                                               shown, st.st_size, max_bytes));
   std::string data(static_cast<size_t>(st.st_size), '\0');
   size_t done = 0;
   while (done < data.size()) {
@@ -106,34 +123,47 @@ Result<std::string> ReadStoredFile(Store* store, const std::string& id, const st
 
 bool IsRootPid(const CriuTask& t) { return t.ppid == 0; }
 
-// Non-root callers restore only images whose every task is theirs, with no
-// capability: CRIU would otherwise hand them another user's identity.
+// A restore as `as` (not root) is allowed only for images whose every task
+// and every thread has `as`'s uids and gids and holds no capability: CRIU
+// restores each thread's credentials from its own core-<tid>.img, and would
+// otherwise hand out another user's identity or root's powers.
 Status CheckImageCredentials(Store* store, const std::string& id,
-                             const std::vector<CriuTask>& tasks, const Caller& caller) {
-  if (caller.is_root()) return Status::Ok();
+                             const std::vector<CriuTask>& tasks, const Caller& as) {
+  if (as.is_root()) return Status::Ok();
   auto empty = [](const std::vector<uint32_t>& caps) {
     return std::all_of(caps.begin(), caps.end(), [](uint32_t c) { return c == 0; });
   };
   for (const auto& task : tasks) {
-    const std::string path = "images/core-" + std::to_string(task.pid) + ".img";
-    GPUCKPT_ASSIGN_OR_RETURN(std::string bytes, ReadStoredFile(store, id, path));
-    GPUCKPT_ASSIGN_OR_RETURN(CriuCreds c, ParseCoreCreds(bytes));
-    const bool uids = c.uid == caller.uid && c.euid == caller.uid && c.suid == caller.uid &&
-                      c.fsuid == caller.uid;
-    const bool gids = caller.InGroup(c.gid) && caller.InGroup(c.egid) && caller.InGroup(c.sgid) &&
-                      caller.InGroup(c.fsgid) &&
-                      std::all_of(c.groups.begin(), c.groups.end(),
-                                  [&](uint32_t g) { return caller.InGroup(g); });
-    if (!uids || !gids) {
-      return Status::PermissionDenied(fmt::format(
-          "process {} of checkpoint {} ran as uid {} gid {}: only root may restore another "
-          "user's process",
-          task.pid, id, c.uid, c.gid));
-    }
-    if (!empty(c.cap_prm) || !empty(c.cap_eff) || !empty(c.cap_inh) || !empty(c.cap_amb)) {
-      return Status::PermissionDenied(
-          fmt::format("process {} of checkpoint {} holds capabilities: only root may restore it",
-                      task.pid, id));
+    std::set<uint32_t> ids(task.threads.begin(), task.threads.end());
+    ids.insert(task.pid);
+    for (uint32_t tid : ids) {
+      const std::string path = "images/core-" + std::to_string(tid) + ".img";
+      GPUCKPT_ASSIGN_OR_RETURN(std::string bytes, ReadStoredFile(store, id, path));
+      auto creds = ParseCoreCreds(bytes, path);
+      if (!creds.ok()) {
+        return Status::PermissionDenied(fmt::format(
+            "thread {} of checkpoint {} has no credentials that can be checked ({})", tid, id,
+            creds.status().message()));
+      }
+      const CriuCreds& c = *creds;
+      const bool uids =
+          c.uid == as.uid && c.euid == as.uid && c.suid == as.uid && c.fsuid == as.uid;
+      const bool gids = as.InGroup(c.gid) && as.InGroup(c.egid) && as.InGroup(c.sgid) &&
+                        as.InGroup(c.fsgid) &&
+                        std::all_of(c.groups.begin(), c.groups.end(),
+                                    [&](uint32_t g) { return as.InGroup(g); });
+      if (!uids || !gids) {
+        return Status::PermissionDenied(fmt::format(
+            "thread {} of process {} in checkpoint {} claims uid {} gid {}, but the checkpoint "
+            "can only be restored as uid {} (who made it, or who asks)",
+            tid, task.pid, id, c.uid, c.gid, as.uid));
+      }
+      if (!empty(c.cap_prm) || !empty(c.cap_eff) || !empty(c.cap_inh) || !empty(c.cap_amb)) {
+        return Status::PermissionDenied(fmt::format(
+            "thread {} of process {} in checkpoint {} claims capabilities, which uid {} does not "
+            "have",
+            tid, task.pid, id, as.uid));
+      }
     }
   }
   return Status::Ok();
@@ -307,7 +337,8 @@ Status StreamFile(FileReader* reader, int fd, const std::string& name,
 
 }  // namespace
 
-Result<std::string> Engine::ResolveRestoreSource(const RestoreRequest& request) {
+Result<std::string> Engine::ResolveRestoreSource(const RestoreRequest& request, bool* imported) {
+  *imported = false;
   const std::string& path = request.path;
   if (path.empty()) return Status::InvalidArgument("write the path of a checkpoint to restore");
   if (path[0] != '/') return Status::InvalidArgument("'" + path + "' is not an absolute path");
@@ -320,11 +351,24 @@ Result<std::string> Engine::ResolveRestoreSource(const RestoreRequest& request) 
         (parts.size() == 2 || (parts.size() == 3 && parts[2] == "images"))) {
       id = parts[1];
     } else if (parts.size() == 3 && parts[1] == "checkpoints") {
-      // <pid>/checkpoints/<n|latest>
+      // <pid>/checkpoints/<n|latest>: the process's own checkpoints, as
+      // its directory lists them. Once it is gone (the usual case for a
+      // restore) its owner is no longer known: a user's request then means
+      // theirs; root's, those made by their owner or by root.
+      char* pid_end = nullptr;
+      const long pid = std::strtol(parts[0].c_str(), &pid_end, 10);
+      if (*pid_end != '\0' || pid <= 0 || pid > (1 << 22))
+        return Status::InvalidArgument(path + " is not a checkpoint directory of this mount");
+      std::optional<uint32_t> owner;
+      if (auto process = processes_->Get(static_cast<int>(pid)); process.ok())
+        owner = process->creds.ruid;
+      else if (!request.caller.is_root())
+        owner = request.caller.uid;
       GPUCKPT_ASSIGN_OR_RETURN(auto all, store_->List());
       std::vector<std::string> mine;
       for (const auto& s : all)
-        if (std::to_string(OwnerOf(s).pid) == parts[0]) mine.push_back(s.id);
+        if (IsCheckpointOfProcess(s, static_cast<int>(pid), owner.value_or(OwnerOf(s).uid)))
+          mine.push_back(s.id);
       if (parts[2] == "latest" && !mine.empty()) {
         id = mine.back();
       } else {
@@ -343,6 +387,7 @@ Result<std::string> Engine::ResolveRestoreSource(const RestoreRequest& request) 
     return id;
   }
   GPUCKPT_ASSIGN_OR_RETURN(SnapshotInfo info, ImportImageDir(path, "", request.caller));
+  *imported = true;
   return info.id;
 }
 
@@ -357,10 +402,19 @@ Result<SnapshotInfo> Engine::Import(const std::string& path, const std::string& 
 
 Result<SnapshotInfo> Engine::ImportImageDir(const std::string& path, const std::string& name,
                                             const Caller& caller) {
-  UniqueFd top(open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!name.empty()) GPUCKPT_RETURN_IF_ERROR(CheckCheckpointName(name));
+  // The path is the caller's to resolve: with their rights, so that it
+  // reaches nothing they could not, and its error says no more than theirs
+  // would. Below it, every entry must be the caller's own.
+  UniqueFd top;
+  {
+    GPUCKPT_ASSIGN_OR_RETURN(auto as_caller, ActingAs::Begin(caller));
+    top = UniqueFd(open(path.c_str(), O_RDONLY | O_DIRECTORY | O_NONBLOCK | O_CLOEXEC));
+  }
+  const std::string shown = DisplayText(path);
   if (top.get() < 0) {
-    if (errno == ENOTDIR) return Status::InvalidArgument(path + " is not a directory");
-    return StatusFromErrno(errno, path);
+    if (errno == ENOTDIR) return Status::InvalidArgument(shown + " is not a directory");
+    return StatusFromErrno(errno, shown);
   }
   std::optional<uint32_t> owner;
   if (!caller.is_root()) owner = caller.uid;
@@ -368,37 +422,50 @@ Result<SnapshotInfo> Engine::ImportImageDir(const std::string& path, const std::
   // own directory of images.
   UniqueFd images_fd;
   std::string images_shown;
+  bool is_copy = false;  // of a checkpoint, with images/ below it
   struct stat st {};
   if (fstatat(top.get(), "images/pstree.img", &st, AT_SYMLINK_NOFOLLOW) == 0) {
-    images_fd =
-        UniqueFd(openat(top.get(), "images", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
-    images_shown = path + "/images";
+    images_fd = UniqueFd(
+        openat(top.get(), "images", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
+    images_shown = shown + "/images";
+    is_copy = true;
   } else if (fstatat(top.get(), "pstree.img", &st, AT_SYMLINK_NOFOLLOW) == 0) {
     images_fd = UniqueFd(dup(top.get()));
-    images_shown = path;
+    images_shown = shown;
   } else {
-    return Status::InvalidArgument(path +
+    return Status::InvalidArgument(shown +
                                    " is not a checkpoint: it has no pstree.img (nor "
                                    "images/pstree.img)");
   }
   if (images_fd.get() < 0) return StatusFromErrno(errno, images_shown);
-  GPUCKPT_ASSIGN_OR_RETURN(std::string pstree, ReadWholeFile(images_fd.get(), "pstree.img",
-                                                             images_shown + "/pstree.img", owner));
+  GPUCKPT_ASSIGN_OR_RETURN(
+      std::string pstree, ReadWholeFile(images_fd.get(), "pstree.img",
+                                        images_shown + "/pstree.img", owner, kMaxParsedImage));
   GPUCKPT_ASSIGN_OR_RETURN(auto tasks, ParsePstreeImage(pstree));
   auto root = std::find_if(tasks.begin(), tasks.end(), IsRootPid);
   if (tasks.empty() || root == tasks.end())
     return Status::InvalidArgument(images_shown + "/pstree.img names no process");
   const int pid = static_cast<int>(root->pid);
 
-  nlohmann::json extra = {
-      {"pid", pid}, {"owner", {{"uid", caller.uid}, {"gid", caller.gid}}}, {"imported_from", path}};
+  nlohmann::json extra = {{"pid", pid},
+                          {"owner", {{"uid", caller.uid}, {"gid", caller.gid}}},
+                          {"made_by", MadeByJson(caller)},
+                          {"imported_from", DisplayText(path)}};
   // A copy of a checkpoint brings its manifest: what a restore needs to
   // know of it (the GPU stack, its GPUs, --shell-job) is taken over, each
   // field checked for its type; the rest (owner, sizes) is this import's.
-  if (images_shown != path) {
-    auto manifest = ReadWholeFile(top.get(), "manifest.json", path + "/manifest.json", owner);
+  if (is_copy) {
+    auto manifest = ReadWholeFile(top.get(), "manifest.json", shown + "/manifest.json",
+                                  owner, kMaxCopiedManifest);
+    // A copy may lack its manifest (it is advisory: CRIU's images are
+    // the checkpoint), but one that is there must be a plain, small file
+    // of the caller's that parses.
+    if (!manifest.ok() && manifest.status().code() != StatusCode::kNotFound)
+      return manifest.status();
     if (manifest.ok()) {
       auto copied = nlohmann::json::parse(*manifest, nullptr, false);
+      if (copied.is_discarded())
+        return Status::InvalidArgument(shown + "/manifest.json is not JSON");
       const nlohmann::json* from = nullptr;
       if (copied.is_object() && copied.contains("extra") && copied["extra"].is_object())
         from = &copied["extra"];
@@ -425,11 +492,13 @@ Result<SnapshotInfo> Engine::ImportImageDir(const std::string& path, const std::
     }
   }
   for (int attempt = 0;; ++attempt) {
-    std::string id = name;
-    if (id.empty()) {
+    std::string id;
+    if (name.empty()) {
       GPUCKPT_ASSIGN_OR_RETURN(id, NextCheckpointName(pid));
+    } else {
+      id = CheckpointIdForName(name, caller);
     }
-    auto writer = store_->BeginSnapshot({id, path, extra.dump(), /*base=*/""});
+    auto writer = store_->BeginSnapshot({id, shown, extra.dump(), /*base=*/""});
     if (!writer.ok()) {
       // Another checkpoint of this pid took the number meanwhile.
       if (writer.status().code() == StatusCode::kAlreadyExists && name.empty() && attempt < 8)
@@ -438,26 +507,38 @@ Result<SnapshotInfo> Engine::ImportImageDir(const std::string& path, const std::
     }
     GPUCKPT_RETURN_IF_ERROR(
         AddDirectoryToSnapshot(writer->get(), images_fd.get(), images_shown, {"images", owner}));
-    if (images_shown != path && fstatat(top.get(), "device", &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+    if (is_copy && fstatat(top.get(), "device", &st, AT_SYMLINK_NOFOLLOW) == 0 &&
         S_ISDIR(st.st_mode)) {
-      UniqueFd device(openat(top.get(), "device", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
-      if (device.get() < 0) return StatusFromErrno(errno, path + "/device");
-      GPUCKPT_RETURN_IF_ERROR(
-          AddDirectoryToSnapshot(writer->get(), device.get(), path + "/device", {"device", owner}));
+      UniqueFd device(openat(top.get(), "device",
+                             O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
+      if (device.get() < 0) return StatusFromErrno(errno, shown + "/device");
+      GPUCKPT_RETURN_IF_ERROR(AddDirectoryToSnapshot(writer->get(), device.get(), shown + "/device",
+                                                     {"device", owner}));
     }
     return (*writer)->Commit();
   }
 }
 
 Result<int> Engine::Restore(const RestoreRequest& request) {
+  bool imported = false;
+  std::string id;
   auto run = [&]() -> Result<int> {
-    GPUCKPT_ASSIGN_OR_RETURN(std::string id, ResolveRestoreSource(request));
+    GPUCKPT_ASSIGN_OR_RETURN(id, ResolveRestoreSource(request, &imported));
+    GPUCKPT_ASSIGN_OR_RETURN(SnapshotInfo info, store_->Get(id));
+    // Who the restored tasks may be: the caller, or for root, the user who
+    // made the checkpoint (root only restores what root made with whatever
+    // credentials the images hold).
+    Caller as = request.caller;
+    if (as.is_root()) {
+      const SnapshotMaker maker = MakerOf(info);
+      as = Caller{maker.uid, maker.gid, 0, maker.groups};
+    }
     GPUCKPT_ASSIGN_OR_RETURN(std::string pstree, ReadStoredFile(store_, id, "images/pstree.img"));
     GPUCKPT_ASSIGN_OR_RETURN(auto tasks, ParsePstreeImage(pstree));
     auto root = std::find_if(tasks.begin(), tasks.end(), IsRootPid);
     if (root == tasks.end())
       return Status::InvalidArgument("checkpoint " + id + " names no root process");
-    GPUCKPT_RETURN_IF_ERROR(CheckImageCredentials(store_, id, tasks, request.caller));
+    GPUCKPT_RETURN_IF_ERROR(CheckImageCredentials(store_, id, tasks, as));
     GPUCKPT_RETURN_IF_ERROR(CheckIdsFree(tasks));
     // What the manifest says of how to restore it: whether CRIU needed
     // --shell-job (an imported plain image dir is tried as a standalone
@@ -465,28 +546,29 @@ Result<int> Engine::Restore(const RestoreRequest& request) {
     bool shell_job = false;
     GpuRestoreOptions gpu_options;
     gpu_options.gpu_map = request.gpu_map;
-    if (auto info = store_->Get(id); info.ok()) {
-      auto extra = nlohmann::json::parse(info->extra_json, nullptr, false);
-      if (extra.is_object()) {
-        if (extra.contains("shell_job") && extra["shell_job"].is_boolean())
-          shell_job = extra["shell_job"];
-        if (extra.contains("gpu_backend") && extra["gpu_backend"].is_string())
-          gpu_options.checkpoint_backend = extra["gpu_backend"];
-        if (extra.contains("gpus") && extra["gpus"].is_array()) {
-          for (const auto& g : extra["gpus"])
-            if (g.is_object() && g.contains("uuid") && g["uuid"].is_string())
-              gpu_options.checkpoint_gpus.push_back(g["uuid"]);
-        }
+    auto extra = nlohmann::json::parse(info.extra_json, nullptr, false);
+    if (extra.is_object()) {
+      if (extra.contains("shell_job") && extra["shell_job"].is_boolean())
+        shell_job = extra["shell_job"];
+      if (extra.contains("gpu_backend") && extra["gpu_backend"].is_string())
+        gpu_options.checkpoint_backend = extra["gpu_backend"];
+      if (extra.contains("gpus") && extra["gpus"].is_array()) {
+        for (const auto& g : extra["gpus"])
+          if (g.is_object() && g.contains("uuid") && g["uuid"].is_string())
+            gpu_options.checkpoint_gpus.push_back(g["uuid"]);
       }
     }
     GPUCKPT_ASSIGN_OR_RETURN(CriuGpuSetup gpu, gpu_->SetupForRestore(gpu_options));
     GPUCKPT_ASSIGN_OR_RETURN(auto ticket, board_.Begin(static_cast<int>(root->pid), "restore"));
-    auto pid = RestoreSnapshot(id, shell_job, gpu, request.caller, ticket.get());
+    auto pid = RestoreSnapshot(id, shell_job, gpu, as, static_cast<int>(root->pid), ticket.get());
     ticket->SetResult(pid.ok() ? fmt::format("restore of {} ok as pid {}", id, *pid)
                                : "restore of " + id + " failed: " + pid.status().message());
     return pid;
   };
   auto pid = run();
+  // A copy that could not be restored leaves nothing behind in the store:
+  // the copy itself is where it was.
+  if (!pid.ok() && imported) store_->Remove(id).PermitUnchecked();
   ReleaseFreeMemory();
   metrics_.CountOperation("restore", pid.ok() ? "ok" : ResultLabel(pid.status().code()));
   SetRestoreResult(request.caller.uid,
@@ -496,7 +578,8 @@ Result<int> Engine::Restore(const RestoreRequest& request) {
 }
 
 Result<int> Engine::RestoreSnapshot(const std::string& id, bool shell_job, const CriuGpuSetup& gpu,
-                                    const Caller& caller, OperationBoard::Ticket* ticket) {
+                                    const Caller& as, int root_pid,
+                                    OperationBoard::Ticket* ticket) {
   const auto start = std::chrono::steady_clock::now();
   GPUCKPT_ASSIGN_OR_RETURN(auto files, store_->ListFiles(id));
   std::set<std::string> images;
@@ -509,13 +592,16 @@ Result<int> Engine::RestoreSnapshot(const std::string& id, bool shell_job, const
   const std::string images_dir = work + "/images";
   if (mkdir(images_dir.c_str(), 0700) != 0) return StatusFromErrno(errno, images_dir);
   GPUCKPT_ASSIGN_OR_RETURN(auto server, ImageServeServer::Listen(images_dir));
-  if (!caller.is_root()) {
-    // CRIU runs as the caller: it writes its log here and connects to the
+  // Made before the work dir is the user's, so the names are the daemon's.
+  GPUCKPT_ASSIGN_OR_RETURN(
+      auto criu_logs,
+      CriuLogs::Create(work, "restore.log",
+                       as.is_root() ? std::nullopt : std::optional<uint32_t>(as.uid), as.gid));
+  if (!as.is_root()) {
+    // CRIU runs as that user: it writes its log here and connects to the
     // socket. The work dir's parent stays root's.
-    GPUCKPT_RETURN_IF_ERROR(
-        GiveTo(caller.uid, caller.gid, {work, images_dir, server->socket_path()}));
+    GPUCKPT_RETURN_IF_ERROR(GiveTo(as.uid, as.gid, {work, images_dir, server->socket_path()}));
   }
-  StderrFile criu_stderr(work + "/criu.stderr");
   const std::string pidfile = work + "/restored.pid";
   CriuCommand cmd;
   cmd.work_dir = work;
@@ -529,18 +615,18 @@ Result<int> Engine::RestoreSnapshot(const std::string& id, bool shell_job, const
   if (shell_job) cmd.args.push_back("--shell-job");
   // The TCP connections the dump took (checkpoint.cc) are restored too.
   cmd.args.push_back("--tcp-established");
-  if (!caller.is_root()) {
+  if (!as.is_root()) {
     cmd.args.push_back("--unprivileged");
     // CAP_SETPCAP as well: CRIU's restorer drops every capability missing
     // from the image's bounding set one by one, which needs it. The image's
     // credentials were checked to hold no capability at all.
-    cmd.run_as = CriuCredentials{caller.uid, caller.gid, caller.groups,
+    cmd.run_as = CriuCredentials{as.uid, as.gid, as.groups,
                                  /*keep_sys_ptrace=*/false, /*keep_setpcap=*/true};
   }
   cmd.args.insert(cmd.args.end(), gpu.criu_args.begin(), gpu.criu_args.end());
   cmd.path_prepend = gpu.path_prepend;
   cmd.environment = gpu.environment;
-  cmd.stderr_fd = criu_stderr.fd();
+  cmd.stderr_fd = criu_logs->stderr_fd();
 
   ticket->SetStage("restore");
   auto criu = criu_.Start(cmd);
@@ -559,7 +645,7 @@ Result<int> Engine::RestoreSnapshot(const std::string& id, bool shell_job, const
       "restore", "restore",
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   if (!served.ok() || !exit.ok() || *exit != 0) {
-    Status failure = CriuFailure("criu restore of " + id, work, "restore.log", served, exit);
+    Status failure = CriuFailure("criu restore of " + id, *criu_logs, served, exit);
     // A port the checkpoint's sockets bind is taken. Most often by the
     // checkpointed job's own closed connections, which the kernel keeps in
     // TIME_WAIT for a minute after they closed (a restore right after a
@@ -572,11 +658,15 @@ Result<int> Engine::RestoreSnapshot(const std::string& id, bool shell_job, const
           failure.message());
     return failure;
   }
-  UniqueFd pf(open(pidfile.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
-  char buf[32] = {};
-  const ssize_t n = pf.get() >= 0 ? read(pf.get(), buf, sizeof(buf) - 1) : -1;
-  const int pid = n > 0 ? std::atoi(buf) : 0;
+  // CRIU (perhaps the user's) wrote the pid file into the work dir: read
+  // as untrusted, and only believed when it names the tree's root, which
+  // CRIU restores with its old pid.
+  auto pid_text = ReadSmallFileNoFollow(pidfile, 32);
+  const int pid = pid_text.ok() ? std::atoi(pid_text->c_str()) : 0;
   if (pid <= 0) return Status::IOError("criu restored " + id + " but wrote no pid");
+  if (pid != root_pid)
+    return Status::IOError(fmt::format("criu restored {} but says its root is pid {}, not {}", id,
+                                       pid, root_pid));
   work_dir->MarkSucceeded();
   return pid;
 }

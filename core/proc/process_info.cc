@@ -15,6 +15,8 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "core/base/display_text.h"
+
 namespace gpuckpt {
 namespace {
 
@@ -545,7 +547,9 @@ std::string DisplayCommand(const ProcessInfo& info) {
     s.resize(cut);
     s += "...";
   }
-  return s;
+  // Arguments are bytes (a Latin-1 file name, say): shown and stored in
+  // JSON as valid UTF-8.
+  return DisplayText(s);
 }
 
 }  // namespace gpuckpt

@@ -139,7 +139,10 @@ struct Walk {
 
   Status File(int dir_fd, const std::string& name, const std::string& shown, FileEntry e,
               const struct stat& walked) {
-    UniqueFd fd(openat(dir_fd, name.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY));
+    // Non-blocking: a FIFO swapped in since the walk saw a file must not
+    // hold the daemon (the type is checked on the descriptor below).
+    UniqueFd fd(
+        openat(dir_fd, name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC | O_NOCTTY));
     if (fd.get() < 0) return StatusFromErrno(errno, shown);
     struct stat before {};
     if (fstat(fd.get(), &before) != 0) return StatusFromErrno(errno, shown);

@@ -37,7 +37,9 @@ Status StoreImpl::Export(const std::string& id, const std::string& dest_dir_in,
   std::string dest_dir = dest_dir_in;
   while (dest_dir.size() > 1 && dest_dir.back() == '/') dest_dir.pop_back();
   if (dest_dir.empty()) return Status::InvalidArgument("destination is empty");
-  GPUCKPT_ASSIGN_OR_RETURN(SnapshotInfo info, Get(id));
+  // Pinned: a Remove() (and Gc()) while the export runs leaves it whole.
+  GPUCKPT_ASSIGN_OR_RETURN(auto pinned, PinSnapshot(id));
+  const SnapshotInfo& info = pinned.first;
   GPUCKPT_ASSIGN_OR_RETURN(auto records, ReadFileRecords(info.key));
 
   struct stat st {};

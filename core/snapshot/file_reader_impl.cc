@@ -13,10 +13,7 @@
 namespace gpuckpt {
 
 Status FileReaderImpl::MissingExtent(uint64_t offset) const {
-  // Either the snapshot was removed under us, or the index is damaged.
-  if (!store_->Get(snapshot_id_).ok()) {
-    return Status::NotFound("snapshot '" + snapshot_id_ + "' was removed");
-  }
+  // The pin keeps the extents of a removed snapshot: the index is damaged.
   return Status::Corruption("snapshot '" + snapshot_id_ + "' file '" + entry_.path +
                             "': no extent covers offset " + std::to_string(offset));
 }

@@ -1,22 +1,25 @@
 // FileReaderImpl: FileReader on the extents column family. Holds no
 // iterator between calls (an open iterator pins RocksDB's files), so a
-// reader may be kept open indefinitely. Thread-safe; borrows the StoreImpl.
+// reader may be kept open indefinitely. Owns a SnapshotPin: the snapshot's
+// records and chunks stay, and reads return the same bytes, until the
+// reader is destroyed, even if the snapshot is removed and gc runs
+// meanwhile. Thread-safe; borrows the StoreImpl.
 #ifndef GPUCKPT_CORE_SNAPSHOT_FILE_READER_IMPL_H_
 #define GPUCKPT_CORE_SNAPSHOT_FILE_READER_IMPL_H_
 
 #include <string>
 
+#include "core/snapshot/store_impl.h"
 #include "gpuckpt/file_reader.h"
 
 namespace gpuckpt {
 
-class StoreImpl;
-
 class FileReaderImpl final : public FileReader {
  public:
-  FileReaderImpl(StoreImpl* store, std::string snapshot_id, uint64_t snapshot_key,
-                 uint32_t file_index, FileEntry entry)
+  FileReaderImpl(StoreImpl* store, SnapshotPin pin, std::string snapshot_id,
+                 uint64_t snapshot_key, uint32_t file_index, FileEntry entry)
       : store_(store),
+        pin_(std::move(pin)),
         snapshot_id_(std::move(snapshot_id)),
         snapshot_key_(snapshot_key),
         file_index_(file_index),
@@ -29,6 +32,7 @@ class FileReaderImpl final : public FileReader {
   Status MissingExtent(uint64_t offset) const;
 
   StoreImpl* store_;
+  const SnapshotPin pin_;
   const std::string snapshot_id_;
   const uint64_t snapshot_key_;
   const uint32_t file_index_;

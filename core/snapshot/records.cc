@@ -2,6 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/base/display_text.h"
 #include "core/store/chunk_codec.h"
 #include "core/store/format.h"
 #include "gpuckpt/store.h"
@@ -31,6 +32,42 @@ json ChunkingToJson(const ChunkingOptions& c) {
               {"pages", sizes(c.pages)},
               {"page_size", c.page_size},
               {"page_image_globs", c.page_image_globs}};
+}
+
+// Paths and symlink targets are bytes, and JSON strings must be UTF-8: a
+// value that is not valid UTF-8 is kept exactly, as hex under "<key>_hex"
+// instead of "<key>" (FORMAT.md).
+void PutBytes(json& j, const std::string& key, const std::string& bytes) {
+  if (IsValidUtf8(bytes)) {
+    j[key] = bytes;
+    return;
+  }
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string hex;
+  hex.reserve(bytes.size() * 2);
+  for (unsigned char c : bytes) {
+    hex += kHex[c >> 4];
+    hex += kHex[c & 0xF];
+  }
+  j[key + "_hex"] = hex;
+}
+
+// Throws json::exception (as j.at() does) when neither form is there or
+// the hex is malformed.
+std::string GetBytes(const json& j, const std::string& key) {
+  if (!j.contains(key + "_hex")) return j.at(key).get<std::string>();
+  const std::string hex = j.at(key + "_hex").get<std::string>();
+  auto digit = [&](char c) -> int {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    throw json::other_error::create(501, key + "_hex is not lower-case hex", &j);
+  };
+  if (hex.size() % 2 != 0) throw json::other_error::create(501, key + "_hex has odd length", &j);
+  std::string bytes;
+  bytes.reserve(hex.size() / 2);
+  for (size_t i = 0; i < hex.size(); i += 2)
+    bytes += static_cast<char>(digit(hex[i]) << 4 | digit(hex[i + 1]));
+  return bytes;
 }
 
 }  // namespace
@@ -81,7 +118,7 @@ std::string SnapshotInfoToJson(const SnapshotInfo& info, int indent) {
       {"format", 1},
       {"id", info.id},
       {"created_ns", info.created_ns},
-      {"source", info.source},
+      {"source", DisplayText(info.source)},
       {"files", info.file_count},
       {"logical_bytes", info.logical_bytes},
       {"chunks", info.chunk_count},
@@ -158,8 +195,7 @@ Result<SnapshotInfo> DecodeSnapshotRecord(std::string_view id, std::string_view 
 }
 
 std::string EncodeFileRecord(const FileEntry& e) {
-  json j = {{"path", e.path},
-            {"type", FileTypeName(e.type)},
+  json j = {{"type", FileTypeName(e.type)},
             {"mode", e.mode},
             {"uid", e.uid},
             {"gid", e.gid},
@@ -168,7 +204,8 @@ std::string EncodeFileRecord(const FileEntry& e) {
             {"chunks", e.chunk_count},
             {"new_bytes", e.new_bytes},
             {"stored_bytes", e.stored_bytes}};
-  if (e.type == FileType::kSymlink) j["target"] = e.symlink_target;
+  PutBytes(j, "path", e.path);
+  if (e.type == FileType::kSymlink) PutBytes(j, "target", e.symlink_target);
   std::string record(1, static_cast<char>(format::kFileRecordVersion));
   record += j.dump();
   return record;
@@ -182,7 +219,7 @@ Result<FileEntry> DecodeFileRecord(std::string_view record) {
   if (!j.is_object()) return Status::Corruption("file record is not a JSON object");
   try {
     FileEntry e;
-    e.path = j.at("path").get<std::string>();
+    e.path = GetBytes(j, "path");
     const std::string type = j.at("type").get<std::string>();
     if (type == "file") {
       e.type = FileType::kRegular;
@@ -190,7 +227,7 @@ Result<FileEntry> DecodeFileRecord(std::string_view record) {
       e.type = FileType::kDirectory;
     } else if (type == "symlink") {
       e.type = FileType::kSymlink;
-      e.symlink_target = j.at("target").get<std::string>();
+      e.symlink_target = GetBytes(j, "target");
     } else {
       return Status::Corruption("file record of unknown type '" + type + "'");
     }

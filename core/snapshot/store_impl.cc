@@ -4,7 +4,9 @@
 #include <rocksdb/iterator.h>
 #include <sys/stat.h>
 
+#include <cstdio>
 #include <filesystem>
+#include <optional>
 #include <unordered_set>
 
 #include "core/snapshot/file_reader_impl.h"
@@ -30,7 +32,51 @@ uint64_t DiskUsage(const std::string& dir) {
   return total;
 }
 
+const Status& StatusOf(const Status& s) { return s; }
+template <typename T>
+const Status& StatusOf(const Result<T>& r) {
+  return r.status();
+}
+
+// Runs deletion `op` (rm, gc) so that it works on a full disk: the database
+// is resumed first, and when `op` fails for want of space while the store
+// still holds its reserve, the reserve is given up and `op` runs once more.
+// The reserve is made again afterwards where it fits. `op` must be safe to
+// run twice (it starts from what is stored).
+template <typename Op>
+auto Reclaiming(StoreDb* db, Op op) -> decltype(op()) {
+  using R = decltype(op());
+  Status ready = db->PrepareWrite(StoreDb::Purpose::kReclaim);
+  if (!ready.ok()) return R(ready);
+  R result = op();
+  if (StatusOf(result).code() == StatusCode::kNoSpace && db->ReleaseReserve()) {
+    ready = db->PrepareWrite(StoreDb::Purpose::kReclaim);
+    result = ready.ok() ? op() : R(ready);
+  }
+  db->RestoreReserve();
+  return result;
+}
+
 }  // namespace
+
+SnapshotPin& SnapshotPin::operator=(SnapshotPin&& other) noexcept {
+  if (this != &other) {
+    Release();
+    registry_ = std::move(other.registry_);
+    key_ = other.key_;
+  }
+  return *this;
+}
+
+void SnapshotPin::Release() {
+  if (!registry_) return;
+  {
+    std::lock_guard lock(registry_->mu);
+    auto found = registry_->keys.find(key_);
+    if (found != registry_->keys.end()) registry_->keys.erase(found);
+  }
+  registry_.reset();
+}
 
 Result<std::unique_ptr<Store>> Store::Open(const std::string& dir, const StoreOptions& options) {
   if (dir.empty()) return Status::InvalidArgument("store directory is empty");
@@ -94,6 +140,9 @@ Result<std::unique_ptr<SnapshotWriter>> StoreImpl::BeginSnapshot(
       return Status::InvalidArgument("snapshot extra data must be a JSON object");
     }
   }
+  // Space may be back since a write failed; and a new snapshot must not
+  // start on a disk without the room rm and gc need.
+  GPUCKPT_RETURN_IF_ERROR(db_->PrepareWrite(StoreDb::Purpose::kIngest));
   GPUCKPT_ASSIGN_OR_RETURN(const uint64_t key, AllocateSnapshotKey());
   {
     std::lock_guard lock(names_mu_);
@@ -207,9 +256,28 @@ Result<std::vector<FileEntry>> StoreImpl::ListFiles(const std::string& id) {
   return out;
 }
 
+Result<std::pair<SnapshotInfo, SnapshotPin>> StoreImpl::PinSnapshot(const std::string& id) {
+  GPUCKPT_ASSIGN_OR_RETURN(SnapshotInfo seen, Get(id));
+  {
+    std::lock_guard lock(pins_->mu);
+    pins_->keys.insert(seen.key);
+  }
+  SnapshotPin pin(pins_, seen.key);
+  // Looked up again now that the pin is in: a Remove() that missed the pin
+  // has deleted the record by now (it holds pins_->mu until its write is
+  // done), and a Gc() that missed it listed the snapshots before, while
+  // this one was still there (it lists them before it reads the pins).
+  GPUCKPT_ASSIGN_OR_RETURN(SnapshotInfo info, Get(id));
+  if (info.key != seen.key) {
+    return Status::NotFound("snapshot '" + id + "' was removed while it was opened");
+  }
+  return std::make_pair(std::move(info), std::move(pin));
+}
+
 Result<std::unique_ptr<FileReader>> StoreImpl::OpenFile(const std::string& id,
                                                         const std::string& path) {
-  GPUCKPT_ASSIGN_OR_RETURN(SnapshotInfo info, Get(id));
+  GPUCKPT_ASSIGN_OR_RETURN(auto pinned, PinSnapshot(id));
+  const SnapshotInfo& info = pinned.first;
   GPUCKPT_ASSIGN_OR_RETURN(auto records, ReadFileRecords(info.key));
   for (auto& [index, e] : records) {
     if (e.path != path) continue;
@@ -217,35 +285,58 @@ Result<std::unique_ptr<FileReader>> StoreImpl::OpenFile(const std::string& id,
       return Status::InvalidArgument("'" + path + "' in snapshot '" + id +
                                      "' is not a regular file");
     }
-    return std::unique_ptr<FileReader>(new FileReaderImpl(this, id, info.key, index, std::move(e)));
+    return std::unique_ptr<FileReader>(
+        new FileReaderImpl(this, std::move(pinned.second), id, info.key, index, std::move(e)));
   }
   return Status::NotFound("no file '" + path + "' in snapshot '" + id + "'");
 }
 
 Status StoreImpl::Remove(const std::string& id) {
+  return Reclaiming(db_.get(), [&] { return RemoveOnce(id); });
+}
+
+Status StoreImpl::RemoveOnce(const std::string& id) {
   GPUCKPT_ASSIGN_OR_RETURN(SnapshotInfo info, Get(id));
   rocksdb::WriteBatch batch;
   auto s = batch.Delete(db_->snapshots(), id);
-  const std::string lower = keys::SnapshotPrefix(info.key);
-  const std::string upper = keys::SnapshotPrefix(info.key + 1);
-  if (s.ok()) s = batch.DeleteRange(db_->files(), lower, upper);
-  if (s.ok()) s = batch.DeleteRange(db_->extents(), lower, upper);
+  // Held until the write is done, so that a reader pins either before (and
+  // keeps the records) or after (and finds the snapshot gone).
+  std::lock_guard pins_lock(pins_->mu);
+  if (pins_->keys.count(info.key) == 0) {
+    // Nobody reads it: its index goes in the same atomic batch. Otherwise
+    // the records stay for the readers, and the first Gc() after them
+    // sweeps them.
+    const std::string lower = keys::SnapshotPrefix(info.key);
+    const std::string upper = keys::SnapshotPrefix(info.key + 1);
+    if (s.ok()) s = batch.DeleteRange(db_->files(), lower, upper);
+    if (s.ok()) s = batch.DeleteRange(db_->extents(), lower, upper);
+  }
   if (!s.ok()) return FromRocks(s, "batching the removal of '" + id + "'");
   rocksdb::WriteOptions w;
   w.sync = options_.sync;
-  // One atomic batch: the manifest and its index go together.
   return FromRocks(db_->db()->Write(w, &batch), "removing snapshot '" + id + "'");
 }
 
 Result<GcReport> StoreImpl::Gc() {
   std::unique_lock gc_lock(gc_mu_);  // no writer runs while we sweep
+  return Reclaiming(db_.get(), [&] { return GcLocked(); });
+}
+
+Result<GcReport> StoreImpl::GcLocked() {
   GcReport report;
   GPUCKPT_ASSIGN_OR_RETURN(auto snapshots, List());
   std::unordered_set<uint64_t> live_keys;
   for (const auto& s : snapshots) live_keys.insert(s.key);
+  {
+    // Snapshots open readers still read are live too. Read after List():
+    // see PinSnapshot().
+    std::lock_guard lock(pins_->mu);
+    live_keys.insert(pins_->keys.begin(), pins_->keys.end());
+  }
 
-  // Mark: every chunk named by an extent of a live snapshot. Extents of
-  // other keys belong to writers that never committed: swept below.
+  // Mark: every chunk named by an extent of a live or pinned snapshot.
+  // Extents of other keys belong to writers that never committed, or to
+  // snapshots removed while a reader had them pinned: swept below.
   std::unordered_set<uint64_t> marked;  // chunk sequence numbers
   std::vector<uint64_t> orphan_keys;
   {
@@ -332,6 +423,8 @@ Result<GcReport> StoreImpl::Gc() {
     c.blob_garbage_collection_policy = rocksdb::BlobGarbageCollectionPolicy::kForce;
     c.blob_garbage_collection_age_cutoff = 1.0;
     c.bottommost_level_compaction = rocksdb::BottommostLevelCompaction::kForce;
+    // A compaction flushes first: see StoreDb::Resume().
+    GPUCKPT_RETURN_IF_ERROR(db_->Resume());
     GPUCKPT_RETURN_IF_ERROR(FromRocks(db_->db()->CompactRange(c, db_->chunks(), nullptr, nullptr),
                                       "compacting after gc"));
   }
@@ -341,13 +434,38 @@ Result<GcReport> StoreImpl::Gc() {
   report.packs_removed = packs.packs_removed;
   report.packs_rewritten = packs.packs_rewritten;
   report.bytes_rewritten = packs.bytes_rewritten;
+  report.bytes_punched = packs.bytes_punched;
   return report;
 }
 
 Result<FsckReport> StoreImpl::Fsck() {
   FsckReport report;
+  // Every chunk is named by its meta record (hash -> seq): a damaged record
+  // is reported under that name, the one its extents use, not under
+  // whatever its damaged bytes say.
+  std::unordered_map<uint64_t, ChunkHash> names;  // seq -> hash
+  std::vector<std::pair<ChunkHash, ChunkMeta>> metas;
+  {
+    std::unique_ptr<rocksdb::Iterator> it(
+        db_->db()->NewIterator(rocksdb::ReadOptions(), db_->chunk_meta()));
+    for (it->SeekToFirst(); it->Valid(); it->Next()) {
+      auto hash = ChunkHash::FromBytes(it->key().ToStringView());
+      auto meta = DecodeChunkMeta(it->value().ToStringView());
+      if (!hash.ok() || !meta.ok()) {
+        report.problems.push_back("malformed chunk meta record");
+        continue;
+      }
+      names.emplace(meta->seq, *hash);
+      metas.emplace_back(*hash, *meta);
+    }
+    if (!it->status().ok())
+      report.problems.push_back("scanning chunk meta records: " + it->status().ToString());
+  }
+
   // Every chunk record: decodes, and its bytes hash to the name it carries.
   // Remember each good chunk's length by sequence number for the extents.
+  // A damaged chunk is one line, however many extents name it; the files
+  // that use it are named below, once each.
   std::unordered_map<uint64_t, std::pair<ChunkHash, uint64_t>> chunks;  // seq -> hash, length
   std::unordered_set<uint64_t> bad;
   {
@@ -360,20 +478,37 @@ Result<FsckReport> StoreImpl::Fsck() {
         continue;
       }
       const uint64_t seq = keys::GetBigEndian(it->key().ToStringView(), 8);
-      auto record = chunk_store_->RecordOf(it->value().ToStringView());
+      const std::string_view value = it->value().ToStringView();
+      Status damage;
+      auto record = chunk_store_->RecordOf(value);
       if (!record.ok()) {
-        report.problems.push_back("chunk record " + std::to_string(seq) + ": " +
-                                  record.status().message());
-        bad.insert(seq);
-        continue;
+        damage = record.status();
+      } else {
+        auto checked = ChunkStore::Check(*record, seq);
+        if (checked.ok()) {
+          chunks[seq] = *checked;
+          continue;
+        }
+        damage = checked.status();
       }
-      auto checked = ChunkStore::Check(*record, seq);
-      if (!checked.ok()) {
-        report.problems.push_back(checked.status().message());
-        bad.insert(seq);
-        continue;
+      bad.insert(seq);
+      ++report.damaged_chunks;
+      auto name = names.find(seq);
+      std::string where = "record " + std::to_string(seq);
+      if (IsPackLocation(value)) {
+        if (auto l = DecodePackLocation(value); l.ok()) {
+          char pack[32];
+          std::snprintf(pack, sizeof(pack), "%016llx", static_cast<unsigned long long>(l->pack));
+          where += ", " + std::to_string(l->length) + " bytes at offset " +
+                   std::to_string(l->offset) + " of " + format::kPacksDirName + "/" + pack +
+                   ".pack";
+        }
+      } else {
+        where += ", kept in the chunks family (version 1)";
       }
-      chunks[seq] = *checked;
+      report.problems.push_back(
+          "damaged chunk " + (name != names.end() ? name->second.Hex() : std::string("(unnamed)")) +
+          " (" + where + "): " + damage.message());
     }
     if (!it->status().ok())
       report.problems.push_back("scanning chunks: " + it->status().ToString());
@@ -383,23 +518,15 @@ Result<FsckReport> StoreImpl::Fsck() {
     // chunk has one. A meta record without its chunk would make imports
     // skip data they need.
     std::unordered_set<uint64_t> with_meta;
-    std::unique_ptr<rocksdb::Iterator> it(
-        db_->db()->NewIterator(rocksdb::ReadOptions(), db_->chunk_meta()));
-    for (it->SeekToFirst(); it->Valid(); it->Next()) {
-      auto hash = ChunkHash::FromBytes(it->key().ToStringView());
-      auto meta = DecodeChunkMeta(it->value().ToStringView());
-      if (!hash.ok() || !meta.ok()) {
-        report.problems.push_back("malformed chunk meta record");
-        continue;
-      }
-      with_meta.insert(meta->seq);
-      auto found = chunks.find(meta->seq);
+    for (const auto& [hash, meta] : metas) {
+      with_meta.insert(meta.seq);
+      auto found = chunks.find(meta.seq);
       if (found == chunks.end()) {
-        if (bad.count(meta->seq) == 0) {
-          report.problems.push_back("chunk " + hash->Hex() + " has a meta record but no data");
+        if (bad.count(meta.seq) == 0) {
+          report.problems.push_back("chunk " + hash.Hex() + " has a meta record but no data");
         }
-      } else if (found->second.first != *hash || found->second.second != meta->raw_length) {
-        report.problems.push_back("chunk " + hash->Hex() + ": meta record disagrees with its data");
+      } else if (found->second.first != hash || found->second.second != meta.raw_length) {
+        report.problems.push_back("chunk " + hash.Hex() + ": meta record disagrees with its data");
       }
     }
     for (const auto& [seq, chunk] : chunks) {
@@ -432,8 +559,13 @@ Result<FsckReport> StoreImpl::Fsck() {
       std::unique_ptr<rocksdb::Iterator> it(db_->db()->NewIterator(r, db_->extents()));
       uint64_t expect = 0;
       bool broken = false;
+      // What is wrong with the file's extents, counted: one line per file.
+      uint64_t extents = 0, damaged = 0, missing = 0, disagreeing = 0;
+      std::optional<uint64_t> first_bad;  // file offset
+      std::unordered_set<uint64_t> damaged_distinct;
       for (it->Seek(lower); it->Valid() && !broken; it->Next()) {
         ++report.extents_checked;
+        ++extents;
         const uint64_t offset = keys::ExtentOffsetOf(it->key().ToStringView());
         auto e = DecodeExtentRecord(offset, it->value().ToStringView());
         if (!e.ok()) {
@@ -448,19 +580,42 @@ Result<FsckReport> StoreImpl::Fsck() {
           break;
         }
         auto found = chunks.find(e->seq);
+        bool wrong = true;
         if (found == chunks.end()) {
-          if (bad.count(e->seq) == 0) {
-            report.problems.push_back(where + ": chunk " + e->hash.Hex() + " at offset " +
-                                      std::to_string(offset) + " is missing");
+          if (bad.count(e->seq) != 0) {
+            ++damaged;
+            damaged_distinct.insert(e->seq);
           } else {
-            report.problems.push_back(where + ": damaged chunk " + e->hash.Hex() + " at offset " +
-                                      std::to_string(offset));
+            ++missing;
           }
         } else if (found->second.first != e->hash || found->second.second != e->length) {
-          report.problems.push_back(where + ": extent at offset " + std::to_string(offset) +
-                                    " disagrees with chunk " + std::to_string(e->seq));
+          ++disagreeing;
+        } else {
+          wrong = false;
         }
+        if (wrong && !first_bad) first_bad = offset;
         expect += e->length;
+      }
+      if (!it->status().ok()) {
+        report.problems.push_back(where + ": reading its extents: " + it->status().ToString());
+        broken = true;
+      }
+      if (damaged + missing + disagreeing > 0) {
+        ++report.damaged_files;
+        std::vector<std::string> what;
+        const std::string of = " of its " + std::to_string(extents) + " chunks";
+        if (damaged > 0) {
+          what.push_back(std::to_string(damaged) + of + " damaged (" +
+                         std::to_string(damaged_distinct.size()) + " distinct)");
+        }
+        if (missing > 0) what.push_back(std::to_string(missing) + of + " missing");
+        if (disagreeing > 0) {
+          what.push_back(std::to_string(disagreeing) + of + " not as its extents say");
+        }
+        std::string line = where + ": ";
+        for (size_t i = 0; i < what.size(); ++i) line += (i ? "; " : "") + what[i];
+        line += "; the first at offset " + std::to_string(*first_bad);
+        report.problems.push_back(std::move(line));
       }
       if (!broken && expect != entry.size) {
         report.problems.push_back(where + ": extents cover " + std::to_string(expect) +

@@ -2,9 +2,17 @@
 //
 // Locks, in acquisition order: gc_mu_ (shared by snapshot writers for their
 // whole life, exclusive for Gc) before names_mu_ (names reserved by writers
-// not yet committed, and publishing). Neither is held across chunk I/O
-// except gc_mu_, whose purpose is exactly to keep Gc from sweeping chunks a
-// running writer has decided to reuse.
+// not yet committed, and publishing) and pins_->mu (snapshots that open
+// readers read). None is held across chunk I/O except gc_mu_, whose
+// purpose is exactly to keep Gc from sweeping chunks a running writer has
+// decided to reuse.
+//
+// Pins: a FileReader (and an Export) holds a SnapshotPin on the snapshot's
+// key for its whole life. Remove() deletes the snapshot record at once (it
+// is gone from List and Get), but leaves the file and extent records of a
+// pinned snapshot in place, and Gc() counts pinned keys among the live
+// ones: it keeps their records and every chunk they name. The first Gc()
+// after the last pin goes sweeps them as orphans.
 #ifndef GPUCKPT_CORE_SNAPSHOT_STORE_IMPL_H_
 #define GPUCKPT_CORE_SNAPSHOT_STORE_IMPL_H_
 
@@ -14,6 +22,7 @@
 #include <set>
 #include <shared_mutex>
 #include <string>
+#include <utility>
 
 #include "core/store/chunk_cache.h"
 #include "core/store/chunk_store.h"
@@ -27,6 +36,34 @@ namespace gpuckpt {
 bool PathsOverlap(const std::string& a, const std::string& b);
 // Whether existing `path` is `dir` or inside it (after resolving symlinks).
 bool IsInside(const std::string& path, const std::string& dir);
+
+// The keys of the live SnapshotPins, a multiset. Shared by the store and
+// its pins, so that a pin destroyed after its store (which the API forbids,
+// but a destructor should survive) finds it still there.
+struct PinRegistry {
+  std::mutex mu;  // after StoreImpl's gc_mu_ and names_mu_
+  std::multiset<uint64_t> keys;  // guarded by mu
+};
+
+// Keeps snapshot `key` readable while it lives (see above). Move-only.
+class SnapshotPin {
+ public:
+  SnapshotPin() = default;
+  SnapshotPin(SnapshotPin&& other) noexcept = default;
+  SnapshotPin& operator=(SnapshotPin&& other) noexcept;
+  SnapshotPin(const SnapshotPin&) = delete;
+  SnapshotPin& operator=(const SnapshotPin&) = delete;
+  ~SnapshotPin() { Release(); }
+
+ private:
+  friend class StoreImpl;
+  SnapshotPin(std::shared_ptr<PinRegistry> registry, uint64_t key)
+      : registry_(std::move(registry)), key_(key) {}
+  void Release();
+
+  std::shared_ptr<PinRegistry> registry_;  // null: pins nothing
+  uint64_t key_ = 0;
+};
 
 class StoreImpl final : public Store {
  public:
@@ -73,8 +110,14 @@ class StoreImpl final : public Store {
   Result<std::vector<std::pair<uint32_t, FileEntry>>> ReadFileRecords(
       uint64_t key, const rocksdb::Snapshot* view = nullptr);
 
+  // Snapshot `id` and a pin that keeps it readable, even if it is removed
+  // meanwhile. kNotFound when there is no such snapshot.
+  Result<std::pair<SnapshotInfo, SnapshotPin>> PinSnapshot(const std::string& id);
+
  private:
   Result<uint64_t> AllocateSnapshotKey();
+  Status RemoveOnce(const std::string& id);
+  Result<GcReport> GcLocked();
 
   std::unique_ptr<StoreDb> db_;
   StoreOptions options_;
@@ -85,6 +128,7 @@ class StoreImpl final : public Store {
   std::mutex names_mu_;  // after gc_mu_
   std::set<std::string> reserved_names_;
   std::mutex key_mu_;  // guards snapshot key allocation
+  const std::shared_ptr<PinRegistry> pins_ = std::make_shared<PinRegistry>();
 };
 
 }  // namespace gpuckpt

@@ -281,4 +281,35 @@ Status ChunkPacks::Remove(uint64_t id) {
   return Status::Ok();
 }
 
+Result<uint64_t> ChunkPacks::PunchHoles(
+    uint64_t id, const std::vector<std::pair<uint64_t, uint64_t>>& ranges) {
+  {
+    std::lock_guard lock(mu_);
+    if (active_ && active_->id == id) {
+      return Status::InvalidArgument("pack " + PathOf(id) + " is being appended to");
+    }
+  }
+  // Its own descriptor: packs are opened for reading only.
+  UniqueFd fd(openat(dir_fd_.get(), PackName(id).c_str(), O_WRONLY | O_CLOEXEC | O_NOFOLLOW));
+  if (fd.get() < 0) return StatusFromErrno(errno, "opening pack " + PathOf(id));
+  struct stat before {};
+  if (fstat(fd.get(), &before) != 0) return StatusFromErrno(errno, "pack " + PathOf(id));
+  for (const auto& [offset, length] : ranges) {
+    if (length == 0) continue;
+    if (offset < kHeaderSize) return Status::InvalidArgument("punching the header of a pack");
+    if (fallocate(fd.get(), FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, static_cast<off_t>(offset),
+                  static_cast<off_t>(length)) != 0) {
+      if (errno == EOPNOTSUPP || errno == ENOSYS) {
+        return Status::Unavailable("the filesystem of " + dir_ + " cannot punch holes");
+      }
+      return StatusFromErrno(errno, "punching holes in pack " + PathOf(id));
+    }
+  }
+  struct stat after {};
+  if (fstat(fd.get(), &after) != 0) return StatusFromErrno(errno, "pack " + PathOf(id));
+  return before.st_blocks > after.st_blocks
+             ? static_cast<uint64_t>(before.st_blocks - after.st_blocks) * 512
+             : uint64_t{0};
+}
+
 }  // namespace gpuckpt

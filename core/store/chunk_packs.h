@@ -101,6 +101,16 @@ class ChunkPacks {
   // Deletes pack `id` (must not be the active one) and syncs the directory.
   Status Remove(uint64_t id);
 
+  // Gives the filesystem back the blocks of `ranges` (offset, length) of
+  // pack `id`, which must not be the active one: garbage between its live
+  // records (gc). Punches holes (FALLOC_FL_PUNCH_HOLE), so the file keeps
+  // its size and every other byte, needs no free space (unlike copying the
+  // live records elsewhere) and readers of live records are undisturbed.
+  // Returns by how many bytes the pack's allocation shrank. kUnavailable
+  // where the filesystem cannot punch holes.
+  Result<uint64_t> PunchHoles(uint64_t id,
+                              const std::vector<std::pair<uint64_t, uint64_t>>& ranges);
+
   const std::string& dir() const { return dir_; }
 
   // Bytes before the first record of every pack (its header).

@@ -4,6 +4,7 @@
 #include <rocksdb/write_batch.h>
 
 #include <algorithm>
+#include <set>
 #include <tuple>
 #include <unordered_map>
 #include <unordered_set>
@@ -88,7 +89,9 @@ Result<ChunkStore::PutResult> ChunkStore::Put(const ChunkHash& hash, const uint8
   const uint64_t seq = next_seq_.fetch_add(1);
   std::string record;
   EncodeChunkRecord(data, len, hash, zstd_level, &record);
-  GPUCKPT_ASSIGN_OR_RETURN(PackLocation location, db_->packs().Append(record));
+  auto appended = db_->packs().Append(record);
+  if (!appended.ok()) return OnStoreDisk(appended.status());
+  const PackLocation location = *appended;
   rocksdb::WriteBatch batch;
   auto s = batch.Put(db_->chunks(), ChunkSeqKey(seq), EncodePackLocation(location));
   if (s.ok()) {
@@ -306,38 +309,106 @@ Result<ChunkStore::PackCompaction> ChunkStore::CompactPacks() {
   PackCompaction report;
   // The deletions that made space must be durable before a pack goes:
   // otherwise a crash could bring back locations pointing into it.
-  GPUCKPT_RETURN_IF_ERROR(FromRocks(db_->db()->SyncWAL(), "syncing the deletions"));
+  GPUCKPT_RETURN_IF_ERROR(db_->SyncWal());
   // Nothing appends to the old packs from here on: they can be judged whole.
   packs.Rotate();
   GPUCKPT_ASSIGN_OR_RETURN(auto files, packs.List());
-  std::unordered_map<uint64_t, uint64_t> live;  // pack id -> bytes some location points at
+  // Pack id -> the records some location points at (offset, length).
+  std::unordered_map<uint64_t, std::vector<std::pair<uint64_t, uint64_t>>> live;
   {
     std::unique_ptr<rocksdb::Iterator> it(
         db_->db()->NewIterator(rocksdb::ReadOptions(), db_->chunks()));
     for (it->SeekToFirst(); it->Valid(); it->Next()) {
       if (!IsPackLocation(it->value().ToStringView())) continue;
       GPUCKPT_ASSIGN_OR_RETURN(PackLocation l, DecodePackLocation(it->value().ToStringView()));
-      live[l.pack] += l.length;
+      live[l.pack].emplace_back(l.offset, l.length);
     }
     GPUCKPT_RETURN_IF_ERROR(FromRocks(it->status(), "scanning chunk locations"));
   }
-  std::unordered_set<uint64_t> rewrite;
-  std::vector<uint64_t> remove;
+  auto live_bytes = [&](uint64_t id) {
+    uint64_t used = 0;
+    if (auto found = live.find(id); found != live.end()) {
+      for (const auto& r : found->second) used += r.second;
+    }
+    return used;
+  };
+  // First what needs no room: packs nothing points into go, and the garbage
+  // between the live records of the others is punched out, so that gc gives
+  // space back on a full disk too (a failed snapshot leaves its records in
+  // the pack the live ones are in).
+  std::vector<uint64_t> rewrite;
+  uint64_t rewrite_bytes = 0;
+  std::vector<uint64_t> punch;
   for (const auto& f : files) {
     if (f.active) continue;
-    const uint64_t used = live.count(f.id) != 0 ? live[f.id] : 0;
+    const uint64_t used = live_bytes(f.id);
     if (used == 0) {
-      remove.push_back(f.id);
+      GPUCKPT_RETURN_IF_ERROR(packs.Remove(f.id));
+      ++report.packs_removed;
       report.bytes_freed += f.size;
     } else if (used < (f.size - std::min(f.size, ChunkPacks::kHeaderSize)) / 2) {
-      rewrite.insert(f.id);
-      remove.push_back(f.id);
-      report.bytes_freed += f.size;
+      rewrite.push_back(f.id);
+      rewrite_bytes += used;
+    } else {
+      punch.push_back(f.id);
     }
   }
-  report.packs_rewritten = rewrite.size();
-  report.packs_removed = remove.size();
+  // Packs more than half garbage have their live records copied into a new
+  // pack, which keeps a file's chunks together, where there is room for the
+  // copies beside the reserve; else their garbage is punched out too.
+  auto free = db_->FreeBytes();
+  if (!rewrite.empty() && (!free.ok() || *free < rewrite_bytes + db_->reserve_bytes())) {
+    punch.insert(punch.end(), rewrite.begin(), rewrite.end());
+    rewrite.clear();
+  }
   if (!rewrite.empty()) {
+    auto moved = RewritePacks(rewrite);
+    if (moved.ok()) {
+      report.packs_rewritten = rewrite.size();
+      report.packs_removed += rewrite.size();
+      report.bytes_rewritten = *moved;
+      for (uint64_t id : rewrite) {
+        for (const auto& f : files) {
+          if (f.id == id) report.bytes_freed += f.size;
+        }
+      }
+    } else if (moved.status().code() == StatusCode::kNoSpace) {
+      // The disk filled meanwhile; RewritePacks removed its copies.
+      punch.insert(punch.end(), rewrite.begin(), rewrite.end());
+    } else {
+      return moved.status();
+    }
+  }
+  for (uint64_t id : punch) {
+    std::vector<std::pair<uint64_t, uint64_t>>& records = live[id];
+    std::sort(records.begin(), records.end());
+    std::vector<std::pair<uint64_t, uint64_t>> gaps;
+    uint64_t end = ChunkPacks::kHeaderSize;
+    for (const auto& [offset, length] : records) {
+      // Gaps under a page free nothing.
+      if (offset > end && offset - end >= 4096) gaps.emplace_back(end, offset - end);
+      end = std::max(end, offset + length);
+    }
+    for (const auto& f : files) {
+      if (f.id == id && f.size > end && f.size - end >= 4096) gaps.emplace_back(end, f.size - end);
+    }
+    if (gaps.empty()) continue;
+    auto punched = packs.PunchHoles(id, gaps);
+    // A filesystem without holes keeps the garbage until the pack is
+    // rewritten; nothing is lost.
+    if (punched.status().code() == StatusCode::kUnavailable) break;
+    GPUCKPT_RETURN_IF_ERROR(punched.status());
+    report.bytes_punched += *punched;
+  }
+  return report;
+}
+
+Result<uint64_t> ChunkStore::RewritePacks(const std::vector<uint64_t>& ids) {
+  ChunkPacks& packs = db_->packs();
+  std::unordered_set<uint64_t> rewrite(ids.begin(), ids.end());
+  std::set<uint64_t> copies;  // packs the copies went to
+  uint64_t bytes = 0;
+  auto copy = [&]() -> Status {
     // Copy the live records in key order (their order in the old packs,
     // give or take), then point their keys at the copies.
     rocksdb::WriteBatch batch;
@@ -349,20 +420,29 @@ Result<ChunkStore::PackCompaction> ChunkStore::CompactPacks() {
       GPUCKPT_ASSIGN_OR_RETURN(PackLocation l, DecodePackLocation(it->value().ToStringView()));
       if (rewrite.count(l.pack) == 0) continue;
       GPUCKPT_RETURN_IF_ERROR(packs.Read(l, &record));
-      GPUCKPT_ASSIGN_OR_RETURN(PackLocation moved, packs.Append(record));
-      report.bytes_rewritten += record.size();
-      auto s = batch.Put(db_->chunks(), it->key(), EncodePackLocation(moved));
+      auto moved = packs.Append(record);
+      if (!moved.ok()) return OnStoreDisk(moved.status());
+      copies.insert(moved->pack);
+      bytes += record.size();
+      auto s = batch.Put(db_->chunks(), it->key(), EncodePackLocation(*moved));
       if (!s.ok()) return FromRocks(s, "batching chunk locations");
     }
     GPUCKPT_RETURN_IF_ERROR(FromRocks(it->status(), "scanning chunk locations"));
-    GPUCKPT_RETURN_IF_ERROR(packs.Sync());
+    GPUCKPT_RETURN_IF_ERROR(OnStoreDisk(packs.Sync()));
     rocksdb::WriteOptions w;
     w.sync = true;
-    GPUCKPT_RETURN_IF_ERROR(FromRocks(db_->db()->Write(w, &batch), "moving chunk locations"));
-    packs.Rotate();
+    return FromRocks(db_->db()->Write(w, &batch), "moving chunk locations");
+  };
+  Status copied = copy();
+  packs.Rotate();
+  if (!copied.ok()) {
+    // No location points at the copies: they go, or they would fill the
+    // disk that was too full for them.
+    for (uint64_t id : copies) packs.Remove(id).PermitUnchecked();
+    return copied;
   }
-  for (uint64_t id : remove) GPUCKPT_RETURN_IF_ERROR(packs.Remove(id));
-  return report;
+  for (uint64_t id : ids) GPUCKPT_RETURN_IF_ERROR(packs.Remove(id));
+  return bytes;
 }
 
 Result<std::pair<ChunkHash, uint64_t>> ChunkStore::Check(std::string_view record, uint64_t seq) {

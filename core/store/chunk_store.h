@@ -94,12 +94,16 @@ class ChunkStore {
     uint64_t packs_rewritten = 0;     // live records copied, then removed
     uint64_t bytes_rewritten = 0;     // live record bytes copied
     uint64_t bytes_freed = 0;         // size of the pack files removed
+    uint64_t bytes_punched = 0;       // garbage punched out of packs kept
   };
   // Gives back the space of deleted chunks (gc): removes packs no location
-  // points into, and copies the live records of packs that are more than
-  // half garbage into a new pack before removing them. Safe against
+  // points into, copies the live records of packs that are more than half
+  // garbage into a new pack before removing them (when the disk has room
+  // for the copies), and punches the garbage out of the other packs in
+  // place (which needs no room: gc works on a full disk). Safe against
   // crashes at any point (new locations are written only once the new pack
-  // is durable; an old pack is removed only after). Readers may run; Put()
+  // is durable; an old pack is removed, and garbage punched, only after the
+  // deletions that made it garbage are durable). Readers may run; Put()
   // must not.
   Result<PackCompaction> CompactPacks();
 
@@ -113,6 +117,10 @@ class ChunkStore {
   // holds it.
   void Claim(const ChunkHash& hash);
   void Release(const ChunkHash& hash);
+  // Copies the live records of packs `ids` into new packs, points their
+  // locations there and removes the old packs; returns the bytes copied. On
+  // failure the copies are removed and the old packs stay.
+  Result<uint64_t> RewritePacks(const std::vector<uint64_t>& ids);
   // The record stored under `seq` into `*storage`; `hash` names it in errors.
   Status LoadRecord(const ChunkHash& hash, uint64_t seq, std::string* storage) const;
   // Decodes `record` of chunk `hash` (stored under `seq`) and checks it as

@@ -61,6 +61,15 @@ inline constexpr char kLockFileName[] = "LOCK.gpuckpt";
 inline constexpr char kDbDirName[] = "db";
 // Chunk records live in pack files in this subdirectory of the store.
 inline constexpr char kPacksDirName[] = "packs";
+// Space held back on the store's filesystem so that rm and gc can still
+// write (RocksDB's WAL and manifest) when the disk is full; see StoreDb.
+inline constexpr char kReserveFileName[] = "RESERVE.gpuckpt";
+// Its size: 1% of the filesystem, at least kReserveMinBytes, at most
+// kReserveMaxBytes. What rm and gc write before they free anything (a
+// resumed flush of what a failed snapshot left in the memtables, deletion
+// records, a compaction of the small chunk-location table) is a few MiB.
+inline constexpr uint64_t kReserveMinBytes = 8ull << 20;
+inline constexpr uint64_t kReserveMaxBytes = 64ull << 20;
 
 }  // namespace gpuckpt::format
 

@@ -8,9 +8,15 @@
 #include <rocksdb/table.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
+#include <time.h>
+
+#include <algorithm>
 #include <cerrno>
+#include <cstdarg>
+#include <cstdio>
 #include <string>
 
 #include "core/store/format.h"
@@ -46,6 +52,72 @@ class SyncPacksBeforeFlush : public rocksdb::EventListener {
 
  private:
   ChunkPacks* packs_;
+};
+
+// RocksDB's info log (STORE/db/LOG), written so that a full disk cannot
+// stop the process: RocksDB's own logger asserts on the first line after a
+// write of it failed (and Debian's librocksdb is built with assertions:
+// the process aborts). A line that does not fit is dropped; at 4 MiB the
+// log moves to LOG.old.
+class InfoLog : public rocksdb::Logger {
+ public:
+  explicit InfoLog(std::string path)
+      : rocksdb::Logger(rocksdb::InfoLogLevel::INFO_LEVEL), path_(std::move(path)) {
+    Reopen();
+  }
+  ~InfoLog() override {
+    if (fd_ >= 0) close(fd_);
+  }
+
+  using rocksdb::Logger::Logv;
+  void Logv(const char* format, va_list ap) override {
+    char line[2048];
+    timespec ts{};
+    clock_gettime(CLOCK_REALTIME, &ts);
+    tm t{};
+    localtime_r(&ts.tv_sec, &t);
+    int n = std::snprintf(line, sizeof(line), "%04d/%02d/%02d-%02d:%02d:%02d.%06ld ",
+                          t.tm_year + 1900, t.tm_mon + 1, t.tm_mday, t.tm_hour, t.tm_min,
+                          t.tm_sec, ts.tv_nsec / 1000);
+    const int m = std::vsnprintf(line + n, sizeof(line) - static_cast<size_t>(n) - 1, format, ap);
+    if (m < 0) return;
+    n = std::min<int>(n + m, static_cast<int>(sizeof(line)) - 2);
+    if (line[n - 1] != '\n') line[n++] = '\n';
+    std::lock_guard lock(mu_);
+    if (size_ > kMaxBytes) {
+      rename(path_.c_str(), (path_ + ".old").c_str());
+      Reopen();
+    }
+    if (fd_ < 0) return;
+    const ssize_t w = write(fd_, line, static_cast<size_t>(n));
+    if (w > 0) size_ += static_cast<uint64_t>(w);
+  }
+
+ private:
+  static constexpr uint64_t kMaxBytes = 4u << 20;
+  void Reopen() {
+    if (fd_ >= 0) close(fd_);
+    fd_ = open(path_.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0600);
+    struct stat st {};
+    size_ = fd_ >= 0 && fstat(fd_, &st) == 0 ? static_cast<uint64_t>(st.st_size) : 0;
+  }
+
+  const std::string path_;
+  std::mutex mu_;
+  int fd_ = -1;        // guarded by mu_
+  uint64_t size_ = 0;  // guarded by mu_
+};
+
+// RocksDB would retry a flush that failed for want of space by itself, on
+// a thread of its own, polling the free space; a DB::Resume() of ours meanwhile
+// gets kBusy. StoreDb resumes itself before each write transaction instead
+// (PrepareWrite()), when it knows whether the reserve may be given up.
+class ResumeOnlyWhenAsked : public rocksdb::EventListener {
+ public:
+  void OnErrorRecoveryBegin(rocksdb::BackgroundErrorReason, rocksdb::Status,
+                            bool* auto_recovery) override {
+    *auto_recovery = false;
+  }
 };
 
 rocksdb::ColumnFamilyOptions ChunkFamilyOptions(const std::shared_ptr<rocksdb::Cache>& cache) {
@@ -105,11 +177,16 @@ Status FromRocks(const rocksdb::Status& s, std::string_view context) {
   m += s.ToString();
   if (s.IsNotFound()) return Status::NotFound(std::move(m));
   if (s.IsCorruption()) return Status::Corruption(std::move(m));
-  if (s.IsNoSpace()) return Status::NoSpace(std::move(m));
+  if (s.IsNoSpace()) return OnStoreDisk(Status::NoSpace(std::move(m)));
   if (s.IsBusy() || s.IsTryAgain()) return Status::Busy(std::move(m));
   if (s.IsInvalidArgument()) return Status::InvalidArgument(std::move(m));
   if (s.IsNotSupported()) return Status::Unavailable(std::move(m));
   return Status::IOError(std::move(m));
+}
+
+Status OnStoreDisk(Status status) {
+  if (status.code() != StatusCode::kNoSpace) return status;
+  return Status::NoSpace(std::string(kNoSpaceOnStoreDisk) + ": " + status.message());
 }
 
 Result<std::unique_ptr<StoreDb>> StoreDb::Open(const std::string& dir, bool create_if_missing,
@@ -160,8 +237,25 @@ Result<std::unique_ptr<StoreDb>> StoreDb::Open(const std::string& dir, bool crea
   GPUCKPT_ASSIGN_OR_RETURN(store->packs_,
                            ChunkPacks::Open(dir + "/" + format::kPacksDirName));
 
+  // The reserve: 1% of the filesystem, within bounds. Opening writes
+  // (RocksDB replays its WAL into new table files), so on a full disk the
+  // reserve goes first: otherwise a store filled by a process that then
+  // exited could not even be opened to rm and gc.
+  struct statvfs vfs {};
+  uint64_t fs_bytes = 0;
+  if (statvfs(dir.c_str(), &vfs) == 0) fs_bytes = uint64_t{vfs.f_blocks} * vfs.f_frsize;
+  store->reserve_bytes_ =
+      std::clamp<uint64_t>(fs_bytes / 100, format::kReserveMinBytes, format::kReserveMaxBytes);
+  if (auto free = store->FreeBytes(); !free.ok() || *free < store->reserve_bytes_) {
+    unlink((dir + "/" + format::kReserveFileName).c_str());
+  }
+
   auto cache = rocksdb::NewLRUCache(block_cache_bytes);
   rocksdb::DBOptions db_options;
+  if (mkdir(db_dir.c_str(), 0700) != 0 && errno != EEXIST) {
+    return StatusFromErrno(errno, "creating " + db_dir);
+  }
+  db_options.info_log = std::make_shared<InfoLog>(db_dir + "/LOG");
   db_options.create_if_missing = create_if_missing;
   db_options.create_missing_column_families = true;
   db_options.max_background_jobs = 4;
@@ -177,7 +271,13 @@ Result<std::unique_ptr<StoreDb>> StoreDb::Open(const std::string& dir, bool crea
   // of a checkpoint is a sequential read of the disk: let the kernel read
   // ahead (RocksDB otherwise advises "random" on every file it opens).
   db_options.advise_random_on_open = false;
+  // No preallocation: RocksDB would fallocate 1.1 write buffers (35 MiB) for
+  // every WAL, which here holds a few KiB (bulk writes skip it), and 1.1
+  // target file sizes for every compaction output. On a small or nearly
+  // full disk those reservations alone made writes fail that would fit.
+  db_options.allow_fallocate = false;
   db_options.listeners.push_back(std::make_shared<SyncPacksBeforeFlush>(store->packs_.get()));
+  db_options.listeners.push_back(std::make_shared<ResumeOnlyWhenAsked>());
 
   std::vector<rocksdb::ColumnFamilyDescriptor> families = {
       {format::kMetaFamily, IndexFamilyOptions(cache)},
@@ -241,7 +341,88 @@ Result<std::unique_ptr<StoreDb>> StoreDb::Open(const std::string& dir, bool crea
   auto key = FingerprintKey::FromSeed(seed);
   if (!key.ok()) return Status::Corruption("store " + dir + ": " + key.status().message());
   store->fingerprint_key_.emplace(*key);
+
+  // The reserve again, where it fits. Not having one is no reason to refuse
+  // the store (rm and gc must open a full one); new snapshots are refused
+  // until it is there (PrepareWrite()).
+  {
+    std::lock_guard lock(store->reserve_mu_);
+    store->MakeReserveLocked().PermitUnchecked();
+  }
   return store;
+}
+
+Status StoreDb::MakeReserveLocked() {
+  if (reserve_held_) return Status::Ok();
+  const std::string path = dir_ + "/" + format::kReserveFileName;
+  const int fd = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+  if (fd < 0) return OnStoreDisk(StatusFromErrno(errno, "creating " + path));
+  struct stat st {};
+  int err = 0;
+  // Allocated blocks, not the size: only they are room held back.
+  if (fstat(fd, &st) != 0) {
+    err = errno;
+  } else if (static_cast<uint64_t>(st.st_blocks) * 512 < reserve_bytes_) {
+    // posix_fallocate writes zeros where the filesystem cannot allocate.
+    err = posix_fallocate(fd, 0, static_cast<off_t>(reserve_bytes_));
+  }
+  close(fd);
+  if (err != 0) {
+    // Whatever part got allocated would only shrink the room left.
+    unlink(path.c_str());
+    return OnStoreDisk(StatusFromErrno(err, "making the " + std::to_string(reserve_bytes_ >> 20) +
+                                                " MiB reserve " + path));
+  }
+  reserve_held_ = true;
+  return Status::Ok();
+}
+
+bool StoreDb::ReleaseReserve() {
+  std::lock_guard lock(reserve_mu_);
+  if (!reserve_held_) return false;
+  const std::string path = dir_ + "/" + format::kReserveFileName;
+  // Nothing holds the file open: its blocks are free once it is unlinked.
+  if (unlink(path.c_str()) != 0 && errno != ENOENT) return false;
+  reserve_held_ = false;
+  return true;
+}
+
+void StoreDb::RestoreReserve() {
+  std::lock_guard lock(reserve_mu_);
+  MakeReserveLocked().PermitUnchecked();
+}
+
+Result<uint64_t> StoreDb::FreeBytes() const {
+  struct statvfs vfs {};
+  if (statvfs(dir_.c_str(), &vfs) != 0) return StatusFromErrno(errno, "statvfs " + dir_);
+  return uint64_t{vfs.f_bavail} * vfs.f_frsize;
+}
+
+Status StoreDb::Resume() {
+  // A no-op (one mutex) unless a flush or WAL write failed before.
+  return FromRocks(db_->Resume(), "resuming store " + dir_ + " after a failed write");
+}
+
+Status StoreDb::PrepareWrite(Purpose purpose) {
+  if (purpose == Purpose::kIngest) {
+    std::lock_guard lock(reserve_mu_);
+    Status made = MakeReserveLocked();
+    if (made.code() == StatusCode::kNoSpace) {
+      return OnStoreDisk(Status::NoSpace(
+          "store " + dir_ + " keeps " + std::to_string(reserve_bytes_ >> 20) +
+          " MiB free for rm and gc, and that much is not free; remove snapshots (rm, then gc) "
+          "or free space on its filesystem"));
+    }
+    GPUCKPT_RETURN_IF_ERROR(made);
+    return Resume();
+  }
+  // A deletion on a (nearly) full disk: give the reserve up before RocksDB
+  // has to write, rather than after a failed write stopped it.
+  auto free = FreeBytes();
+  if (free.ok() && *free < reserve_bytes_) ReleaseReserve();
+  Status resumed = Resume();
+  if (!resumed.ok() && ReleaseReserve()) resumed = Resume();
+  return resumed;
 }
 
 StoreDb::~StoreDb() {
@@ -258,8 +439,18 @@ StoreDb::~StoreDb() {
   if (lock_fd_ >= 0) close(lock_fd_);  // releases the flock
 }
 
+Status StoreDb::SyncWal() {
+  // RocksDB asserts (aborts) when asked to sync a WAL whose last write
+  // failed: only once it has been resumed on a fresh one.
+  GPUCKPT_RETURN_IF_ERROR(Resume());
+  return FromRocks(db_->SyncWAL(), "syncing the WAL of store " + dir_);
+}
+
 Status StoreDb::FlushAll() {
-  GPUCKPT_RETURN_IF_ERROR(packs_->Sync());
+  // A flush started while RocksDB is stopped by an error breaks the WAL
+  // for good (until the store is reopened); resuming first is the way out.
+  GPUCKPT_RETURN_IF_ERROR(Resume());
+  GPUCKPT_RETURN_IF_ERROR(OnStoreDisk(packs_->Sync()));
   rocksdb::FlushOptions f;
   f.wait = true;
   f.allow_write_stall = true;

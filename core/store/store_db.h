@@ -10,12 +10,23 @@
 // Ordering: before RocksDB writes any memtable to disk (a flush it starts by
 // itself, or FlushAll()), the packs are synced, so a durable pack location
 // never points at bytes that are not.
+//
+// A full disk: RocksDB stops taking writes after a flush or WAL write fails
+// (a "background error") until DB::Resume(). StoreDb turns RocksDB's own
+// recovery off and resumes in PrepareWrite(), before each write transaction,
+// so a store recovers as soon as space is back, without a restart. It also
+// keeps a reserve, a file of format::kReserve*Bytes in the store directory,
+// which only deletions (rm, gc) may give up: they need to write (the WAL,
+// the manifest, a resumed flush) before they free anything. The reserve is
+// made again once there is room; new snapshots are refused while it cannot
+// be, so they never take the room that rm and gc need.
 #ifndef GPUCKPT_CORE_STORE_STORE_DB_H_
 #define GPUCKPT_CORE_STORE_STORE_DB_H_
 
 #include <rocksdb/db.h>
 
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -29,6 +40,14 @@ namespace gpuckpt {
 // Converts a RocksDB status into ours, with `context` in front of the
 // message. The one place where RocksDB errors are mapped.
 Status FromRocks(const rocksdb::Status& s, std::string_view context);
+
+// The words every out-of-space error of the store carries, so that whoever
+// ends up showing it (a checkpoint's status line, the command line) says
+// plainly what to do something about.
+inline constexpr char kNoSpaceOnStoreDisk[] = "no space left on the store's disk";
+// `status` (kNoSpace) with those words in front of its message; any other
+// status as it is.
+Status OnStoreDisk(Status status);
 
 class StoreDb {
  public:
@@ -66,12 +85,49 @@ class StoreDb {
   // RocksDB's WAL, so this is what makes them durable before a manifest that
   // names them is published.
   Status FlushAll();
+  // Makes every WAL write so far durable. Use this, not DB::SyncWAL().
+  Status SyncWal();
+
+  // Brings RocksDB out of a background error (it stops all writes after a
+  // flush or WAL write failed) if it is in one; OK when it is in none (one
+  // mutex). Flush, compaction and WAL syncs must follow one: started while
+  // RocksDB is stopped they break its WAL until the store is reopened.
+  Status Resume();
+
+  // What a write transaction is for.
+  enum class Purpose {
+    kIngest,   // adds data (a new snapshot): must leave the reserve alone
+    kReclaim,  // deletes (rm, gc): may give the reserve up to get going
+  };
+  // Makes the database writable before a write transaction: resumes it
+  // after a background error (a no-op otherwise). kIngest first makes the
+  // reserve again if it was given up, and fails with kNoSpace when it does
+  // not fit; kReclaim gives the reserve up when the disk is (nearly) full or
+  // resuming fails. Errors: kNoSpace, or RocksDB's.
+  Status PrepareWrite(Purpose purpose);
+  // Gives the reserve up (a deletion failed with kNoSpace; PrepareWrite()
+  // then resumes the database); false when there was none left to give.
+  bool ReleaseReserve();
+  // Makes the reserve again after a deletion, if it fits now. Best effort.
+  void RestoreReserve();
+  // Size of the reserve while it is held.
+  uint64_t reserve_bytes() const { return reserve_bytes_; }
+
+  // Bytes an unprivileged writer may still use on the store's filesystem.
+  Result<uint64_t> FreeBytes() const;
 
  private:
   StoreDb() = default;
 
+  // Creates (or completes) the reserve file; kNoSpace when it does not fit.
+  // Called with reserve_mu_ held.
+  Status MakeReserveLocked();
+
   std::string dir_;
   int lock_fd_ = -1;
+  uint64_t reserve_bytes_ = 0;  // set by Open()
+  std::mutex reserve_mu_;
+  bool reserve_held_ = false;  // guarded by reserve_mu_
   std::unique_ptr<ChunkPacks> packs_;  // outlives db_: its flushes sync the packs
   std::unique_ptr<rocksdb::DB> db_;
   std::vector<rocksdb::ColumnFamilyHandle*> handles_;

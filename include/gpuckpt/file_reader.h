@@ -7,8 +7,11 @@
 // data.
 //
 // Safe for concurrent use: Pread() may be called from several threads at
-// once. Borrows the Store, which must outlive it. A snapshot removed while a
-// reader is open makes later reads fail with kNotFound.
+// once. Borrows the Store, which must outlive it. A reader keeps its
+// snapshot readable for as long as it lives: if the snapshot is removed
+// while the reader is open (Store::Remove), the reader goes on returning the
+// same bytes, also across Store::Gc(), which frees the snapshot's space only
+// after the last of its readers is destroyed.
 #ifndef GPUCKPT_FILE_READER_H_
 #define GPUCKPT_FILE_READER_H_
 

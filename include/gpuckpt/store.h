@@ -96,7 +96,11 @@ class Store {
 
   // Starts a new snapshot; see SnapshotWriter. The name is validated and
   // reserved against other writers of this Store now, and checked again on
-  // Commit().
+  // Commit(). kNoSpace ("no space left on the store's disk") when the
+  // store's disk has not even room for the reserve that Remove() and Gc()
+  // need; a snapshot that fills the disk fails the same way. A store whose
+  // writes failed for want of space takes new snapshots again as soon as
+  // there is room: nothing needs to be restarted.
   virtual Result<std::unique_ptr<SnapshotWriter>> BeginSnapshot(
       const SnapshotSpec& spec, const SnapshotWriterOptions& options) = 0;
   Result<std::unique_ptr<SnapshotWriter>> BeginSnapshot(const SnapshotSpec& spec) {
@@ -127,17 +131,23 @@ class Store {
   virtual Result<std::unique_ptr<FileReader>> OpenFile(const std::string& id,
                                                        const std::string& path) = 0;
 
-  // Deletes a snapshot. Its chunks stay until Gc() finds them unreferenced.
+  // Deletes a snapshot: it is gone from List() and Get() at once. Its
+  // chunks stay until Gc() finds them unreferenced; FileReaders of it that
+  // are open go on reading it until they are destroyed (see FileReader).
+  // Works on a full disk: when it fails for want of space, the store gives
+  // up the space it holds in reserve for this and tries once more.
   virtual Status Remove(const std::string& id) = 0;
 
   // Mark and sweep: marks every chunk named by a visible snapshot's extent
-  // index, deletes the rest, and removes index records of snapshots that
-  // were never committed. Blocks new imports while it runs.
+  // index or by one an open FileReader still reads, deletes the rest, and
+  // removes the index records of snapshots that were never committed or
+  // were removed, then gives the space back (also on a full disk, like
+  // Remove()). Blocks new imports while it runs.
   virtual Result<GcReport> Gc() = 0;
 
   // Re-hashes every chunk and checks every extent of every snapshot points
-  // at a chunk that exists with the right length. Reports findings; repairs
-  // nothing.
+  // at a chunk that exists with the right length. Reports findings (a
+  // damaged chunk once, each file using it once); repairs nothing.
   virtual Result<FsckReport> Fsck() = 0;
 
   virtual Result<StoreStats> Stats() = 0;

@@ -167,18 +167,30 @@ struct SnapshotInfo {
 struct GcReport {
   uint64_t chunks_kept = 0;
   uint64_t chunks_deleted = 0;
-  uint64_t bytes_deleted = 0;           // stored (compressed) bytes
-  uint64_t orphan_records_deleted = 0;  // index records of never-committed snapshots
-  uint64_t packs_removed = 0;           // pack files deleted (see core/store/chunk_packs.h)
-  uint64_t packs_rewritten = 0;         // of those, packs whose live chunks were copied first
-  uint64_t bytes_rewritten = 0;         // stored bytes of the live chunks copied
+  uint64_t bytes_deleted = 0;  // stored (compressed) bytes
+  // Snapshots whose index records were deleted: never committed, or removed
+  // while a reader still had one of their files open.
+  uint64_t orphan_records_deleted = 0;
+  uint64_t packs_removed = 0;    // pack files deleted (see core/store/chunk_packs.h)
+  uint64_t packs_rewritten = 0;  // of those, packs whose live chunks were copied first
+  uint64_t bytes_rewritten = 0;  // stored bytes of the live chunks copied
+  // Disk space given back from packs that stay, by punching out the garbage
+  // between their live chunks (done where copying them would not fit, and
+  // for packs less than half garbage).
+  uint64_t bytes_punched = 0;
 };
 
 struct FsckReport {
   uint64_t chunks_checked = 0;
   uint64_t snapshots_checked = 0;
   uint64_t extents_checked = 0;
-  std::vector<std::string> problems;  // one line each; empty when clean
+  // One line each; empty when clean. A damaged chunk is one line (its hash,
+  // where its record lies, what is wrong) and each file that uses it one
+  // more (snapshot, path, how many of its chunks are damaged), however many
+  // times the chunk occurs.
+  std::vector<std::string> problems;
+  uint64_t damaged_chunks = 0;  // chunks whose record is unreadable or wrong
+  uint64_t damaged_files = 0;   // files of snapshots that cannot be read back whole
   bool clean() const { return problems.empty(); }
 };
 

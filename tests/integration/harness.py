@@ -20,6 +20,20 @@ GPUCKPTFS = os.environ.get("GPUCKPTFS", "")
 WORKLOAD_BIN = os.environ.get("WORKLOAD_BIN", "")
 CRIU = shutil.which("criu") or "/usr/local/sbin/criu"
 
+PYTHON = "/usr/bin/python3"
+# One write(2) of argv[2] + "\n" into argv[1]; on failure, strerror on stderr.
+_WRITE_ONE = """
+import os, sys
+try:
+    fd = os.open(sys.argv[1], os.O_WRONLY | os.O_TRUNC)
+    try:
+        os.write(fd, os.fsencode(sys.argv[2]) + b"\\n")
+    finally:
+        os.close(fd)
+except OSError as e:
+    sys.exit(os.strerror(e.errno))
+"""
+
 # Ordinary users the tests act as; made (system users, no home) when absent.
 USERS = ("gpuckpt-test-a", "gpuckpt-test-b")
 
@@ -68,8 +82,10 @@ class User:
                               timeout=timeout, **kwargs)
 
     def write(self, path, text, timeout=120):
-        """Writes `text` into `path` as this user: (ok, the error in words)."""
-        r = self.run(["sh", "-c", 'printf "%s\\n" "$2" > "$1"', "sh", path, text], timeout=timeout)
+        """Writes `text` and a newline into `path` as this user, in one
+        write: (ok, the error in words: strerror of the errno). Not through
+        a shell: dash says "I/O error" for every failed write."""
+        r = self.run([PYTHON, "-c", _WRITE_ONE, path, text], timeout=timeout)
         return r.returncode == 0, r.stderr.strip()
 
     def read(self, path, timeout=60):

@@ -1,6 +1,6 @@
 // core/base: the work queue's background priority and shared byte budget,
 // the block pool behind a writer's staging memory, and reading small files
-// that someone else may have planted.
+// that someone else may have planted, and bytes shown as text.
 #include <sched.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "core/base/block_pool.h"
+#include "core/base/display_text.h"
 #include "core/base/small_file.h"
 #include "core/base/work_queue.h"
 #include "gpuckpt/byte_budget.h"
@@ -160,6 +161,28 @@ TEST(SmallFileTest, ReadsARegularFileAndRefusesLinksFifosAndSize) {
   ASSERT_EQ(mkfifo((dir.path() + "/fifo").c_str(), 0600), 0);
   EXPECT_CODE(ReadSmallFileNoFollow(dir.path() + "/fifo", 64), StatusCode::kInvalidArgument);
   EXPECT_CODE(ReadSmallFileNoFollow(dir.path(), 64), StatusCode::kInvalidArgument);
+}
+
+TEST(DisplayTextTest, KeepsUtf8AndEscapesEveryOtherByte) {
+  EXPECT_EQ(DisplayText("python3 train.py --lr 0.1"), "python3 train.py --lr 0.1");
+  EXPECT_EQ(DisplayText("caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80"),
+            "caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80");
+  // Latin-1 "café", a lone continuation byte, a truncated sequence at the end.
+  EXPECT_EQ(DisplayText("caf\xe9"), "caf\\xE9");
+  EXPECT_EQ(DisplayText("a\x80" "b"), "a\\x80b");
+  EXPECT_EQ(DisplayText("x\xe2\x82"), "x\\xE2\\x82");
+  // Overlong forms, surrogates and code points above U+10FFFF are not UTF-8.
+  EXPECT_EQ(DisplayText("\xc0\xaf"), "\\xC0\\xAF");
+  EXPECT_EQ(DisplayText("\xed\xa0\x80"), "\\xED\\xA0\\x80");
+  EXPECT_EQ(DisplayText("\xf4\x90\x80\x80"), "\\xF4\\x90\\x80\\x80");
+  EXPECT_TRUE(IsValidUtf8("caf\xc3\xa9"));
+  EXPECT_FALSE(IsValidUtf8("caf\xe9"));
+  EXPECT_FALSE(IsValidUtf8("\xed\xa0\x80"));
+  // Every byte value alone: the output is always valid UTF-8.
+  for (int b = 0; b < 256; ++b) {
+    const std::string one(1, static_cast<char>(b));
+    EXPECT_TRUE(IsValidUtf8(DisplayText(one))) << b;
+  }
 }
 
 }  // namespace

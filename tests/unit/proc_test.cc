@@ -21,9 +21,12 @@
 #include <future>
 #include <memory>
 #include <string>
+#include <fstream>
+#include <future>
 #include <thread>
 #include <vector>
 
+#include "core/proc/acting_as.h"
 #include "core/proc/caller.h"
 #include "core/proc/process_info.h"
 #include "core/proc/process_table.h"
@@ -581,6 +584,53 @@ TEST(CallerTest, CallerGroupsOfAThread) {
 }
 
 // --- DisplayCommand ----------------------------------------------------------------
+
+// A thread acting as a user opens what that user may open, and nothing
+// more; the daemon's other threads, and this one afterwards, keep root's
+// access.
+TEST(ActingAsTest, OpensWithTheCallersRightsOnThisThreadOnly) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root (changes the thread's file access ids)";
+  TempDir dir;
+  const std::string secret = dir.path() + "/root-only";
+  ASSERT_EQ(mkdir(secret.c_str(), 0700), 0);
+  const std::string inside = secret + "/file";
+  { std::ofstream(inside) << "x"; }
+  const std::string mine = dir.path() + "/users";
+  ASSERT_EQ(mkdir(mine.c_str(), 0700), 0);
+  ASSERT_EQ(chown(mine.c_str(), 65534, 65534), 0);
+  ASSERT_EQ(chmod(dir.path().c_str(), 0755), 0);
+
+  Caller nobody;
+  nobody.uid = 65534;
+  nobody.gid = 65534;
+  // Made before: a thread made while acting would start with the same ids.
+  std::promise<void> go;
+  std::shared_future<void> started = go.get_future().share();
+  std::thread other([&] {
+    started.wait();
+    const int fd = open(inside.c_str(), O_RDONLY);
+    EXPECT_GE(fd, 0) << "another thread lost root's access";
+    if (fd >= 0) close(fd);
+  });
+  {
+    ASSERT_OK_AND_ASSIGN(auto as, ActingAs::Begin(nobody));
+    // Not even whether the file exists: the same error as for a missing one
+    // would be EACCES too, from the directory.
+    EXPECT_EQ(open(inside.c_str(), O_RDONLY), -1);
+    EXPECT_EQ(errno, EACCES);
+    EXPECT_EQ(open((secret + "/missing").c_str(), O_RDONLY), -1);
+    EXPECT_EQ(errno, EACCES);
+    const int fd = open(mine.c_str(), O_RDONLY | O_DIRECTORY);
+    EXPECT_GE(fd, 0);
+    if (fd >= 0) close(fd);
+    // Another thread of the process still has root's access meanwhile.
+    go.set_value();
+    other.join();
+  }
+  const int fd = open(inside.c_str(), O_RDONLY);
+  EXPECT_GE(fd, 0) << "root's access did not come back";
+  if (fd >= 0) close(fd);
+}
 
 TEST(DisplayCommandTest, BoundedAndClean) {
   ProcessInfo info;

@@ -216,21 +216,27 @@ int Main(int argc, char** argv) {
                 static_cast<unsigned long long>(r->chunks_deleted),
                 HumanBytes(r->bytes_deleted).c_str(),
                 static_cast<unsigned long long>(r->orphan_records_deleted));
-    std::printf("removed %llu pack files (%llu rewritten: %s of live chunks copied)\n",
+    std::printf("removed %llu pack files (%llu rewritten: %s of live chunks copied), "
+                "%s punched out of the packs kept\n",
                 static_cast<unsigned long long>(r->packs_removed),
                 static_cast<unsigned long long>(r->packs_rewritten),
-                HumanBytes(r->bytes_rewritten).c_str());
+                HumanBytes(r->bytes_rewritten).c_str(), HumanBytes(r->bytes_punched).c_str());
     return 0;
   }
   if (fsck->parsed()) {
     auto r = store.Fsck();
     if (!r.ok()) return Fail(r.status());
     for (const auto& p : r->problems) std::printf("%s\n", p.c_str());
+    std::string verdict = "clean";
+    if (!r->clean()) {
+      verdict = std::to_string(r->problems.size()) + " problems (" +
+                std::to_string(r->damaged_chunks) + " damaged chunks, " +
+                std::to_string(r->damaged_files) + " files that cannot be read back whole)";
+    }
     std::fprintf(stderr, "checked %llu chunks, %llu snapshots, %llu extents: %s\n",
                  static_cast<unsigned long long>(r->chunks_checked),
                  static_cast<unsigned long long>(r->snapshots_checked),
-                 static_cast<unsigned long long>(r->extents_checked),
-                 r->clean() ? "clean" : (std::to_string(r->problems.size()) + " problems").c_str());
+                 static_cast<unsigned long long>(r->extents_checked), verdict.c_str());
     return r->clean() ? 0 : kExitFsckProblems;
   }
   if (stats->parsed()) {

@@ -4,8 +4,9 @@
 //
 // Without --foreground it returns once the filesystem is mounted (exit 0),
 // or with exit 1 and one line on stderr when it could not be (store in use,
-// no such mount point, ...); the daemon then runs in the background until
-// `fusermount3 -u MOUNTPOINT`, SIGTERM or SIGINT.
+// no such mount point, something already mounted there, ...); the daemon
+// then runs in the background until `fusermount3 -u MOUNTPOINT`, SIGTERM or
+// SIGINT.
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/stat.h>
@@ -210,6 +211,13 @@ int Main(int argc, char** argv) {
   if (char* real = realpath(mount.mountpoint.c_str(), nullptr)) {
     mount.mountpoint = real;
     free(real);
+  }
+  // A mount over a mount (a running gpuckptfs, say) would hide it: refused
+  // here, before the store is opened or anything resumed from its journal
+  // (ServeFilesystem checks again, just before mounting).
+  if (Status s = CheckNothingMountedAt(mount.mountpoint); !s.ok()) {
+    std::fprintf(stderr, "gpuckptfs: %s\n", s.ToString().c_str());
+    return 1;
   }
   if (foreground) {
     return Serve(store_dir, engine_options, mount, gpu_settings, [](const std::string& error) {

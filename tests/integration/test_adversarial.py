@@ -1,0 +1,372 @@
+"""Two ordinary users and root against one gpuckptfs mount: what one user
+can make the daemon (running as root) do for them, or to the others.
+
+Images are edited with CRIU's own image tool, crit (tools/install-criu
+installs it). Each case says what must be refused, with which errno, and
+checks that nothing leaked, hung (every write is bounded by a timeout) or
+was lost.
+
+Run by ctest under wl_reaper, like the other pytest tests (harness.py).
+"""
+
+import glob
+import json
+import os
+import shutil
+import signal
+import subprocess
+import threading
+import time
+
+import pytest
+
+from harness import ctl, read, status_line, wait_for, why_not_runnable
+
+CRIT = shutil.which("crit") or "/usr/local/bin/crit"
+
+pytestmark = pytest.mark.skipif(why_not_runnable("wl_threads") is not None,
+                                reason=str(why_not_runnable("wl_threads")))
+
+# Every capability, as CRIU's creds record holds them (two 32-bit words).
+ALL_CAPS = [0xFFFFFFFF, 0x1FF]
+CAP_SETPCAP_ONLY = [1 << 8, 0]
+
+
+def crit_decode(path):
+    out = subprocess.run([CRIT, "decode", "-i", path], capture_output=True, text=True, check=True)
+    return json.loads(out.stdout)
+
+
+def crit_encode(image, path):
+    subprocess.run([CRIT, "encode", "-o", path], input=json.dumps(image), text=True, check=True)
+
+
+def checkpoint_as(m, user, wl, options=""):
+    """Checkpoints `wl` through its ctl as `user`; returns the new id."""
+    before = set(os.listdir(m.path("checkpoints")))
+    ok, err = user.write(m.path(str(wl.pid), "ctl"), ("checkpoint " + options).strip())
+    assert ok, f"checkpoint as {user.name}: {err}; last: {status_line(m.mnt, wl.pid, 'last')}"
+    made = set(os.listdir(m.path("checkpoints"))) - before
+    assert len(made) == 1, made
+    return made.pop()
+
+
+def copy_as(m, user, checkpoint_id, name):
+    """A `cp -r` of a checkpoint into a directory of `user`'s own."""
+    home = os.path.join(m.work, "home-" + user.name)
+    if not os.path.isdir(home):
+        os.mkdir(home, 0o700)
+        os.chown(home, user.uid, user.gid)
+    dest = os.path.join(home, name)
+    r = user.run(["cp", "-r", m.path("checkpoints", checkpoint_id), dest])
+    assert r.returncode == 0, r.stderr
+    return dest
+
+
+def edit_as(user, path, edit):
+    """Decodes the image `path` with crit, lets `edit` change it, encodes it
+    back; the file stays the user's (as if they had done it)."""
+    image = crit_decode(path)
+    edit(image)
+    crit_encode(image, path)
+    os.chown(path, user.uid, user.gid)
+
+
+def restore_as(m, user, path, timeout=120):
+    """Writes `path` into `restore` as `user`: (ok, error, what `cat restore` says)."""
+    ok, err = user.write(m.path("restore"), path, timeout=timeout)
+    said = user.read(m.path("restore"))[1].strip()
+    return ok, err, said
+
+
+def ids_of(m, user):
+    r = user.run(["ls", m.path("checkpoints")])
+    assert r.returncode == 0, r.stderr
+    return set(r.stdout.split())
+
+
+# --- Provenance: a planted checkpoint never runs as root ---------------------------
+
+def test_import_claiming_root_and_a_root_jobs_pid_is_not_that_jobs_and_never_runs_as_root(
+        mount, users):
+    m = mount
+    a, _ = users
+    job = m.start("wl_memory", "--mib", "8")  # root's job
+    mine = m.start("wl_memory", "--mib", "8", user=a)
+    made = checkpoint_as(m, a, mine)
+    copy = copy_as(m, a, made, "planted")
+    images = os.path.join(copy, "images")
+
+    # The user's edit: the tree's root is now root's job, running as uid 0
+    # with every capability.
+    old = mine.pid
+    def claim_root_job(image):
+        entry = image["entries"][0]
+        entry.update(pid=job.pid, pgid=job.pid, sid=job.pid, threads=[job.pid])
+    edit_as(a, os.path.join(images, "pstree.img"), claim_root_job)
+    def as_root(image):
+        creds = image["entries"][0]["thread_core"]["creds"]
+        for key in ("uid", "euid", "suid", "fsuid", "gid", "egid", "sgid", "fsgid"):
+            creds[key] = 0
+        creds["groups"] = [0]
+        for key in ("cap_inh", "cap_prm", "cap_eff", "cap_bnd", "cap_amb"):
+            creds[key] = ALL_CAPS
+    core = os.path.join(images, f"core-{job.pid}.img")
+    os.rename(os.path.join(images, f"core-{old}.img"), core)
+    edit_as(a, core, as_root)
+
+    before = ids_of(m, a)
+    ok, err = a.write(m.path("ctl"), f"import {copy}")
+    assert ok, err
+    (planted,) = ids_of(m, a) - before
+    manifest = json.loads(read(m.path("checkpoints", planted, "manifest.json")))
+    assert manifest["extra"]["made_by"]["uid"] == a.uid
+    assert manifest["extra"]["pid"] == job.pid
+
+    # Root's job does not list it.
+    listed = os.listdir(m.path(str(job.pid), "checkpoints"))
+    assert listed == [], f"root's job lists {listed}"
+
+    # Root restores it, by id and through the job's own directory once the
+    # job is gone: refused (EACCES), nothing comes back as root.
+    job.kill()
+    for path in (m.path("checkpoints", planted), m.path(str(job.pid), "checkpoints", "latest")):
+        with pytest.raises(PermissionError):
+            ctl(m.path("restore"), path)
+        said = read(m.path("restore"))
+        assert "claims uid 0" in said, said
+        assert not os.path.exists(f"/proc/{job.pid}"), f"a process came back as pid {job.pid}"
+
+
+def test_thread_holding_a_capability_is_refused_and_the_refused_copy_leaves_nothing(
+        mount, users):
+    m = mount
+    a, _ = users
+    wl = m.start("wl_threads", user=a)
+    made = checkpoint_as(m, a, wl)
+    copy = copy_as(m, a, made, "threads")
+    images = os.path.join(copy, "images")
+    tree = crit_decode(os.path.join(images, "pstree.img"))["entries"][0]
+    thread = [t for t in tree["threads"] if t != tree["pid"]][-1]
+    def ambient_setpcap(image):
+        creds = image["entries"][0]["thread_core"]["creds"]
+        for key in ("cap_inh", "cap_prm", "cap_amb"):
+            creds[key] = CAP_SETPCAP_ONLY
+    edit_as(a, os.path.join(images, f"core-{thread}.img"), ambient_setpcap)
+
+    wl.kill()
+    before = ids_of(m, a)
+    ok, err, said = restore_as(m, a, copy)
+    assert not ok and "Permission denied" in err, (err, said)
+    assert f"thread {thread} of process {tree['pid']}" in said and "capabilities" in said, said
+    assert not wl.alive(), "the process came back with a capability"
+    assert ids_of(m, a) == before, "the refused copy's import stayed in the store"
+
+    # The user's own, unedited checkpoint still restores.
+    ok, err, said = restore_as(m, a, m.path("checkpoints", made))
+    assert ok, f"{err}: {said}"
+    assert wl.verdict() == "PASS"
+
+
+# --- Nothing a user hands in is opened as root to their benefit ---------------------
+
+def test_swapped_criu_log_is_never_read_through(mount, users):
+    m = mount
+    a, _ = users
+    wl = m.start("wl_big", "--mib", "384", user=a)
+    result = {}
+    def checkpoint():
+        result["ok"], result["err"] = a.write(m.path(str(wl.pid), "ctl"), "checkpoint")
+    writer = threading.Thread(target=checkpoint)
+    writer.start()
+    # The user's CRIU (it runs as them): stop it, put a symlink to a
+    # root-only file where its log is, and kill it so that the dump fails.
+    criu_pid = None
+    deadline = time.monotonic() + 60
+    while criu_pid is None and time.monotonic() < deadline:
+        r = subprocess.run(["pgrep", "-u", str(a.uid), "-x", "criu"], capture_output=True,
+                           text=True)
+        if r.stdout.split():
+            criu_pid = int(r.stdout.split()[0])
+        else:
+            time.sleep(0.005)
+    assert criu_pid is not None, "the user's CRIU never ran"
+    a.run(["kill", "-STOP", str(criu_pid)])
+    (work,) = glob.glob(os.path.join(m.run_dir, f"checkpoint-{wl.pid}-*"))
+    r = a.run(["ln", "-sfn", "/etc/shadow", os.path.join(work, "dump.log")])
+    assert r.returncode == 0, r.stderr
+    r = a.run(["ln", "-sfn", "/etc/shadow", os.path.join(work, "criu.stderr")])
+    assert r.returncode == 0, r.stderr
+    a.run(["kill", "-KILL", str(criu_pid)])
+    writer.join(timeout=120)
+    assert not writer.is_alive(), "the checkpoint never returned"
+    assert not result["ok"], "the dump of a killed CRIU succeeded"
+    last = status_line(m.mnt, wl.pid, "last")
+    with open("/etc/shadow") as f:
+        shadow = [line.strip() for line in f if line.strip()]
+    leaked = [line for line in shadow if line in last]
+    assert not leaked, f"last: shows /etc/shadow: {last}"
+    assert wl.alive(), "the process did not run on"
+
+
+def fifo_in(directory, name, user):
+    path = os.path.join(directory, name)
+    os.mkfifo(path, 0o600)
+    os.chown(path, user.uid, user.gid)
+
+
+def test_fifos_and_symlinks_in_a_restore_or_import_fail_at_once(mount, users):
+    m = mount
+    a, _ = users
+    home = os.path.join(m.work, "home-" + a.name)
+    os.mkdir(home, 0o700)
+    os.chown(home, a.uid, a.gid)
+    cases = []
+    # A CRIU image directory whose pstree.img is a FIFO.
+    plain = os.path.join(home, "fifo-pstree")
+    os.mkdir(plain)
+    os.chown(plain, a.uid, a.gid)
+    fifo_in(plain, "pstree.img", a)
+    cases.append((plain, "not a regular file"))
+    # A copy of a checkpoint whose manifest.json is a FIFO.
+    wl = m.start("wl_memory", "--mib", "4", user=a)
+    made = checkpoint_as(m, a, wl)
+    copy = copy_as(m, a, made, "fifo-manifest")
+    os.unlink(os.path.join(copy, "manifest.json"))
+    fifo_in(copy, "manifest.json", a)
+    cases.append((copy, "manifest.json is not a regular file"))
+    # ... and one whose manifest.json is a symlink to a root-only file.
+    linked = copy_as(m, a, made, "symlink-manifest")
+    os.unlink(os.path.join(linked, "manifest.json"))
+    r = a.run(["ln", "-s", "/etc/shadow", os.path.join(linked, "manifest.json")])
+    assert r.returncode == 0, r.stderr
+    cases.append((linked, "manifest.json is a symlink"))
+
+    before = ids_of(m, a)
+    for path, why in cases:
+        start = time.monotonic()
+        ok, err, said = restore_as(m, a, path, timeout=30)
+        assert not ok and "Invalid argument" in err, (path, err)
+        assert why in said, (path, said)
+        ok, err = a.write(m.path("ctl"), f"import {path}", timeout=30)
+        assert not ok and "Invalid argument" in err, (path, err)
+        assert time.monotonic() - start < 20, f"{path} took {time.monotonic() - start:.1f} s"
+    assert ids_of(m, a) == before, "a refused import stayed in the store"
+    # Root's own restore is not held up behind them.
+    wl.kill()
+    ctl(m.path("restore"), m.path("checkpoints", made))
+    assert wl.verdict() == "PASS"
+
+
+def test_oversized_manifest_is_refused_without_reading_it(mount, users):
+    m = mount
+    a, _ = users
+    wl = m.start("wl_memory", "--mib", "4", user=a)
+    made = checkpoint_as(m, a, wl)
+    copy = copy_as(m, a, made, "big-manifest")
+    manifest = os.path.join(copy, "manifest.json")
+    # 64 MB of JSON: one array of small objects, which a JSON parser turns
+    # into far more memory than its size.
+    with open(manifest, "w") as f:
+        f.write('{"extra": {"gpus": [')
+        f.write(",".join(['{"uuid": "x"}'] * (64_000_000 // 14)))
+        f.write("]}}")
+    os.chown(manifest, a.uid, a.gid)
+    daemon = int(subprocess.run(["pgrep", "-o", "-f", f"gpuckptfs.*{m.mnt}"], capture_output=True,
+                                text=True, check=True).stdout.split()[0])
+    def rss_mb():
+        for line in read(f"/proc/{daemon}/status").splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+        raise AssertionError("no VmHWM")
+    peak_before = rss_mb()
+    wl.kill()
+    ok, err, said = restore_as(m, a, copy)
+    assert not ok and "Invalid argument" in err, err
+    assert "manifest.json is too large" in said, said
+    assert rss_mb() - peak_before < 32, f"peak RSS grew from {peak_before} to {rss_mb()} MB"
+
+
+def test_paths_in_root_only_directories_say_no_more_than_to_the_user(mount, users):
+    m = mount
+    a, _ = users
+    secret = os.path.join(m.work, "root-only")
+    os.mkdir(secret, 0o700)
+    os.mkdir(os.path.join(secret, "exists"))
+    answers = []
+    for name in ("exists", "missing"):
+        ok, err, said = restore_as(m, a, os.path.join(secret, name))
+        assert not ok and "Permission denied" in err, err
+        answers.append(said.replace(name, "NAME"))
+    assert answers[0] == answers[1], answers
+
+
+# --- Names ---------------------------------------------------------------------------
+
+def test_one_users_names_never_block_anothers(mount, users):
+    m = mount
+    a, b = users
+    wl_a = m.start("wl_memory", "--mib", "4", user=a)
+    wl_b = m.start("wl_memory", "--mib", "4", user=b)
+    # The automatic form is the engine's: refused, whoever asks.
+    ok, err = a.write(m.path(str(wl_a.pid), "ctl"), f"checkpoint --name {wl_b.pid}-999999999")
+    assert not ok and "Invalid argument" in err, err
+    assert "form PID-N" in status_line(m.mnt, wl_a.pid, "last")
+    # The same name by both users: each gets their own checkpoint.
+    id_a = checkpoint_as(m, a, wl_a, "--name before-upgrade")
+    id_b = checkpoint_as(m, b, wl_b, "--name before-upgrade")
+    assert id_a == f"{a.uid}.before-upgrade" and id_b == f"{b.uid}.before-upgrade", (id_a, id_b)
+    # And b's automatic checkpoints go on.
+    checkpoint_as(m, b, wl_b)
+    checkpoint_as(m, b, wl_b)
+    assert sorted(os.listdir(m.path(str(wl_b.pid), "checkpoints"))) == ["1", "2", "3", "latest"]
+
+
+# --- Bytes are bytes -------------------------------------------------------------------
+
+def test_latin1_arguments_and_paths_checkpoint_and_restore(mount, users):
+    m = mount
+    a, _ = users
+    # The result file (the workload's first argument) lies in a directory
+    # whose name is Latin-1, not UTF-8.
+    base = os.fsencode(os.path.join(m.work, "home-" + a.name))
+    os.mkdir(base, 0o700)
+    os.chown(base, a.uid, a.gid)
+    here = base + b"/caf\xe9"
+    os.mkdir(here, 0o700)
+    os.chown(here, a.uid, a.gid)
+    result = here + b"/result"
+    binary = os.path.join(m.work, "wl_memory")
+    if not os.path.exists(binary):
+        shutil.copy(os.path.join(os.environ["WORKLOAD_BIN"], "wl_memory"), binary)
+        os.chmod(binary, 0o755)
+    subprocess.run([b"sh", b"-c", b'setsid "$@" </dev/null >/dev/null 2>&1 &', b"sh",
+                    *[os.fsencode(x) for x in a.prefix()], os.fsencode(binary), result,
+                    b"--mib", b"4"], check=True)
+    wait_for(lambda: os.path.exists(result + b".ready"), 60, "the workload")
+    pid = int(read(result + b".ready"))
+    try:
+        wait_for(lambda: os.path.isdir(m.path(str(pid))), 10, "its directory")
+        assert "caf\\xE9" in status_line(m.mnt, pid, "command")
+        ok, err = a.write(m.path(str(pid), "ctl"), "checkpoint")
+        assert ok, f"{err}: {status_line(m.mnt, pid, 'last')}"
+        made = os.listdir(m.path(str(pid), "checkpoints"))
+        manifest = json.loads(read(m.path(str(pid), "checkpoints", "latest", "manifest.json")))
+        assert "caf\\xE9" in manifest["extra"]["command"], manifest["extra"]["command"]
+        assert made
+        # A copy under a Latin-1 name restores, and `restore` says so.
+        copy = here + b"/copy\xff"
+        r = subprocess.run([*a.prefix(), "cp", "-r",
+                            m.path(str(pid), "checkpoints", "latest") + "/", os.fsdecode(copy)])
+        assert r.returncode == 0
+        os.kill(pid, signal.SIGKILL)
+        wait_for(lambda: not os.path.exists(f"/proc/{pid}"), 10, "the workload to go")
+        ok, err = a.write(m.path("restore"), os.fsdecode(copy))
+        assert ok, f"{err}: {a.read(m.path('restore'))[1]}"
+        assert a.read(m.path("restore"))[1].strip() == f"pid {pid}"
+        os.kill(pid, signal.SIGUSR1)
+        wait_for(lambda: os.path.exists(result), 60, "the verdict")
+        assert read(result).strip() == "PASS"
+    finally:
+        if os.path.exists(f"/proc/{pid}"):
+            os.kill(pid, signal.SIGKILL)

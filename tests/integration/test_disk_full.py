@@ -1,0 +1,107 @@
+"""A checkpoint into a store whose disk fills up, through a real mount.
+
+The store lies on a 200 MiB tmpfs, and a process of 300 MiB of mostly
+incompressible pages is checkpointed into it. The checkpoint must fail with
+ENOSPC and say so in the process's `last:` status line ("no space left on
+the store's disk", not CRIU's "Broken pipe"), the process must run on, and
+on the still full disk `rm -r` of a checkpoint and `gc` must work and give
+the space back (also the space the failed checkpoint took). Once the
+filesystem has room again the next checkpoint succeeds, with nothing
+restarted, and restores.
+
+Run by ctest under wl_reaper, like the other pytest tests (harness.py).
+Needs root (for the tmpfs too), /dev/fuse and CRIU; skipped, saying why,
+where one of them is missing.
+"""
+
+import errno
+import os
+import shutil
+import subprocess
+import tempfile
+
+import pytest
+
+from harness import Mount, ctl, read, status_line, why_not_runnable
+
+DISK_MIB = 200
+SMALL_MIB = 32
+BIG_MIB = 300
+
+pytestmark = pytest.mark.skipif(why_not_runnable("wl_big") is not None,
+                                reason=str(why_not_runnable("wl_big")))
+
+
+def free_bytes(path):
+    st = os.statvfs(path)
+    return st.f_bavail * st.f_frsize
+
+
+def used_bytes(path):
+    st = os.statvfs(path)
+    return (st.f_blocks - st.f_bfree) * st.f_frsize
+
+
+@pytest.fixture
+def small_disk():
+    disk = tempfile.mkdtemp(prefix="gpuckpt-disk-full.", dir="/var/tmp")
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={DISK_MIB}m,mode=0700", "tmpfs",
+                        disk], capture_output=True, text=True)
+    if r.returncode != 0:
+        os.rmdir(disk)
+        pytest.skip(f"cannot mount a tmpfs: {r.stderr.strip()}")
+    try:
+        yield disk
+    finally:
+        subprocess.run(["umount", "-l", disk])
+        shutil.rmtree(disk, ignore_errors=True)
+
+
+@pytest.fixture
+def mount(small_disk):
+    m = Mount("gpuckpt-disk-full-test.", store=os.path.join(small_disk, "store"))
+    try:
+        yield m, small_disk
+    finally:
+        m.close()
+
+
+def test_full_store_disk_fails_the_checkpoint_cleanly_and_recovers(mount):
+    m, disk = mount
+    mnt = m.mnt
+    small = m.start("wl_big", "--mib", str(SMALL_MIB))
+    ctl(f"{mnt}/{small.pid}/ctl", "checkpoint")
+    small_ckpt = os.path.join(mnt, "checkpoints", f"{small.pid}-1")
+    assert os.path.isdir(small_ckpt)
+    used_with_small = used_bytes(disk)
+
+    big = m.start("wl_big", "--mib", str(BIG_MIB))
+    with pytest.raises(OSError) as failure:
+        ctl(f"{mnt}/{big.pid}/ctl", "checkpoint")
+    assert failure.value.errno == errno.ENOSPC, failure.value
+    last = status_line(mnt, big.pid, "last")
+    assert "no space left on the store's disk" in last, last
+    assert "Broken pipe" not in last, last
+    assert big.alive(), "a failed checkpoint must leave the process running"
+    assert free_bytes(disk) < (16 << 20), "the disk should be (nearly) full"
+    assert not os.path.exists(os.path.join(mnt, "checkpoints", f"{big.pid}-1"))
+
+    # On the still full disk: rm -r of a checkpoint and gc work, and give
+    # back its space and what the failed checkpoint left in the packs.
+    shutil.rmtree(small_ckpt)
+    assert not os.path.exists(small_ckpt)
+    ctl(os.path.join(mnt, "ctl"), "gc")
+    assert used_bytes(disk) < used_with_small - (SMALL_MIB << 20) // 2, (
+        f"{used_bytes(disk)} bytes still used, {used_with_small} with the first checkpoint alone")
+
+    # Space is back (the filesystem grows): the next checkpoint succeeds,
+    # nothing restarted, and restores byte for byte.
+    subprocess.run(["mount", "-o", f"remount,size={2 * DISK_MIB}m", disk], check=True)
+    ctl(f"{mnt}/{big.pid}/ctl", "checkpoint")
+    ckpt = os.path.join(mnt, "checkpoints", f"{big.pid}-1")
+    assert os.path.isdir(ckpt)
+    assert " ok " in status_line(mnt, big.pid, "last") + " "
+    big.kill()
+    ctl(os.path.join(mnt, "restore"), ckpt)
+    assert read(os.path.join(mnt, "restore")).strip() == f"pid {big.pid}"
+    assert big.verdict() == "PASS"
