@@ -141,6 +141,17 @@ Result<SnapshotInfo> Engine::Checkpoint(const CheckpointRequest& request) {
       }
     }
     GPUCKPT_RETURN_IF_ERROR(RefuseIoUring(tree));
+    if (!request.caller.is_root()) {
+      // At worst every byte of the tree's memory and device memory is new.
+      uint64_t worst_case = 0;
+      for (int pid : tree) {
+        auto member = ReadProcess(pid, ProcReadOptions{.read_gpu_devices = false});
+        if (member.ok()) worst_case += member->rss_bytes;
+        if (auto gpu = gpu_->Describe(pid); gpu.ok()) worst_case += gpu->device_memory_bytes;
+      }
+      GPUCKPT_RETURN_IF_ERROR(CheckQuota(request.caller, worst_case,
+                                         "a checkpoint of process " + std::to_string(request.pid)));
+    }
     GPUCKPT_ASSIGN_OR_RETURN(auto ticket, board_.Begin(request.pid, "checkpoint"));
     auto info = DumpAndStore(request, process, tree, ticket.get());
     if (info.ok()) {
@@ -284,7 +295,7 @@ Result<SnapshotInfo> Engine::DumpAndStore(const CheckpointRequest& request,
   }
   SnapshotSpec spec{
       name, "pid " + std::to_string(request.pid) + " (" + DisplayText(process.comm) + ")",
-      extra.dump(), base};
+      extra.dump(), base, DedupDomainFor(process.creds.ruid)};
   // CRIU's pipes are drained into staging memory as fast as CRIU writes
   // them, with hashing, compression and the disk behind, on idle CPU only
   // until CRIU is done: the tree is frozen for as long as CRIU runs. What

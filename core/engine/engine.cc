@@ -295,6 +295,25 @@ Result<std::string> Engine::NextCheckpointName(int pid) {
   return prefix + std::to_string(highest + 1);
 }
 
+Status Engine::CheckQuota(const Caller& caller, uint64_t worst_case_bytes,
+                          const std::string& what) {
+  if (caller.is_root() || options_.user_quota_bytes == 0) return Status::Ok();
+  GPUCKPT_ASSIGN_OR_RETURN(auto snapshots, store_->List());
+  uint64_t used = 0;
+  for (const auto& s : snapshots)
+    if (OwnerOf(s).uid == caller.uid) used += s.stored_bytes;
+  if (used + worst_case_bytes <= options_.user_quota_bytes) return Status::Ok();
+  return Status::NoSpace(fmt::format(
+      "quota: the checkpoints of uid {} hold {:.1f} MB of the store, {} may add up to {:.1f} MB "
+      "more, and the quota is {:.1f} MB (rm -r some checkpoints)",
+      caller.uid, used / 1e6, what, worst_case_bytes / 1e6, options_.user_quota_bytes / 1e6));
+}
+
+std::optional<uint32_t> Engine::DedupDomainFor(uint32_t owner_uid) const {
+  if (options_.shared_dedup) return std::nullopt;
+  return owner_uid;
+}
+
 Status Engine::Track(int pid, const Caller& caller) {
   GPUCKPT_ASSIGN_OR_RETURN(ProcessInfo info, ReadProcess(pid));
   GPUCKPT_RETURN_IF_ERROR(MayCheckpoint(caller, info));

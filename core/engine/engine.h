@@ -66,6 +66,17 @@ struct EngineOptions {
   // checkpoint needs is taken, and it is given back when the checkpoint
   // ends. 0: DefaultStagingMemory(). Default: 0.
   uint64_t staging_memory_bytes = 0;
+  // Deduplicate chunks across owners (the whole store), not only among one
+  // owner's checkpoints. Saves space where users run the same code and
+  // data, but what a checkpoint reports as new (and how long it takes)
+  // then tells its user whether another user's checkpoints hold the same
+  // bytes. Default: false (one dedup domain per owner).
+  bool shared_dedup = false;
+  // The most that one user's checkpoints may have added to the store (the
+  // sum of their stored bytes); a checkpoint or import by that user that
+  // could go beyond it is refused (ENOSPC) before anything is frozen or
+  // read. Root is not limited. 0: no limit. Default: 0.
+  uint64_t user_quota_bytes = 0;
 };
 
 // A quarter of the machine's physical memory, at least 256 MiB: room for
@@ -236,6 +247,11 @@ class Engine {
   Result<std::unique_ptr<WorkDir>> MakeWorkDir(const std::string& label);
   void FinishWorkDir(const std::string& dir, bool ok);
   Result<std::string> NextCheckpointName(int pid);
+  // Refuses (kNoSpace) when `caller` (not root) is limited by a quota that
+  // `worst_case_bytes` more could exceed; `what` names the operation.
+  Status CheckQuota(const Caller& caller, uint64_t worst_case_bytes, const std::string& what);
+  // The dedup domain of a checkpoint owned by `owner_uid`.
+  std::optional<uint32_t> DedupDomainFor(uint32_t owner_uid) const;
   Result<SnapshotInfo> DumpAndStore(const CheckpointRequest& request, const ProcessInfo& process,
                                     const std::vector<int>& tree, OperationBoard::Ticket* ticket);
   // The id of the checkpoint a restore names; *imported when it was

@@ -403,6 +403,7 @@ Result<SnapshotInfo> Engine::Import(const std::string& path, const std::string& 
 Result<SnapshotInfo> Engine::ImportImageDir(const std::string& path, const std::string& name,
                                             const Caller& caller) {
   if (!name.empty()) GPUCKPT_RETURN_IF_ERROR(CheckCheckpointName(name));
+  GPUCKPT_RETURN_IF_ERROR(CheckQuota(caller, 0, "an import"));
   // The path is the caller's to resolve: with their rights, so that it
   // reaches nothing they could not, and its error says no more than theirs
   // would. Below it, every entry must be the caller's own.
@@ -498,7 +499,8 @@ Result<SnapshotInfo> Engine::ImportImageDir(const std::string& path, const std::
     } else {
       id = CheckpointIdForName(name, caller);
     }
-    auto writer = store_->BeginSnapshot({id, shown, extra.dump(), /*base=*/""});
+    auto writer = store_->BeginSnapshot(
+        {id, shown, extra.dump(), /*base=*/"", DedupDomainFor(caller.uid)});
     if (!writer.ok()) {
       // Another checkpoint of this pid took the number meanwhile.
       if (writer.status().code() == StatusCode::kAlreadyExists && name.empty() && attempt < 8)
@@ -515,7 +517,15 @@ Result<SnapshotInfo> Engine::ImportImageDir(const std::string& path, const std::
       GPUCKPT_RETURN_IF_ERROR(AddDirectoryToSnapshot(writer->get(), device.get(), shown + "/device",
                                                      {"device", owner}));
     }
-    return (*writer)->Commit();
+    GPUCKPT_ASSIGN_OR_RETURN(SnapshotInfo info, (*writer)->Commit());
+    // What an import adds is known only once it is stored: one that took
+    // its user beyond their quota is removed again (the directory it came
+    // from is where it was).
+    if (Status quota = CheckQuota(caller, 0, "the import of " + shown); !quota.ok()) {
+      store_->Remove(info.id).PermitUnchecked();
+      return quota;
+    }
+    return info;
   }
 }
 

@@ -7,7 +7,8 @@
 
 namespace gpuckpt {
 
-Result<std::unique_ptr<BaseExtents>> BaseExtents::Load(StoreImpl* store, const std::string& id) {
+Result<std::unique_ptr<BaseExtents>> BaseExtents::Load(StoreImpl* store, const std::string& id,
+                                                       std::optional<uint32_t> dedup_domain) {
   StoreDb* db = store->db();
   std::unique_ptr<BaseExtents> base(new BaseExtents(db, db->db()->GetSnapshot()));
   rocksdb::ReadOptions r;
@@ -17,6 +18,7 @@ Result<std::unique_ptr<BaseExtents>> BaseExtents::Load(StoreImpl* store, const s
   if (s.IsNotFound()) return std::unique_ptr<BaseExtents>();
   GPUCKPT_RETURN_IF_ERROR(FromRocks(s, "reading base snapshot '" + id + "'"));
   GPUCKPT_ASSIGN_OR_RETURN(SnapshotInfo info, DecodeSnapshotRecord(id, record));
+  if (info.dedup_domain != dedup_domain) return std::unique_ptr<BaseExtents>();
   base->id_ = id;
   base->key_ = info.key;
 

@@ -42,8 +42,10 @@ namespace gpuckpt {
 class BaseExtents {
  public:
   // Snapshot `id` of `store` as it holds it now; nullptr when there is no
-  // such snapshot. Borrows the store's StoreDb.
-  static Result<std::unique_ptr<BaseExtents>> Load(StoreImpl* store, const std::string& id);
+  // such snapshot, or when it is not in dedup domain `dedup_domain` (a
+  // chunk name never crosses domains). Borrows the store's StoreDb.
+  static Result<std::unique_ptr<BaseExtents>> Load(StoreImpl* store, const std::string& id,
+                                                   std::optional<uint32_t> dedup_domain);
   ~BaseExtents();
   BaseExtents(const BaseExtents&) = delete;
   BaseExtents& operator=(const BaseExtents&) = delete;

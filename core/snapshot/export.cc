@@ -9,6 +9,7 @@
 #include <atomic>
 #include <cerrno>
 #include <filesystem>
+#include <optional>
 #include <random>
 #include <string>
 
@@ -41,6 +42,9 @@ Status StoreImpl::Export(const std::string& id, const std::string& dest_dir_in,
   GPUCKPT_ASSIGN_OR_RETURN(auto pinned, PinSnapshot(id));
   const SnapshotInfo& info = pinned.first;
   GPUCKPT_ASSIGN_OR_RETURN(auto records, ReadFileRecords(info.key));
+  // What kFullHash verification names the chunks with.
+  const std::optional<ChunkDomainKey> domain_key = db_->domain_key(info.dedup_domain);
+  const ChunkDomainKey* const domain = domain_key ? &*domain_key : nullptr;
 
   struct stat st {};
   if (lstat(dest_dir.c_str(), &st) == 0) {
@@ -124,22 +128,25 @@ Status StoreImpl::Export(const std::string& id, const std::string& dest_dir_in,
     uint64_t run_bytes = 0;
     auto submit_run = [&]() -> Status {
       if (run.empty()) return Status::Ok();
-      Status s = queue.Submit(run_bytes, [this, extents = std::move(run), run_bytes, fd, &path,
-                                          &done](unsigned) -> Status {
-        std::vector<ChunkStore::ChunkRef> refs;
-        refs.reserve(extents.size());
-        for (const Extent& x : extents) {
-          refs.push_back(ChunkStore::ChunkRef{x.hash, x.seq, x.length, /*use_cache=*/false});
-        }
-        std::vector<std::shared_ptr<const std::string>> chunks;
-        GPUCKPT_RETURN_IF_ERROR(chunk_store_->ReadMany(refs, &chunks));
-        std::string buf;
-        buf.reserve(run_bytes);
-        for (const auto& chunk : chunks) buf.append(*chunk);
-        GPUCKPT_RETURN_IF_ERROR(PwriteFully(fd, buf.data(), buf.size(), extents.front().offset, path));
-        done.fetch_add(buf.size(), std::memory_order_relaxed);
-        return Status::Ok();
-      });
+      Status s = queue.Submit(
+          run_bytes,
+          [this, extents = std::move(run), run_bytes, fd, &path, &done,
+           domain](unsigned) -> Status {
+            std::vector<ChunkStore::ChunkRef> refs;
+            refs.reserve(extents.size());
+            for (const Extent& x : extents) {
+              refs.push_back(ChunkStore::ChunkRef{x.hash, x.seq, x.length, /*use_cache=*/false});
+            }
+            std::vector<std::shared_ptr<const std::string>> chunks;
+            GPUCKPT_RETURN_IF_ERROR(chunk_store_->ReadMany(refs, domain, &chunks));
+            std::string buf;
+            buf.reserve(run_bytes);
+            for (const auto& chunk : chunks) buf.append(*chunk);
+            GPUCKPT_RETURN_IF_ERROR(
+                PwriteFully(fd, buf.data(), buf.size(), extents.front().offset, path));
+            done.fetch_add(buf.size(), std::memory_order_relaxed);
+            return Status::Ok();
+          });
       run = {};
       run_bytes = 0;
       return s;

@@ -57,7 +57,8 @@ Result<size_t> FileReaderImpl::Pread(uint64_t offset, size_t len, char* buf) {
     if (pos < offset + len) it->Next();
   }
   std::vector<std::shared_ptr<const std::string>> chunks;
-  GPUCKPT_RETURN_IF_ERROR(store_->chunks().ReadMany(refs, &chunks));
+  GPUCKPT_RETURN_IF_ERROR(
+      store_->chunks().ReadMany(refs, domain_key_ ? &*domain_key_ : nullptr, &chunks));
   size_t done = 0;
   for (size_t i = 0; i < chunks.size(); ++i) {
     const size_t in_chunk = static_cast<size_t>(offset + done - starts[i]);

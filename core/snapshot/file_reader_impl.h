@@ -7,6 +7,7 @@
 #ifndef GPUCKPT_CORE_SNAPSHOT_FILE_READER_IMPL_H_
 #define GPUCKPT_CORE_SNAPSHOT_FILE_READER_IMPL_H_
 
+#include <optional>
 #include <string>
 
 #include "core/snapshot/store_impl.h"
@@ -16,12 +17,15 @@ namespace gpuckpt {
 
 class FileReaderImpl final : public FileReader {
  public:
-  FileReaderImpl(StoreImpl* store, SnapshotPin pin, std::string snapshot_id,
-                 uint64_t snapshot_key, uint32_t file_index, FileEntry entry)
+  // `domain_key`: what the snapshot's chunks are named with (nullopt: the
+  // shared domain), for ReadVerification::kFullHash.
+  FileReaderImpl(StoreImpl* store, SnapshotPin pin, std::string snapshot_id, uint64_t snapshot_key,
+                 std::optional<ChunkDomainKey> domain_key, uint32_t file_index, FileEntry entry)
       : store_(store),
         pin_(std::move(pin)),
         snapshot_id_(std::move(snapshot_id)),
         snapshot_key_(snapshot_key),
+        domain_key_(domain_key),
         file_index_(file_index),
         entry_(std::move(entry)) {}
 
@@ -35,6 +39,7 @@ class FileReaderImpl final : public FileReader {
   const SnapshotPin pin_;
   const std::string snapshot_id_;
   const uint64_t snapshot_key_;
+  const std::optional<ChunkDomainKey> domain_key_;
   const uint32_t file_index_;
   const FileEntry entry_;
 };

@@ -135,6 +135,9 @@ std::string SnapshotInfoToJson(const SnapshotInfo& info, int indent) {
     j["base"] = info.base;
     j["base_chunks"] = info.base_chunks;
   }
+  // Only when set: records without it (all those written before domains
+  // existed) are in the shared domain.
+  if (info.dedup_domain) j["dedup_domain"] = *info.dedup_domain;
   return j.dump(indent);
 }
 
@@ -176,6 +179,12 @@ Result<SnapshotInfo> DecodeSnapshotRecord(std::string_view id, std::string_view 
     info.sync_s = j.value("sync_s", 0.0);
     info.base = j.value("base", std::string());
     info.base_chunks = j.value("base_chunks", uint64_t{0});
+    if (j.contains("dedup_domain")) {
+      // A wrapped uid would name chunks in someone else's domain.
+      const uint64_t uid = j.at("dedup_domain").get<uint64_t>();
+      if (uid > UINT32_MAX) return corrupt("dedup_domain " + std::to_string(uid) + " is not a uid");
+      info.dedup_domain = static_cast<uint32_t>(uid);
+    }
     info.extra_json = j.contains("extra") ? j["extra"].dump() : "{}";
     if (j.contains("chunking")) {
       const json& c = j["chunking"];

@@ -47,7 +47,8 @@ SnapshotWriterImpl::SnapshotWriterImpl(StoreImpl* store, SnapshotSpec spec, uint
       key_(key),
       generic_(generic),
       pages_(pages),
-      start_(std::chrono::steady_clock::now()) {
+      start_(std::chrono::steady_clock::now()),
+      domain_key_(store->db()->domain_key(spec_.dedup_domain)) {
   const uint64_t staging =
       options.staging_bytes != 0 ? options.staging_bytes : store->options().max_in_flight_bytes;
   // One block size for both chunkers, so that files read at the same time
@@ -82,7 +83,9 @@ Status SnapshotWriterImpl::LoadBase() {
   // Under gc_guard_: whatever chunks the base names stay until this
   // snapshot, which will name them too, is published.
   if (!ValidateSnapshotName(spec_.base).ok()) return Status::Ok();  // no such snapshot
-  GPUCKPT_ASSIGN_OR_RETURN(base_, BaseExtents::Load(store_, spec_.base));
+  // A base of another domain is ignored: its chunks' names are another
+  // domain's, and taking them would share chunks across owners.
+  GPUCKPT_ASSIGN_OR_RETURN(base_, BaseExtents::Load(store_, spec_.base, spec_.dedup_domain));
   return Status::Ok();
 }
 
@@ -243,7 +246,7 @@ Status SnapshotWriterImpl::ProcessChunk(unsigned worker, uint32_t file_index, ui
     hash = same->hash;
     put.seq = same->seq;
   } else {
-    hash = HashChunk(data, len);
+    hash = HashChunk(data, len, domain_key_ ? &*domain_key_ : nullptr);
     GPUCKPT_ASSIGN_OR_RETURN(put,
                              store_->chunks().Put(hash, data, len, store_->options().zstd_level));
   }
@@ -295,6 +298,7 @@ Result<SnapshotInfo> SnapshotWriterImpl::Commit() {
   info.extra_json = spec_.extra_json.empty() ? "{}" : spec_.extra_json;
   info.chunking = store_->options().chunking;
   if (base_) info.base = base_->id();
+  info.dedup_domain = spec_.dedup_domain;
   rocksdb::WriteBatch files;
   for (size_t i = 0; i < entries_.size(); ++i) {
     FileEntry& e = entries_[i];

@@ -2,7 +2,8 @@
 //
 // The calling thread reads and cuts chunks; a WorkQueue fingerprints each
 // chunk, takes it from the base snapshot when the base held the same chunk
-// (see SnapshotSpec::base), else hashes it and hands it to
+// (see SnapshotSpec::base; only a base of the same dedup domain), else
+// names it in the snapshot's dedup domain and hands it to
 // ChunkStore::Put (which stores it unless it is there), and
 // writes the extents in per-worker batches (without RocksDB's WAL: Commit()
 // flushes the memtables, which syncs their files, before the manifest goes
@@ -20,6 +21,7 @@
 #include <chrono>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <shared_mutex>
 #include <string>
@@ -41,8 +43,9 @@ class SnapshotWriterImpl final : public SnapshotWriter {
                      Chunker pages, const SnapshotWriterOptions& options);
   ~SnapshotWriterImpl() override;
 
-  // Finds the spec's base snapshot, if it names one that exists; called once,
-  // before the first AddFile(). Errors are the store's (reading its index).
+  // Finds the spec's base snapshot, if it names one that exists in the same
+  // dedup domain; called once, before the first AddFile(). Errors are the
+  // store's (reading its index).
   Status LoadBase();
 
   Status AddFile(const FileEntry& meta, int fd) override;
@@ -94,6 +97,8 @@ class SnapshotWriterImpl final : public SnapshotWriter {
   Chunker pages_;
   std::chrono::steady_clock::time_point start_;
   std::unique_ptr<BaseExtents> base_;  // null: no base
+  // Keys chunk names in spec_.dedup_domain; nullopt: the shared domain.
+  std::optional<ChunkDomainKey> domain_key_;
 
   // Read blocks, reused: a fresh block's pages fault and get cleared, which
   // costs more than the read itself. Blocks keep the pool's state alive.

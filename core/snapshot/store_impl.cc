@@ -6,6 +6,7 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <map>
 #include <optional>
 #include <unordered_set>
 
@@ -286,7 +287,8 @@ Result<std::unique_ptr<FileReader>> StoreImpl::OpenFile(const std::string& id,
                                      "' is not a regular file");
     }
     return std::unique_ptr<FileReader>(
-        new FileReaderImpl(this, std::move(pinned.second), id, info.key, index, std::move(e)));
+        new FileReaderImpl(this, std::move(pinned.second), id, info.key,
+                           db_->domain_key(info.dedup_domain), index, std::move(e)));
   }
   return Status::NotFound("no file '" + path + "' in snapshot '" + id + "'");
 }
@@ -462,6 +464,48 @@ Result<FsckReport> StoreImpl::Fsck() {
       report.problems.push_back("scanning chunk meta records: " + it->status().ToString());
   }
 
+  // The dedup domain of each chunk, from the snapshots whose extents name
+  // it: its name is re-hashed with that domain's key. A chunk no snapshot
+  // names (garbage that gc has not collected yet, or a chunk of an import
+  // still running) has a domain nobody can tell any more, perhaps of an
+  // owner whose snapshots are all gone: only its checksum is checked (which
+  // catches accidental damage as well), never reported for its name.
+  GPUCKPT_ASSIGN_OR_RETURN(auto snapshots, List());
+  std::vector<std::optional<ChunkDomainKey>> domain_keys;  // by slot
+  std::map<std::optional<uint32_t>, uint32_t> slots;       // domain -> slot
+  std::unordered_map<uint64_t, uint32_t> domain_of;        // seq -> slot
+  // Further domains of a chunk named in more than one: only a damaged index
+  // (or a SHA-256 collision) can do that; any of them makes its name good.
+  std::unordered_map<uint64_t, std::vector<uint32_t>> more_domains;
+  for (const auto& snap : snapshots) {
+    auto [slot, added] = slots.try_emplace(snap.dedup_domain, domain_keys.size());
+    if (added) domain_keys.push_back(db_->domain_key(snap.dedup_domain));
+    const std::string lower = keys::SnapshotPrefix(snap.key);
+    const std::string upper = keys::SnapshotPrefix(snap.key + 1);
+    rocksdb::Slice upper_slice(upper);
+    rocksdb::ReadOptions r;
+    r.iterate_upper_bound = &upper_slice;
+    r.fill_cache = false;
+    std::unique_ptr<rocksdb::Iterator> it(db_->db()->NewIterator(r, db_->extents()));
+    for (it->Seek(lower); it->Valid(); it->Next()) {
+      const auto key = it->key().ToStringView();
+      if (key.size() != keys::kExtentKeySize) continue;  // reported by the walk below
+      auto e = DecodeExtentRecord(keys::ExtentOffsetOf(key), it->value().ToStringView());
+      if (!e.ok()) continue;  // likewise
+      auto [found, first] = domain_of.try_emplace(e->seq, slot->second);
+      if (!first && found->second != slot->second) {
+        auto& more = more_domains[e->seq];
+        if (std::find(more.begin(), more.end(), slot->second) == more.end()) {
+          more.push_back(slot->second);
+        }
+      }
+    }
+    if (!it->status().ok()) {
+      report.problems.push_back("snapshot '" + snap.id +
+                                "': reading its extents: " + it->status().ToString());
+    }
+  }
+
   // Every chunk record: decodes, and its bytes hash to the name it carries.
   // Remember each good chunk's length by sequence number for the extents.
   // A damaged chunk is one line, however many extents name it; the files
@@ -484,7 +528,17 @@ Result<FsckReport> StoreImpl::Fsck() {
       if (!record.ok()) {
         damage = record.status();
       } else {
-        auto checked = ChunkStore::Check(*record, seq);
+        std::vector<const ChunkDomainKey*> domains;  // empty: named by no snapshot
+        const auto add_domain = [&](uint32_t slot) {
+          domains.push_back(domain_keys[slot] ? &*domain_keys[slot] : nullptr);
+        };
+        if (auto d = domain_of.find(seq); d != domain_of.end()) {
+          add_domain(d->second);
+          if (auto more = more_domains.find(seq); more != more_domains.end()) {
+            for (uint32_t slot : more->second) add_domain(slot);
+          }
+        }
+        auto checked = ChunkStore::Check(*record, seq, domains);
         if (checked.ok()) {
           chunks[seq] = *checked;
           continue;
@@ -535,7 +589,6 @@ Result<FsckReport> StoreImpl::Fsck() {
       }
     }
   }
-  GPUCKPT_ASSIGN_OR_RETURN(auto snapshots, List());
   for (const auto& snap : snapshots) {
     ++report.snapshots_checked;
     auto files = ReadFileRecords(snap.key);

@@ -109,6 +109,7 @@ Result<ChunkStore::PutResult> ChunkStore::Put(const ChunkHash& hash, const uint8
 
 Result<std::shared_ptr<const std::string>> ChunkStore::Read(const ChunkHash& hash, uint64_t seq,
                                                             uint64_t expected_len,
+                                                            const ChunkDomainKey* domain,
                                                             bool use_cache) const {
   if (use_cache) {
     if (auto hit = cache_->Lookup(hash)) {
@@ -118,12 +119,12 @@ Result<std::shared_ptr<const std::string>> ChunkStore::Read(const ChunkHash& has
   }
   std::string record;
   GPUCKPT_RETURN_IF_ERROR(LoadRecord(hash, seq, &record));
-  return DecodeChecked(hash, seq, expected_len, record, use_cache);
+  return DecodeChecked(hash, seq, expected_len, record, domain, use_cache);
 }
 
 Result<std::shared_ptr<const std::string>> ChunkStore::DecodeChecked(
     const ChunkHash& hash, uint64_t seq, uint64_t expected_len, std::string_view record,
-    bool use_cache) const {
+    const ChunkDomainKey* domain, bool use_cache) const {
   auto data = std::make_shared<std::string>();
   ChunkHash stored_hash;
   GPUCKPT_RETURN_IF_ERROR(DecodeChunkRecord(record, hash.Hex(), data.get(), &stored_hash,
@@ -134,14 +135,14 @@ Result<std::shared_ptr<const std::string>> ChunkStore::DecodeChecked(
   }
   if (data->size() != expected_len) return WrongLength(hash, data->size(), expected_len);
   if (verify_ == ReadVerification::kFullHash &&
-      HashChunk(reinterpret_cast<const uint8_t*>(data->data()), data->size()) != hash) {
+      HashChunk(reinterpret_cast<const uint8_t*>(data->data()), data->size(), domain) != hash) {
     return Status::Corruption("chunk " + hash.Hex() + " does not match its hash (damaged store)");
   }
   if (use_cache) cache_->Insert(hash, data);
   return std::shared_ptr<const std::string>(std::move(data));
 }
 
-Status ChunkStore::ReadMany(const std::vector<ChunkRef>& refs,
+Status ChunkStore::ReadMany(const std::vector<ChunkRef>& refs, const ChunkDomainKey* domain,
                             std::vector<std::shared_ptr<const std::string>>* out) const {
   // Records closer than this in a pack are read together with the bytes
   // between them; runs stop growing at kMaxRun.
@@ -192,8 +193,8 @@ Status ChunkStore::ReadMany(const std::vector<ChunkRef>& refs,
     if (!statuses[k].ok()) return FromRocks(statuses[k], "reading chunk " + ref.hash.Hex());
     const std::string_view v(values[k].data(), values[k].size());
     if (!IsPackLocation(v)) {  // version 1: the record itself
-      GPUCKPT_ASSIGN_OR_RETURN((*out)[wanted[k]],
-                               DecodeChecked(ref.hash, ref.seq, ref.expected_len, v, ref.use_cache));
+      GPUCKPT_ASSIGN_OR_RETURN((*out)[wanted[k]], DecodeChecked(ref.hash, ref.seq, ref.expected_len,
+                                                                v, domain, ref.use_cache));
       continue;
     }
     auto location = DecodePackLocation(v);
@@ -250,7 +251,7 @@ Status ChunkStore::ReadMany(const std::vector<ChunkRef>& refs,
       if (read.code() == StatusCode::kNotFound) {
         // gc moved these records after our lookup: one at a time, anew.
         GPUCKPT_ASSIGN_OR_RETURN((*out)[packed[j].index],
-                                 Read(ref.hash, ref.seq, ref.expected_len, ref.use_cache));
+                                 Read(ref.hash, ref.seq, ref.expected_len, domain, ref.use_cache));
         continue;
       }
       GPUCKPT_RETURN_IF_ERROR(read);
@@ -258,7 +259,7 @@ Status ChunkStore::ReadMany(const std::vector<ChunkRef>& refs,
                                     packed[j].location.length);
       GPUCKPT_ASSIGN_OR_RETURN(
           (*out)[packed[j].index],
-          DecodeChecked(ref.hash, ref.seq, ref.expected_len, record, ref.use_cache));
+          DecodeChecked(ref.hash, ref.seq, ref.expected_len, record, domain, ref.use_cache));
     }
     begin = end;
   }
@@ -445,11 +446,15 @@ Result<uint64_t> ChunkStore::RewritePacks(const std::vector<uint64_t>& ids) {
   return bytes;
 }
 
-Result<std::pair<ChunkHash, uint64_t>> ChunkStore::Check(std::string_view record, uint64_t seq) {
+Result<std::pair<ChunkHash, uint64_t>> ChunkStore::Check(
+    std::string_view record, uint64_t seq, const std::vector<const ChunkDomainKey*>& domains) {
   std::string data;
   ChunkHash hash;
   GPUCKPT_RETURN_IF_ERROR(DecodeChunkRecord(record, "record " + std::to_string(seq), &data, &hash));
-  if (HashChunk(reinterpret_cast<const uint8_t*>(data.data()), data.size()) != hash) {
+  const auto named_in = [&](const ChunkDomainKey* domain) {
+    return HashChunk(reinterpret_cast<const uint8_t*>(data.data()), data.size(), domain) == hash;
+  };
+  if (!domains.empty() && std::none_of(domains.begin(), domains.end(), named_in)) {
     return Status::Corruption("chunk " + hash.Hex() + " does not match its hash");
   }
   return std::make_pair(hash, static_cast<uint64_t>(data.size()));

@@ -1,6 +1,7 @@
 // ChunkStore: the deduplicated chunks of a store.
 //
-// Chunks are named by their SHA-256 (chunk_meta family: hash -> sequence
+// Chunks are named by their SHA-256, keyed in an owner's dedup domain
+// (core/store/chunk_hash.h; chunk_meta family: hash -> sequence
 // number and sizes) and kept under a sequence number given in the order
 // they arrive (chunks family: seq -> where the record lies in a pack file;
 // stores written by version 1 hold the record itself there). Records are
@@ -9,7 +10,9 @@
 // read of the disk.
 //
 // Put() stores a chunk unless one with its hash exists: a chunk is written
-// once, whatever process, snapshot or file it comes from. Concurrent Put()s
+// once, whatever process, snapshot or file it comes from; the same bytes
+// named in two dedup domains are two chunks. ChunkStore itself does not
+// know domains: the caller names the chunk. Concurrent Put()s
 // of the same hash wait for each other (for one compression and one small
 // write), so the second finds the first's record.
 //
@@ -59,11 +62,14 @@ class ChunkStore {
   Result<std::optional<ChunkMeta>> Lookup(const ChunkHash& hash) const;
 
   // The raw bytes of chunk `hash` stored under `seq`, which must be
-  // `expected_len` long (from the extent that names it). With `use_cache`,
-  // served from and kept in the cache; a one-pass reader (export) passes
-  // false so as not to churn it.
+  // `expected_len` long (from the extent that names it). `domain` keys the
+  // name in the dedup domain of the snapshot that names it (null: the
+  // shared domain); only ReadVerification::kFullHash needs it. With
+  // `use_cache`, served from and kept in the cache; a one-pass reader
+  // (export) passes false so as not to churn it.
   Result<std::shared_ptr<const std::string>> Read(const ChunkHash& hash, uint64_t seq,
                                                   uint64_t expected_len,
+                                                  const ChunkDomainKey* domain,
                                                   bool use_cache = true) const;
 
   // One chunk of a batch for ReadMany().
@@ -76,14 +82,20 @@ class ChunkStore {
   // Reads many chunks at once, as Read() reads one: their locations in one
   // RocksDB MultiGet, records that lie next to each other in a pack in one
   // read (up to a few MiB), so a file's chunks come off the disk in its
-  // order in large reads. `(*out)[i]` is chunk `refs[i]`. Fails on the
-  // first chunk that Read() would fail on.
-  Status ReadMany(const std::vector<ChunkRef>& refs,
+  // order in large reads. `(*out)[i]` is chunk `refs[i]`; all are named in
+  // dedup domain `domain` (those of one snapshot are), as for Read(). Fails
+  // on the first chunk that Read() would fail on.
+  Status ReadMany(const std::vector<ChunkRef>& refs, const ChunkDomainKey* domain,
                   std::vector<std::shared_ptr<const std::string>>* out) const;
 
-  // Decodes a stored record, checks its checksum and re-hashes it,
-  // regardless of verify_on_read (fsck). Returns the hash and the raw length.
-  static Result<std::pair<ChunkHash, uint64_t>> Check(std::string_view record, uint64_t seq);
+  // Decodes a stored record and checks its checksum, regardless of
+  // verify_on_read (fsck), then re-hashes it in each of `domains` (null:
+  // the shared domain) until one gives the name it carries; it is damaged
+  // when none does. With no domains the name is not checked (a chunk no
+  // snapshot names, whose domain is unknown). Returns the name and the raw
+  // length.
+  static Result<std::pair<ChunkHash, uint64_t>> Check(
+      std::string_view record, uint64_t seq, const std::vector<const ChunkDomainKey*>& domains);
 
   // The record a value of the chunks family stands for: read from its pack,
   // or the value itself (version 1). For fsck, which scans the family.
@@ -123,11 +135,13 @@ class ChunkStore {
   Result<uint64_t> RewritePacks(const std::vector<uint64_t>& ids);
   // The record stored under `seq` into `*storage`; `hash` names it in errors.
   Status LoadRecord(const ChunkHash& hash, uint64_t seq, std::string* storage) const;
-  // Decodes `record` of chunk `hash` (stored under `seq`) and checks it as
-  // verify_ says; caches the result when `use_cache`.
+  // Decodes `record` of chunk `hash` (stored under `seq`, named in
+  // `domain`) and checks it as verify_ says; caches the result when
+  // `use_cache`.
   Result<std::shared_ptr<const std::string>> DecodeChecked(const ChunkHash& hash, uint64_t seq,
                                                            uint64_t expected_len,
                                                            std::string_view record,
+                                                           const ChunkDomainKey* domain,
                                                            bool use_cache) const;
 
   StoreDb* db_;

@@ -51,6 +51,10 @@ inline constexpr size_t kChunkHashSize = 32;  // SHA-256
 inline constexpr size_t kFingerprintSize = 16;     // keyed XXH3-128
 inline constexpr size_t kFingerprintSeedSize = 32;
 
+// Label in front of the seed when a dedup domain's key is derived from it
+// (DeriveChunkDomainKey), setting that use of the seed apart from others.
+inline constexpr char kChunkDomainLabel[] = "gpuckpt chunk domain key v1";
+
 // Largest chunk a reader accepts; protects against a corrupt length field
 // making us allocate gigabytes.
 inline constexpr uint32_t kMaxChunkSize = 64u << 20;

@@ -341,6 +341,9 @@ Result<std::unique_ptr<StoreDb>> StoreDb::Open(const std::string& dir, bool crea
   auto key = FingerprintKey::FromSeed(seed);
   if (!key.ok()) return Status::Corruption("store " + dir + ": " + key.status().message());
   store->fingerprint_key_.emplace(*key);
+  // The same secret keys the names of dedup domains (DeriveChunkDomainKey):
+  // a second seed would add a record and nothing a label does not give.
+  store->seed_ = std::move(seed);
 
   // The reserve again, where it fits. Not having one is no reason to refuse
   // the store (rm and gc must open a full one); new snapshots are refused

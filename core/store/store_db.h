@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "core/store/chunk_fingerprint.h"
+#include "core/store/chunk_hash.h"
 #include "core/store/chunk_packs.h"
 #include "gpuckpt/status.h"
 
@@ -76,6 +77,14 @@ class StoreDb {
   // The key of this store's chunk fingerprints (its seed is made the first
   // time a store is opened without one).
   const FingerprintKey& fingerprint_key() const { return *fingerprint_key_; }
+
+  // The key of chunk names in dedup domain `domain` (SnapshotSpec::
+  // dedup_domain), derived from the same seed; nullopt for the shared
+  // domain, whose names are plain SHA-256. One short SHA-256 per call.
+  std::optional<ChunkDomainKey> domain_key(std::optional<uint32_t> domain) const {
+    if (!domain) return std::nullopt;
+    return DeriveChunkDomainKey(seed_, *domain);
+  }
 
   const std::string& dir() const { return dir_; }
 
@@ -132,6 +141,7 @@ class StoreDb {
   std::unique_ptr<rocksdb::DB> db_;
   std::vector<rocksdb::ColumnFamilyHandle*> handles_;
   std::optional<FingerprintKey> fingerprint_key_;  // set by Open()
+  std::string seed_;                               // the fingerprint seed, set by Open(); secret
 };
 
 }  // namespace gpuckpt

@@ -71,7 +71,8 @@ struct StoreOptions {
   uint64_t max_in_flight_bytes = 64ull << 20;
 
   // How chunks read from disk are checked; see ReadVerification. fsck always
-  // checks both the checksum and the SHA-256 name of every chunk.
+  // checks both the checksum and the SHA-256 name of every chunk a snapshot
+  // names (see Fsck()).
   // Default: kChecksum.
   ReadVerification verify_on_read = ReadVerification::kChecksum;
 
@@ -146,8 +147,11 @@ class Store {
   virtual Result<GcReport> Gc() = 0;
 
   // Re-hashes every chunk and checks every extent of every snapshot points
-  // at a chunk that exists with the right length. Reports findings (a
-  // damaged chunk once, each file using it once); repairs nothing.
+  // at a chunk that exists with the right length. A chunk is re-hashed in
+  // the dedup domain of the snapshots that name it; one that no snapshot
+  // names (garbage for Gc(), or an import's still running) has only its
+  // checksum checked, as its domain is unknown. Reports findings (a damaged
+  // chunk once, each file using it once); repairs nothing.
   virtual Result<FsckReport> Fsck() = 0;
 
   virtual Result<StoreStats> Stats() = 0;

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -94,9 +95,22 @@ struct SnapshotSpec {
   // and offset or anywhere else in the base, is taken from the base without
   // computing its name or looking it up: the cost of an unchanged chunk
   // drops to reading it once. Name only a base written for the same owner
-  // as this snapshot. A base that does not exist (any more) is no error:
+  // as this snapshot. A base that does not exist (any more), or whose
+  // dedup_domain is not this snapshot's, is no error: it is ignored, and
   // every chunk is then hashed. Empty: none.
   std::string base;
+  // The dedup domain: the owner uid whose chunks this snapshot may share.
+  // A chunk is named, and so found again, only within its domain (its name
+  // is keyed with a secret of the store and the uid; FORMAT.md): the same
+  // bytes stored in two domains are stored twice and are new for each, so
+  // what a snapshot reports as new (new_bytes, its duration, the store's
+  // size) never depends on what another owner stored. nullopt: the
+  // store-wide shared domain, where any snapshot's chunks are shared with
+  // any other's (plain SHA-256 names; every snapshot written before domains
+  // existed is in it). Sharing across owners saves space where owners run
+  // the same programs, but lets each learn whether the others' memory
+  // holds given bytes. Default: nullopt.
+  std::optional<uint32_t> dedup_domain;
 };
 
 // How one SnapshotWriter holds and schedules the bytes it is given.
@@ -155,6 +169,8 @@ struct SnapshotInfo {
   uint64_t stored_bytes = 0;   // what those chunks take in the store (compressed)
   std::string base;            // SnapshotSpec::base, if it was found
   uint64_t base_chunks = 0;    // chunks recognised as the base's, not hashed
+  // SnapshotSpec::dedup_domain: nullopt for the shared domain.
+  std::optional<uint32_t> dedup_domain;
   double duration_s = 0;
   // Of duration_s, the time Commit() took: the workers finishing what was
   // still staged, then `sync_s` to make everything durable (syncing the

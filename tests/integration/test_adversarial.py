@@ -20,7 +20,7 @@ import time
 
 import pytest
 
-from harness import ctl, read, status_line, wait_for, why_not_runnable
+from harness import Mount, ctl, read, status_line, wait_for, why_not_runnable
 
 CRIT = shutil.which("crit") or "/usr/local/bin/crit"
 
@@ -370,3 +370,57 @@ def test_latin1_arguments_and_paths_checkpoint_and_restore(mount, users):
     finally:
         if os.path.exists(f"/proc/{pid}"):
             os.kill(pid, signal.SIGKILL)
+
+
+# --- Dedup domains and quotas -------------------------------------------------------------
+
+def manifest_of(m, checkpoint_id):
+    return json.loads(read(m.path("checkpoints", checkpoint_id, "manifest.json")))
+
+
+def new_bytes_of_two_users(m, users):
+    """Both users checkpoint a process with the same 48 MB of pattern pages
+    (wl_big's pages depend only on their index): each one's new bytes."""
+    a, b = users
+    new = []
+    for user in (a, b):
+        wl = m.start("wl_big", "--mib", "64", user=user)
+        new.append(manifest_of(m, checkpoint_as(m, user, wl))["new_bytes"])
+    return new
+
+
+def test_one_users_new_bytes_do_not_depend_on_anothers_data(mount, users):
+    new_a, new_b = new_bytes_of_two_users(mount, users)
+    # Each owner's chunks are their own: b's identical pages are new to b.
+    assert new_a > 40e6, new_a
+    assert new_b > 0.9 * new_a, (new_a, new_b)
+
+
+def test_shared_dedup_is_the_daemons_choice_and_shares_across_owners(users):
+    m = Mount("gpuckpt-shared-dedup.", "--shared-dedup")
+    try:
+        new_a, new_b = new_bytes_of_two_users(m, users)
+        assert new_a > 40e6, new_a
+        assert new_b < 0.2 * new_a, (new_a, new_b)
+    finally:
+        m.close()
+
+
+def test_quota_refuses_a_checkpoint_that_could_exceed_it_before_anything_is_frozen(users):
+    a, _ = users
+    m = Mount("gpuckpt-quota.", "--quota", "48M")
+    try:
+        small = m.start("wl_memory", "--mib", "4", user=a)
+        checkpoint_as(m, a, small)
+        big = m.start("wl_big", "--mib", "64", user=a)
+        ok, err = a.write(m.path(str(big.pid), "ctl"), "checkpoint")
+        assert not ok and "No space left" in err, err
+        last = status_line(m.mnt, big.pid, "last")
+        assert "quota" in last and f"uid {a.uid}" in last, last
+        assert big.alive()
+        assert not os.listdir(m.path(str(big.pid), "checkpoints")), "a refused checkpoint is listed"
+        # Root is not limited, also for the user's process.
+        ctl(m.path(str(big.pid), "ctl"), "checkpoint")
+        assert len(os.listdir(m.path(str(big.pid), "checkpoints"))) == 2  # 1 and latest
+    finally:
+        m.close()

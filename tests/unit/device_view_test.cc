@@ -94,7 +94,7 @@ TEST_F(DeviceViewTest, CudaRangesAreSlicesOfThePagesImage) {
       {"owner", {{"uid", 0}, {"gid", 0}}},
       {"device",
        {{"cuda_host_ranges", {{{"pid", 42}, {"start", base + page}, {"end", base + 6 * page}}}}}}};
-  ASSERT_OK_AND_ASSIGN(auto writer, store_->BeginSnapshot({"42-1", "test", extra.dump(), ""}));
+  ASSERT_OK_AND_ASSIGN(auto writer, store_->BeginSnapshot({"42-1", "test", extra.dump(), "", std::nullopt}));
   Add(writer.get(), "images/pagemap-42.img", PagemapImage(9, entries));
   Add(writer.get(), "images/pages-9.img", pages);
   Add(writer.get(), "images/amdgpu-kfd-1.img", "kfd bytes");
@@ -136,7 +136,7 @@ TEST_F(DeviceViewTest, StoredDeviceDirectoryIsShownAsStored) {
   nlohmann::json extra = {
       {"pid", 5},
       {"device", {{"cuda_host_ranges", {{{"pid", 5}, {"start", 4096}, {"end", 8192}}}}}}};
-  ASSERT_OK_AND_ASSIGN(auto writer, store_->BeginSnapshot({"5-1", "test", extra.dump(), ""}));
+  ASSERT_OK_AND_ASSIGN(auto writer, store_->BeginSnapshot({"5-1", "test", extra.dump(), "", std::nullopt}));
   Add(writer.get(), "device/cuda-5-1000.bin", "copied bytes");
   ASSERT_OK(writer->Commit().status());
   StoreView view(store_.get(), nullptr);
@@ -152,7 +152,7 @@ TEST_F(DeviceViewTest, DamagedPagemapLeavesDeviceOutButImagesReadable) {
   nlohmann::json extra = {
       {"pid", 6},
       {"device", {{"cuda_host_ranges", {{{"pid", 6}, {"start", 4096}, {"end", 8192}}}}}}};
-  ASSERT_OK_AND_ASSIGN(auto writer, store_->BeginSnapshot({"6-1", "test", extra.dump(), ""}));
+  ASSERT_OK_AND_ASSIGN(auto writer, store_->BeginSnapshot({"6-1", "test", extra.dump(), "", std::nullopt}));
   Add(writer.get(), "images/pagemap-6.img", "not a pagemap");
   ASSERT_OK(writer->Commit().status());
   StoreView view(store_.get(), nullptr);

@@ -176,6 +176,17 @@ int Main(int argc, char** argv) {
           ""))
       ->type_name("SIZE")
       ->default_str(default_staging);
+  app.add_flag("--shared-dedup", engine_options.shared_dedup,
+               "Deduplicate chunks across all owners, not only among each owner's checkpoints: "
+               "less space where users run the same code and data, but what a checkpoint "
+               "reports as new then tells its user whether others' checkpoints hold the same "
+               "bytes");
+  app.add_option("--quota", engine_options.user_quota_bytes,
+                 "The most each user's checkpoints may add to the store (e.g. 100G; units of "
+                 "1024); a checkpoint or import that could go beyond it is refused (ENOSPC). "
+                 "Root is not limited. Default: none")
+      ->transform(CLI::AsSizeValue(false))
+      ->type_name("SIZE");
   app.add_option("--criu-plugin-dir", gpu_settings.criu_plugin_dir,
                  "Where CRIU's cuda_plugin.so and amdgpu_plugin.so are (default: lib/criu "
                  "beside the criu binary's sbin/)");
