@@ -16,6 +16,7 @@
 #include <mutex>
 #include <optional>
 #include <set>
+#include <unordered_map>
 #include <vector>
 
 #include "fs/commands.h"
@@ -89,9 +90,20 @@ class Filesystem {
 
   Result<struct stat> DoGetattr(fuse_ino_t ino, const Caller& caller) {
     GPUCKPT_ASSIGN_OR_RETURN(NodeId node, Node(ino));
-    GPUCKPT_ASSIGN_OR_RETURN(struct stat st, view_.Attributes(node, caller));
-    st.st_ino = ino;
-    return st;
+    auto st = view_.Attributes(node, caller);
+    if (!st.ok() && st.status().code() == StatusCode::kNotFound) {
+      // A file of a removed checkpoint that is still open: fstat() works
+      // on it, as on any unlinked file (no link count), until it is closed.
+      std::lock_guard lock(mu_);
+      if (auto open = open_files_.find(ino); open != open_files_.end()) {
+        struct stat removed = open->second.attributes;
+        removed.st_nlink = 0;
+        return removed;
+      }
+    }
+    if (!st.ok()) return st.status();
+    st->st_ino = ino;
+    return *st;
   }
 
   Result<std::string> DoReadlink(fuse_ino_t ino) {
@@ -145,7 +157,14 @@ class Filesystem {
     std::unique_ptr<FileReader> reader;  // image files
     struct stat attributes {};           // image files, taken at open
     std::string content;                 // generated files, taken at open
+    fuse_ino_t ino = 0;                  // image files: counted in open_files_
   };
+  void DoRelease(std::unique_ptr<FileHandle> h) {
+    if (h->ino == 0) return;
+    std::lock_guard lock(mu_);
+    auto open = open_files_.find(h->ino);
+    if (open != open_files_.end() && --open->second.handles == 0) open_files_.erase(open);
+  }
   Result<std::unique_ptr<FileHandle>> DoOpen(fuse_ino_t ino, int flags, const Caller& caller) {
     GPUCKPT_ASSIGN_OR_RETURN(NodeId node, Node(ino));
     const bool writing = (flags & O_ACCMODE) != O_RDONLY || (flags & O_TRUNC);
@@ -157,6 +176,10 @@ class Filesystem {
     if (node.kind == NodeKind::kSnapshotEntry) {
       GPUCKPT_ASSIGN_OR_RETURN(h->attributes, DoGetattr(ino, caller));
       GPUCKPT_ASSIGN_OR_RETURN(h->reader, view_.OpenImage(node));
+      h->ino = ino;
+      std::lock_guard lock(mu_);
+      auto [open, added] = open_files_.try_emplace(ino, OpenFile{h->attributes, 0});
+      ++open->second.handles;
     } else if (!writing) {
       GPUCKPT_ASSIGN_OR_RETURN(h->content, view_.GeneratedContent(node, caller));
     }
@@ -276,10 +299,17 @@ class Filesystem {
   Engine* engine_;
   StoreView view_;
   InodeTable inodes_;
-  std::mutex mu_;  // guards open_checkpoints_
+  std::mutex mu_;  // guards open_checkpoints_ and open_files_
   // Checkpoint directories open, by checkpoint key and the opener's pid
   // (once per handle); see DoRemove().
   std::multiset<OpenCheckpoint> open_checkpoints_;
+  // Image files open, by inode: their attributes at the first open, for
+  // fstat() once their checkpoint is removed (see DoGetattr()).
+  struct OpenFile {
+    struct stat attributes;
+    int handles;
+  };
+  std::unordered_map<fuse_ino_t, OpenFile> open_files_;
 };
 
 // Every callback goes through here: exceptions never cross into libfuse
@@ -469,7 +499,8 @@ void OpRename(fuse_req_t req, fuse_ino_t parent, const char*, fuse_ino_t newpare
 }
 
 void OpRelease(fuse_req_t req, fuse_ino_t, fuse_file_info* fi) {
-  delete reinterpret_cast<Filesystem::FileHandle*>(fi->fh);
+  Filesystem::From(req)->DoRelease(
+      std::unique_ptr<Filesystem::FileHandle>(reinterpret_cast<Filesystem::FileHandle*>(fi->fh)));
   fuse_reply_err(req, 0);
 }
 

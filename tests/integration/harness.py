@@ -94,6 +94,18 @@ class User:
         return r.returncode == 0, (r.stdout if r.returncode == 0 else r.stderr.strip())
 
 
+class Root(User):
+    """Root, through the same interface as an ordinary User."""
+
+    def __init__(self):  # pylint: disable=super-init-not-called
+        self.name = "root"
+        self.uid = 0
+        self.gid = 0
+
+    def prefix(self):
+        return []
+
+
 class Workload:
     """A self-checking workload in its own session, as root or as `user`."""
 

@@ -10,6 +10,7 @@ Run by ctest under wl_reaper, like the other pytest tests (harness.py).
 """
 
 import glob
+import hashlib
 import json
 import os
 import shutil
@@ -20,12 +21,27 @@ import time
 
 import pytest
 
-from harness import Mount, ctl, read, status_line, wait_for, why_not_runnable
+from harness import PYTHON, Mount, Root, ctl, read, status_line, wait_for, why_not_runnable
 
 CRIT = shutil.which("crit") or "/usr/local/bin/crit"
 
 pytestmark = pytest.mark.skipif(why_not_runnable("wl_threads") is not None,
                                 reason=str(why_not_runnable("wl_threads")))
+
+# Opens argv[1], says "open", waits for a line, then reads the whole file
+# with read() and through mmap and prints the SHA-256 of each (a reader
+# that mmap reads a file the daemon cannot serve dies of SIGBUS).
+HOLD_THEN_READ = """
+import hashlib, mmap, os, sys
+fd = os.open(sys.argv[1], os.O_RDONLY)
+print("open", flush=True)
+sys.stdin.readline()
+size = os.fstat(fd).st_size
+data = b"".join(iter(lambda: os.read(fd, 1 << 20), b""))
+print(hashlib.sha256(data).hexdigest())
+with mmap.mmap(fd, size, prot=mmap.PROT_READ) as mapped:
+    print(hashlib.sha256(mapped[:]).hexdigest())
+"""
 
 # Every capability, as CRIU's creds record holds them (two 32-bit words).
 ALL_CAPS = [0xFFFFFFFF, 0x1FF]
@@ -184,8 +200,9 @@ def test_swapped_criu_log_is_never_read_through(mount, users):
     criu_pid = None
     deadline = time.monotonic() + 60
     while criu_pid is None and time.monotonic() < deadline:
-        r = subprocess.run(["pgrep", "-u", str(a.uid), "-x", "criu"], capture_output=True,
-                           text=True)
+        # CRIU dumping this process, as the user.
+        r = subprocess.run(["pgrep", "-u", str(a.uid), "-f", f"^\\S*criu dump -t {wl.pid} "],
+                           capture_output=True, text=True)
         if r.stdout.split():
             criu_pid = int(r.stdout.split()[0])
         else:
@@ -193,6 +210,7 @@ def test_swapped_criu_log_is_never_read_through(mount, users):
     assert criu_pid is not None, "the user's CRIU never ran"
     a.run(["kill", "-STOP", str(criu_pid)])
     (work,) = glob.glob(os.path.join(m.run_dir, f"checkpoint-{wl.pid}-*"))
+    assert os.stat(work).st_uid == a.uid, "CRIU runs as the user in a directory not theirs"
     r = a.run(["ln", "-sfn", "/etc/shadow", os.path.join(work, "dump.log")])
     assert r.returncode == 0, r.stderr
     r = a.run(["ln", "-sfn", "/etc/shadow", os.path.join(work, "criu.stderr")])
@@ -424,3 +442,111 @@ def test_quota_refuses_a_checkpoint_that_could_exceed_it_before_anything_is_froz
         assert len(os.listdir(m.path(str(big.pid), "checkpoints"))) == 2  # 1 and latest
     finally:
         m.close()
+
+
+# --- What held up, and must keep holding ---------------------------------------------------
+
+def test_another_users_checkpoint_can_be_neither_read_nor_removed(mount, users):
+    m = mount
+    a, b = users
+    wl = m.start("wl_memory", "--mib", "4", user=a)
+    made = checkpoint_as(m, a, wl)
+    ckpt = m.path("checkpoints", made)
+    for path in (ckpt, os.path.join(ckpt, "manifest.json"), os.path.join(ckpt, "images")):
+        ok, said = b.read(path)
+        assert not ok and "No such file" in said, (path, said)
+    r = b.run(["rm", "-rf", ckpt])
+    assert os.path.isdir(ckpt), f"b removed a's checkpoint: {r.stderr}"
+    # Nor restored by b, by id or through a copy of b's own.
+    ok, err, said = restore_as(m, b, ckpt)
+    assert not ok, said
+    assert made in ids_of(m, a)
+
+
+def test_a_file_of_someone_else_in_a_copy_is_refused(mount, users):
+    m = mount
+    a, _ = users
+    wl = m.start("wl_memory", "--mib", "4", user=a)
+    made = checkpoint_as(m, a, wl)
+    copy = copy_as(m, a, made, "with-a-root-file")
+    # A hard link to a root-only file (where protected_hardlinks is off, a
+    # user can make one; here root makes it for them).
+    secret = os.path.join(m.work, "root-secret")
+    with open(secret, "w") as f:
+        f.write("root's\n")
+    os.chmod(secret, 0o600)
+    os.link(secret, os.path.join(copy, "images", "extra.img"))
+    before = ids_of(m, a)
+    wl.kill()
+    ok, err, said = restore_as(m, a, copy)
+    assert not ok and "Permission denied" in err, err
+    assert "belongs to uid 0" in said, said
+    assert ids_of(m, a) == before
+
+
+def test_open_files_of_a_removed_checkpoint_read_the_same_bytes_from_the_store(mount):
+    m = mount
+    wl = m.start("wl_big", "--mib", "32")
+    made = checkpoint_as(m, Root(), wl)
+    pages = sorted(f for f in os.listdir(m.path("checkpoints", made, "images"))
+                   if f.startswith("pages-"))[0]
+    path = m.path("checkpoints", made, "images", pages)
+    with open(path, "rb") as f:
+        expected = hashlib.sha256(f.read()).hexdigest()
+    # A reader that holds the file open, and reads it (with read and with
+    # mmap) only after the checkpoint was removed, collected, and the page
+    # cache dropped: every byte then comes from the daemon.
+    reader = subprocess.Popen([PYTHON, "-c", HOLD_THEN_READ, path], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert reader.stdout.readline().strip() == "open"
+        r = subprocess.run(["rm", "-r", m.path("checkpoints", made)], capture_output=True,
+                           text=True)
+        assert r.returncode == 0, r.stderr
+        ctl(m.path("ctl"), "gc")
+        with open("/proc/sys/vm/drop_caches", "w") as f:
+            f.write("3\n")
+        out, _ = reader.communicate("go\n", timeout=120)
+    finally:
+        if reader.poll() is None:
+            reader.kill()
+    assert reader.returncode == 0, f"the reader died (signal {-reader.returncode})"
+    assert out.split() == [expected, expected], out
+
+
+def test_concurrent_reads_during_checkpoints_rm_and_gc_never_see_wrong_bytes(mount):
+    m = mount
+    wl = m.start("wl_big", "--mib", "32")
+    first = checkpoint_as(m, Root(), wl)
+    files = [m.path("checkpoints", first, "images", f)
+             for f in os.listdir(m.path("checkpoints", first, "images"))]
+    expected = {}
+    for p in files:
+        with open(p, "rb") as f:
+            expected[p] = hashlib.sha256(f.read()).hexdigest()
+    stop = threading.Event()
+    counts = {"reads": 0, "mismatches": []}
+    def reader():
+        while not stop.is_set():
+            for p in files:
+                with open(p, "rb") as f:
+                    got = hashlib.sha256(f.read()).hexdigest()
+                counts["reads"] += 1
+                if got != expected[p]:
+                    counts["mismatches"].append(p)
+    threads = [threading.Thread(target=reader) for _ in range(3)]
+    for t in threads:
+        t.start()
+    try:
+        second = checkpoint_as(m, Root(), wl)
+        checkpoint_as(m, Root(), wl)
+        subprocess.run(["rm", "-r", m.path("checkpoints", second)], check=True)
+        ctl(m.path("ctl"), "gc")
+        checkpoint_as(m, Root(), wl)
+        ctl(m.path("ctl"), "gc")
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(timeout=120)
+    assert counts["reads"] > 3 * len(files), counts["reads"]
+    assert counts["mismatches"] == [], counts["mismatches"][:5]
