@@ -55,10 +55,8 @@ Result<std::vector<std::string>> Words(const std::string& line) {
   return words;
 }
 
-// Usage errors carry this prefix, so that they can be told from the
-// engine's own kInvalidArgument (which it records itself).
+// What a usage error says first.
 constexpr char kUsage[] = "usage: ";
-bool IsUsageError(const Status& s) { return s.message().rfind(kUsage, 0) == 0; }
 
 constexpr char kCheckpointSynopsis[] =
     "checkpoint [--kill] [--name NAME] [--lock-timeout MS] (--kill: stop the process once "
@@ -87,8 +85,9 @@ Status Parse(CLI::App& app, std::vector<std::string> args, const std::string& sy
   return Status::Ok();
 }
 
-Status Checkpoint(Engine& engine, int pid, const std::vector<std::string>& words,
-                  const Caller& caller) {
+// The request a `checkpoint ...` line (split into words) asks for.
+Result<CheckpointRequest> ParseCheckpoint(int pid, const std::vector<std::string>& words,
+                                          const Caller& caller) {
   CheckpointRequest request;
   request.pid = pid;
   request.caller = caller;
@@ -100,25 +99,26 @@ Status Checkpoint(Engine& engine, int pid, const std::vector<std::string>& words
                  "milliseconds the GPU driver may take to lock the process")
       ->check(CLI::Range(1u, 3600u * 1000u));
   GPUCKPT_RETURN_IF_ERROR(Parse(app, {words.begin() + 1, words.end()}, kCheckpointSynopsis));
-  return engine.Checkpoint(request).status();
+  return request;
 }
 
 Status ProcessCommand(Engine& engine, int pid, const std::string& line, const Caller& caller) {
   auto words = Words(line);
-  Status s;
+  Result<CheckpointRequest> request =
+      Status::InvalidArgument("unknown command '" + line +
+                              "': expected checkpoint [--kill] [--name NAME] [--lock-timeout MS]");
   if (!words.ok()) {
-    s = words.status();
-  } else if (words->empty() || (*words)[0] != "checkpoint") {
-    s = Status::InvalidArgument(
-        "unknown command '" + line +
-        "': expected checkpoint [--kill] [--name NAME] [--lock-timeout MS]");
-  } else {
-    s = Checkpoint(engine, pid, *words, caller);
-    // The engine records what it ran; a line it never got is recorded here.
-    if (s.ok() || s.code() != StatusCode::kInvalidArgument || !IsUsageError(s)) return s;
+    request = words.status();
+  } else if (!words->empty() && (*words)[0] == "checkpoint") {
+    request = ParseCheckpoint(pid, *words, caller);
   }
-  engine.RecordFailure(pid, "command", s);
-  return s;
+  // The engine records what it ran; a line that never became a request is
+  // recorded here.
+  if (!request.ok()) {
+    engine.RecordFailure(pid, "command", request.status());
+    return request.status();
+  }
+  return engine.Checkpoint(*request).status();
 }
 
 Status GlobalCommand(Engine& engine, const std::string& line, const Caller& caller) {

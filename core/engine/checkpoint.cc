@@ -293,9 +293,9 @@ Result<SnapshotInfo> Engine::DumpAndStore(const CheckpointRequest& request,
     GPUCKPT_RETURN_IF_ERROR(CheckCheckpointName(request.name));
     name = CheckpointIdForName(request.name, request.caller);
   }
-  SnapshotSpec spec{
-      name, "pid " + std::to_string(request.pid) + " (" + DisplayText(process.comm) + ")",
-      extra.dump(), base, DedupDomainFor(process.creds.ruid)};
+  SnapshotSpec spec{name,
+                    "pid " + std::to_string(request.pid) + " (" + DisplayText(process.comm) + ")",
+                    extra.dump(), base, DedupDomainFor(process.creds.ruid)};
   // CRIU's pipes are drained into staging memory as fast as CRIU writes
   // them, with hashing, compression and the disk behind, on idle CPU only
   // until CRIU is done: the tree is frozen for as long as CRIU runs. What
@@ -416,8 +416,8 @@ Result<SnapshotInfo> Engine::DumpAndStore(const CheckpointRequest& request,
   metrics_.ObserveStage("checkpoint", "dump", dump_s);
   if (!served.ok() || !exit.ok() || *exit != 0) {
     resume_on_failure();
-    Status failure =
-        CriuFailure("criu dump of process " + std::to_string(request.pid), *criu_logs, served, exit);
+    Status failure = CriuFailure("criu dump of process " + std::to_string(request.pid), *criu_logs,
+                                 served, exit);
     // The driver could not lock the process in time (long GPU work in
     // flight): nothing is wrong, it runs on; try again later (EAGAIN).
     // (CRIU's summary also holds unrelated error lines; the log has all.)

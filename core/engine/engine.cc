@@ -13,11 +13,11 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <climits>
-#include <optional>
 #include <cerrno>
+#include <climits>
 #include <cstdlib>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "core/base/unique_fd.h"
 #include "core/criu/criu_runner.h"
@@ -65,8 +65,8 @@ void RemoveContents(int dir_fd) {
   closedir(d);
   for (const auto& name : names) {
     if (unlinkat(dir_fd, name.c_str(), 0) == 0 || errno != EISDIR) continue;
-    UniqueFd sub(openat(dir_fd, name.c_str(),
-                        O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
+    UniqueFd sub(
+        openat(dir_fd, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
     if (sub.get() >= 0) RemoveContents(sub.get());
     unlinkat(dir_fd, name.c_str(), AT_REMOVEDIR);
   }

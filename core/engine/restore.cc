@@ -141,17 +141,16 @@ Status CheckImageCredentials(Store* store, const std::string& id,
       GPUCKPT_ASSIGN_OR_RETURN(std::string bytes, ReadStoredFile(store, id, path));
       auto creds = ParseCoreCreds(bytes, path);
       if (!creds.ok()) {
-        return Status::PermissionDenied(fmt::format(
-            "thread {} of checkpoint {} has no credentials that can be checked ({})", tid, id,
-            creds.status().message()));
+        return Status::PermissionDenied(
+            fmt::format("thread {} of checkpoint {} has no credentials that can be checked ({})",
+                        tid, id, creds.status().message()));
       }
       const CriuCreds& c = *creds;
       const bool uids =
           c.uid == as.uid && c.euid == as.uid && c.suid == as.uid && c.fsuid == as.uid;
-      const bool gids = as.InGroup(c.gid) && as.InGroup(c.egid) && as.InGroup(c.sgid) &&
-                        as.InGroup(c.fsgid) &&
-                        std::all_of(c.groups.begin(), c.groups.end(),
-                                    [&](uint32_t g) { return as.InGroup(g); });
+      const bool gids =
+          as.InGroup(c.gid) && as.InGroup(c.egid) && as.InGroup(c.sgid) && as.InGroup(c.fsgid) &&
+          std::all_of(c.groups.begin(), c.groups.end(), [&](uint32_t g) { return as.InGroup(g); });
       if (!uids || !gids) {
         return Status::PermissionDenied(fmt::format(
             "thread {} of process {} in checkpoint {} claims uid {} gid {}, but the checkpoint "
@@ -440,8 +439,8 @@ Result<SnapshotInfo> Engine::ImportImageDir(const std::string& path, const std::
   }
   if (images_fd.get() < 0) return StatusFromErrno(errno, images_shown);
   GPUCKPT_ASSIGN_OR_RETURN(
-      std::string pstree, ReadWholeFile(images_fd.get(), "pstree.img",
-                                        images_shown + "/pstree.img", owner, kMaxParsedImage));
+      std::string pstree, ReadWholeFile(images_fd.get(), "pstree.img", images_shown + "/pstree.img",
+                                        owner, kMaxParsedImage));
   GPUCKPT_ASSIGN_OR_RETURN(auto tasks, ParsePstreeImage(pstree));
   auto root = std::find_if(tasks.begin(), tasks.end(), IsRootPid);
   if (tasks.empty() || root == tasks.end())
@@ -456,8 +455,8 @@ Result<SnapshotInfo> Engine::ImportImageDir(const std::string& path, const std::
   // know of it (the GPU stack, its GPUs, --shell-job) is taken over, each
   // field checked for its type; the rest (owner, sizes) is this import's.
   if (is_copy) {
-    auto manifest = ReadWholeFile(top.get(), "manifest.json", shown + "/manifest.json",
-                                  owner, kMaxCopiedManifest);
+    auto manifest = ReadWholeFile(top.get(), "manifest.json", shown + "/manifest.json", owner,
+                                  kMaxCopiedManifest);
     // A copy may lack its manifest (it is advisory: CRIU's images are
     // the checkpoint), but one that is there must be a plain, small file
     // of the caller's that parses.
@@ -499,8 +498,8 @@ Result<SnapshotInfo> Engine::ImportImageDir(const std::string& path, const std::
     } else {
       id = CheckpointIdForName(name, caller);
     }
-    auto writer = store_->BeginSnapshot(
-        {id, shown, extra.dump(), /*base=*/"", DedupDomainFor(caller.uid)});
+    auto writer =
+        store_->BeginSnapshot({id, shown, extra.dump(), /*base=*/"", DedupDomainFor(caller.uid)});
     if (!writer.ok()) {
       // Another checkpoint of this pid took the number meanwhile.
       if (writer.status().code() == StatusCode::kAlreadyExists && name.empty() && attempt < 8)
@@ -675,8 +674,8 @@ Result<int> Engine::RestoreSnapshot(const std::string& id, bool shell_job, const
   const int pid = pid_text.ok() ? std::atoi(pid_text->c_str()) : 0;
   if (pid <= 0) return Status::IOError("criu restored " + id + " but wrote no pid");
   if (pid != root_pid)
-    return Status::IOError(fmt::format("criu restored {} but says its root is pid {}, not {}", id,
-                                       pid, root_pid));
+    return Status::IOError(
+        fmt::format("criu restored {} but says its root is pid {}, not {}", id, pid, root_pid));
   work_dir->MarkSucceeded();
   return pid;
 }

@@ -31,8 +31,7 @@ bool SetThreadFsGid(gid_t gid) {
 Result<std::unique_ptr<ActingAs>> ActingAs::Begin(const Caller& caller) {
   const uid_t old_uid = static_cast<uid_t>(syscall(SYS_setfsuid, static_cast<uid_t>(-1)));
   const gid_t old_gid = static_cast<gid_t>(syscall(SYS_setfsgid, static_cast<gid_t>(-1)));
-  if (caller.is_root())
-    return std::unique_ptr<ActingAs>(new ActingAs(false, old_uid, old_gid, {}));
+  if (caller.is_root()) return std::unique_ptr<ActingAs>(new ActingAs(false, old_uid, old_gid, {}));
   const int n = getgroups(0, nullptr);
   std::vector<gid_t> old_groups(n > 0 ? static_cast<size_t>(n) : 0);
   if (n > 0 && getgroups(n, old_groups.data()) != n)
