@@ -130,29 +130,31 @@ std::string CriuLogs::Summary() const {
   return summary;
 }
 
-SnapshotOwner OwnerOf(const SnapshotInfo& info) {
+namespace {
+
+// The owner and the maker of a snapshot, from one parse of its "extra":
+// listings ask both of every snapshot in the store.
+struct Provenance {
   SnapshotOwner owner;
+  SnapshotMaker maker;
+};
+
+Provenance ProvenanceOf(const SnapshotInfo& info) {
+  Provenance p;
   auto extra = nlohmann::json::parse(info.extra_json, nullptr, /*allow_exceptions=*/false);
-  if (!extra.is_object()) return owner;
+  if (!extra.is_object()) return p;
   auto number = [](const nlohmann::json& j, const char* key) -> uint64_t {
     auto it = j.find(key);
     return it != j.end() && it->is_number_unsigned() ? it->get<uint64_t>() : 0;
   };
   if (auto it = extra.find("owner"); it != extra.end() && it->is_object()) {
-    owner.uid = static_cast<uint32_t>(number(*it, "uid"));
-    owner.gid = static_cast<uint32_t>(number(*it, "gid"));
+    p.owner.uid = static_cast<uint32_t>(number(*it, "uid"));
+    p.owner.gid = static_cast<uint32_t>(number(*it, "gid"));
   }
-  owner.pid = static_cast<int>(number(extra, "pid"));
-  return owner;
-}
-
-SnapshotMaker MakerOf(const SnapshotInfo& info) {
-  const SnapshotOwner owner = OwnerOf(info);
-  SnapshotMaker maker{owner.uid, owner.gid, {}};
-  auto extra = nlohmann::json::parse(info.extra_json, nullptr, /*allow_exceptions=*/false);
-  if (!extra.is_object()) return maker;
+  p.owner.pid = static_cast<int>(number(extra, "pid"));
+  p.maker = SnapshotMaker{p.owner.uid, p.owner.gid, {}};
   auto made_by = extra.find("made_by");
-  if (made_by == extra.end() || !made_by->is_object()) return maker;
+  if (made_by == extra.end() || !made_by->is_object()) return p;
   auto id = [&](const char* key) -> std::optional<uint32_t> {
     auto it = made_by->find(key);
     if (it == made_by->end() || !it->is_number_unsigned() || it->get<uint64_t>() > UINT32_MAX)
@@ -161,25 +163,30 @@ SnapshotMaker MakerOf(const SnapshotInfo& info) {
   };
   const auto uid = id("uid"), gid = id("gid");
   // A record that does not parse says nothing: the owner stands.
-  if (!uid || !gid) return maker;
-  maker = SnapshotMaker{*uid, *gid, {}};
+  if (!uid || !gid) return p;
+  p.maker = SnapshotMaker{*uid, *gid, {}};
   if (auto groups = made_by->find("groups"); groups != made_by->end() && groups->is_array()) {
     for (const auto& g : *groups)
       if (g.is_number_unsigned() && g.get<uint64_t>() <= UINT32_MAX)
-        maker.groups.push_back(static_cast<uint32_t>(g.get<uint64_t>()));
+        p.maker.groups.push_back(static_cast<uint32_t>(g.get<uint64_t>()));
   }
-  return maker;
+  return p;
 }
+
+}  // namespace
+
+SnapshotOwner OwnerOf(const SnapshotInfo& info) { return ProvenanceOf(info).owner; }
+
+SnapshotMaker MakerOf(const SnapshotInfo& info) { return ProvenanceOf(info).maker; }
 
 nlohmann::json MadeByJson(const Caller& caller) {
   return {{"uid", caller.uid}, {"gid", caller.gid}, {"groups", caller.groups}};
 }
 
 bool IsCheckpointOfProcess(const SnapshotInfo& info, int pid, uint32_t owner_uid) {
-  const SnapshotOwner owner = OwnerOf(info);
-  if (owner.pid != pid || owner.uid != owner_uid) return false;
-  const uint32_t maker = MakerOf(info).uid;
-  return maker == owner_uid || maker == 0;
+  const Provenance p = ProvenanceOf(info);
+  if (p.owner.pid != pid || p.owner.uid != owner_uid) return false;
+  return p.maker.uid == owner_uid || p.maker.uid == 0;
 }
 
 namespace {

@@ -79,6 +79,14 @@ def copy_as(m, user, checkpoint_id, name):
     return dest
 
 
+def copied_checkpoint(m, user, workload, name, *args):
+    """`user` starts `workload`, checkpoints it and copies the checkpoint
+    into a directory of theirs: (the workload, the checkpoint's id, the copy)."""
+    wl = m.start(workload, *args, user=user)
+    made = checkpoint_as(m, user, wl)
+    return wl, made, copy_as(m, user, made, name)
+
+
 def edit_as(user, path, edit):
     """Decodes the image `path` with crit, lets `edit` change it, encodes it
     back; the file stays the user's (as if they had done it)."""
@@ -158,9 +166,7 @@ def test_thread_holding_a_capability_is_refused_and_the_refused_copy_leaves_noth
         mount, users):
     m = mount
     a, _ = users
-    wl = m.start("wl_threads", user=a)
-    made = checkpoint_as(m, a, wl)
-    copy = copy_as(m, a, made, "threads")
+    wl, made, copy = copied_checkpoint(m, a, "wl_threads", "threads")
     images = os.path.join(copy, "images")
     tree = crit_decode(os.path.join(images, "pstree.img"))["entries"][0]
     thread = [t for t in tree["threads"] if t != tree["pid"]][-1]
@@ -279,9 +285,7 @@ def test_fifos_and_symlinks_in_a_restore_or_import_fail_at_once(mount, users):
 def test_oversized_manifest_is_refused_without_reading_it(mount, users):
     m = mount
     a, _ = users
-    wl = m.start("wl_memory", "--mib", "4", user=a)
-    made = checkpoint_as(m, a, wl)
-    copy = copy_as(m, a, made, "big-manifest")
+    wl, made, copy = copied_checkpoint(m, a, "wl_memory", "big-manifest", "--mib", "4")
     manifest = os.path.join(copy, "manifest.json")
     # 64 MB of JSON: one array of small objects, which a JSON parser turns
     # into far more memory than its size.
@@ -457,7 +461,7 @@ def test_another_users_checkpoint_can_be_neither_read_nor_removed(mount, users):
         assert not ok and "No such file" in said, (path, said)
     r = b.run(["rm", "-rf", ckpt])
     assert os.path.isdir(ckpt), f"b removed a's checkpoint: {r.stderr}"
-    # Nor restored by b, by id or through a copy of b's own.
+    # Nor restored by b.
     ok, err, said = restore_as(m, b, ckpt)
     assert not ok, said
     assert made in ids_of(m, a)
@@ -466,9 +470,7 @@ def test_another_users_checkpoint_can_be_neither_read_nor_removed(mount, users):
 def test_a_file_of_someone_else_in_a_copy_is_refused(mount, users):
     m = mount
     a, _ = users
-    wl = m.start("wl_memory", "--mib", "4", user=a)
-    made = checkpoint_as(m, a, wl)
-    copy = copy_as(m, a, made, "with-a-root-file")
+    wl, made, copy = copied_checkpoint(m, a, "wl_memory", "with-a-root-file", "--mib", "4")
     # A hard link to a root-only file (where protected_hardlinks is off, a
     # user can make one; here root makes it for them).
     secret = os.path.join(m.work, "root-secret")

@@ -65,20 +65,7 @@ std::string ReadAll(Store& store, const std::string& id, const std::string& path
     ADD_FAILURE() << reader.status().ToString();
     return {};
   }
-  std::string out((*reader)->entry().size, '\0');
-  size_t done = 0;
-  while (done < out.size()) {
-    auto n =
-        (*reader)->Pread(done, std::min<size_t>(128u << 10, out.size() - done), out.data() + done);
-    if (!n.ok()) {
-      ADD_FAILURE() << n.status().ToString() << " at offset " << done;
-      return {};
-    }
-    if (*n == 0) break;
-    done += *n;
-  }
-  out.resize(done);
-  return out;
+  return testing::ReadAll(**reader);
 }
 
 void ExpectClean(Store& store) {

@@ -41,22 +41,7 @@ std::unique_ptr<Store> OpenStore(const std::string& dir) {
   return store.ok() ? std::move(store).value() : nullptr;
 }
 
-std::string ReadAll(FileReader& reader) {
-  std::string out(reader.entry().size, '\0');
-  size_t done = 0;
-  while (done < out.size()) {
-    // Reads of a FUSE size, so that many lookups and chunk batches run.
-    auto n = reader.Pread(done, std::min<size_t>(128u << 10, out.size() - done), out.data() + done);
-    if (!n.ok()) {
-      ADD_FAILURE() << n.status().ToString() << " at offset " << done;
-      return {};
-    }
-    if (*n == 0) break;
-    done += *n;
-  }
-  out.resize(done);
-  return out;
-}
+using ::gpuckpt::testing::ReadAll;
 
 TEST(StoreSafetyTest, AReaderKeepsItsBytesAcrossRemoveAndGcUntilItIsDestroyed) {
   TempDir tmp;

@@ -357,6 +357,22 @@ void WriteFile(const std::string& path, const std::string& data, mode_t mode) {
   ASSERT_EQ(rc, 0) << "writing " << path;
 }
 
+std::string ReadAll(FileReader& reader) {
+  std::string out(reader.entry().size, '\0');
+  size_t done = 0;
+  while (done < out.size()) {
+    auto n = reader.Pread(done, std::min<size_t>(128u << 10, out.size() - done), out.data() + done);
+    if (!n.ok()) {
+      ADD_FAILURE() << n.status().ToString() << " at offset " << done;
+      break;
+    }
+    if (*n == 0) break;
+    done += *n;
+  }
+  out.resize(done);
+  return out;
+}
+
 std::string ReadFile(const std::string& path) {
   std::string out;
   const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);

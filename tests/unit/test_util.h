@@ -99,6 +99,10 @@ std::string RandomBytes(size_t len, uint64_t seed);
 void WriteRandomFile(const std::string& path, uint64_t size, uint64_t seed, mode_t mode = 0644);
 void WriteFile(const std::string& path, const std::string& data, mode_t mode = 0644);
 std::string ReadFile(const std::string& path);
+// The whole of a stored file, read through `reader` in 128 KiB preads (a
+// FUSE read's size, so that many lookups and chunk batches run); a failed
+// read is a test failure (ADD_FAILURE) and returns what was read before it.
+std::string ReadAll(FileReader& reader);
 void MakeDirs(const std::string& path, mode_t mode = 0755);
 
 // A file whose bytes match RandomStream(seed) from offset 0 for `size` bytes,
