@@ -59,9 +59,11 @@ Result<std::vector<std::string>> Words(const std::string& line) {
 constexpr char kUsage[] = "usage: ";
 
 constexpr char kCheckpointSynopsis[] =
-    "checkpoint [--kill] [--name NAME] [--lock-timeout MS] (--kill: stop the process once "
-    "checkpointed; --name: what to call the checkpoint (letters, digits, '.', '_', '-'); "
-    "--lock-timeout: milliseconds the GPU driver may take to lock the process)";
+    "checkpoint [--kill] [--name NAME] [--lock-timeout MS] [--no-space-check] (--kill: stop the "
+    "process once checkpointed; --name: what to call the checkpoint (letters, digits, '.', '_', "
+    "'-'); --lock-timeout: milliseconds the GPU driver may take to lock the process; "
+    "--no-space-check: go ahead even if the store's disk could not hold all of the process's "
+    "memory as new bytes)";
 constexpr char kRestoreSynopsis[] =
     "PATH [--gpu-map OLD_UUID=NEW_UUID,...] (--gpu-map: restore the checkpoint's GPUs onto "
     "these)";
@@ -94,11 +96,14 @@ Result<CheckpointRequest> ParseCheckpoint(int pid, const std::vector<std::string
   CLI::App app{"checkpoint", "checkpoint"};
   app.add_flag("--kill", request.kill);
   app.add_option("--name", request.name);
+  bool no_space_check = false;
+  app.add_flag("--no-space-check", no_space_check);
   // Up to an hour: the driver waits this long for the GPU work in flight.
   app.add_option("--lock-timeout", request.lock_timeout_ms,
                  "milliseconds the GPU driver may take to lock the process")
       ->check(CLI::Range(1u, 3600u * 1000u));
   GPUCKPT_RETURN_IF_ERROR(Parse(app, {words.begin() + 1, words.end()}, kCheckpointSynopsis));
+  request.check_space = !no_space_check;
   return request;
 }
 
@@ -106,7 +111,8 @@ Status ProcessCommand(Engine& engine, int pid, const std::string& line, const Ca
   auto words = Words(line);
   Result<CheckpointRequest> request =
       Status::InvalidArgument("unknown command '" + line +
-                              "': expected checkpoint [--kill] [--name NAME] [--lock-timeout MS]");
+                              "': expected checkpoint [--kill] [--name NAME] [--lock-timeout MS] "
+                              "[--no-space-check]");
   if (!words.ok()) {
     request = words.status();
   } else if (!words->empty() && (*words)[0] == "checkpoint") {

@@ -3,7 +3,7 @@
 // so that quoting and errors behave like a command line) and dispatch to
 // the Engine.
 //
-//   <pid>/ctl   checkpoint [--kill] [--name NAME] [--lock-timeout MS]
+//   <pid>/ctl   checkpoint [--kill] [--name NAME] [--lock-timeout MS] [--no-space-check]
 //   ctl         track PID | import DIR [NAME] | gc
 //   restore     PATH [--gpu-map OLD_UUID=NEW_UUID,...]
 //

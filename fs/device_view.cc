@@ -135,7 +135,7 @@ class ContentReader final : public FileReader {
 FileEntry DeviceEntry(const std::string& name, uint64_t size, const SnapshotInfo& info,
                       const SnapshotOwner& owner) {
   FileEntry e;
-  e.path = "device/" + name;
+  e.path = name;
   e.type = FileType::kRegular;
   e.mode = 0600;
   e.uid = owner.uid;
@@ -145,14 +145,37 @@ FileEntry DeviceEntry(const std::string& name, uint64_t size, const SnapshotInfo
   return e;  // stored_bytes 0: the bytes are the images' own
 }
 
+// The manifest's extra.device.cuda_host_ranges, or null where it has none.
+const nlohmann::json* CudaHostRanges(const nlohmann::json& extra) {
+  if (!extra.is_object() || !extra.contains("device") || !extra["device"].is_object())
+    return nullptr;
+  const auto& device = extra["device"];
+  if (!device.contains("cuda_host_ranges") || !device["cuda_host_ranges"].is_array())
+    return nullptr;
+  return &device["cuda_host_ranges"];
+}
+
 }  // namespace
+
+bool HasDeviceState(const SnapshotInfo& info) {
+  const auto extra = nlohmann::json::parse(info.extra_json, nullptr, false);
+  if (const nlohmann::json* ranges = CudaHostRanges(extra); ranges && !ranges->empty()) return true;
+  if (!extra.is_object() || !extra.contains("gpu_backend") || !extra["gpu_backend"].is_string())
+    return false;
+  const std::string backend = extra["gpu_backend"];
+  return backend == "cuda" || backend == "rocm";
+}
+
+bool IsStoredDevicePath(const std::string& path) {
+  return path == "device" || path.rfind("device/", 0) == 0;
+}
 
 Result<std::vector<std::shared_ptr<const DeviceFile>>> BuildDeviceFiles(
     Store* store, const SnapshotInfo& info, const SnapshotOwner& owner,
     const std::vector<FileEntry>& files) {
   std::vector<std::shared_ptr<const DeviceFile>> out;
   for (const auto& f : files)
-    if (f.path == "device" || f.path.rfind("device/", 0) == 0) return out;  // stored itself
+    if (IsStoredDevicePath(f.path)) return out;  // stored itself
 
   // AMD plugin files.
   for (const auto& f : files) {
@@ -164,14 +187,13 @@ Result<std::vector<std::shared_ptr<const DeviceFile>>> BuildDeviceFiles(
   }
 
   // CUDA device memory moved to host memory.
-  auto extra = nlohmann::json::parse(info.extra_json, nullptr, false);
-  if (!extra.is_object() || !extra.contains("device") || !extra["device"].is_object()) return out;
-  const auto& device = extra["device"];
-  if (!device.contains("cuda_host_ranges") || !device["cuda_host_ranges"].is_array()) return out;
+  const auto extra = nlohmann::json::parse(info.extra_json, nullptr, false);
+  const nlohmann::json* ranges = CudaHostRanges(extra);
+  if (ranges == nullptr) return out;
   const uint64_t page_size = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
   std::map<int, CriuPagemap> pagemaps;
   nlohmann::json listing = nlohmann::json::array();
-  for (const auto& r : device["cuda_host_ranges"]) {
+  for (const auto& r : *ranges) {
     if (!r.is_object() || !r.contains("pid") || !r["pid"].is_number_integer() ||
         !r.contains("start") || !r["start"].is_number_unsigned() || !r.contains("end") ||
         !r["end"].is_number_unsigned())

@@ -1,5 +1,6 @@
-// The device/ directory of a checkpoint, where the checkpoint does not
-// store one itself (copies imported with their device/ files do):
+// The files of device/<id>/ in the mount (fs/store_view.h): views of a
+// checkpoint's images, kept out of checkpoints/<id>/ so that a copy of a
+// checkpoint holds its device memory once (in the pages image), not twice:
 //
 //  - CUDA: the device memory the driver moved into the process's host
 //    memory at the checkpoint step. cuda-checkpoint recorded those ranges
@@ -9,7 +10,10 @@
 //    CRIU did not dump read as zeros), plus cuda-ranges.json listing them.
 //    Nothing is stored twice: `du` shows 0 for them.
 //  - AMD: the amdgpu plugin's image files (images/amdgpu-*), shown again
-//    under device/ with the same bytes.
+//    under device/<id>/ with the same bytes.
+//
+// Snapshots imported by older versions from a copy store device/ files
+// themselves; those are shown as stored instead (see BuildDeviceFiles()).
 //
 // Thread-safety: DeviceFile is immutable once built; the readers are as
 // safe for concurrent Pread() as the Store's.
@@ -27,7 +31,7 @@
 namespace gpuckpt {
 
 struct DeviceFile {
-  FileEntry entry;       // "device/<name>", the logical size, the owner
+  FileEntry entry;       // "<name>" in device/<id>/, the logical size, the owner
   std::string alias_of;  // AMD: the stored file read in its place
   std::string content;   // generated: cuda-ranges.json
   // CUDA: slices of `source` (a stored pages image), in file order.
@@ -39,7 +43,22 @@ struct DeviceFile {
   std::vector<Segment> segments;
 };
 
-// The device/ files of snapshot `info`, whose stored files are `files`.
+// Whether device/<id> exists for snapshot `info`: decided from its manifest
+// alone, since listing device/ asks it of every checkpoint, and building
+// the files reads pagemaps. True where the manifest records device memory
+// ranges (extra.device.cuda_host_ranges, not empty) or says the checkpoint
+// was made with a GPU (extra.gpu_backend "cuda" or "rocm"): that also
+// covers AMD's plugin files, and the device/ that older imports of copies
+// stored (their manifests keep gpu_backend). A GPU checkpoint whose files
+// cannot be built (no ranges recorded, a damaged pagemap) has an empty
+// device/<id>, so that what device/ lists can always be looked up.
+bool HasDeviceState(const SnapshotInfo& info);
+
+// Whether `path`, a stored file's path, is in the device/ that older
+// imports of copies stored.
+bool IsStoredDevicePath(const std::string& path);
+
+// The device/<id>/ files of snapshot `info`, whose stored files are `files`.
 // Empty when it has none, or stores device/ itself.
 Result<std::vector<std::shared_ptr<const DeviceFile>>> BuildDeviceFiles(
     Store* store, const SnapshotInfo& info, const SnapshotOwner& owner,

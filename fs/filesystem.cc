@@ -34,18 +34,23 @@ namespace {
 constexpr double kCacheSeconds = 1.0;
 
 // The kernel shares a cached name among all users, and only a lookup sees
-// who asks: checkpoints/<id> is never cached, so that every path through it
-// is looked up again as the caller (to whom someone else's is absent).
+// who asks: checkpoints/<id>, device/<id> and <pid> are never cached, so
+// that every path through them is looked up again as the caller (to whom
+// someone else's is absent).
 double EntrySeconds(const NodeId& node) {
-  return node.kind == NodeKind::kSnapshotDir ? 0 : kCacheSeconds;
+  const bool per_caller = node.kind == NodeKind::kSnapshotDir ||
+                          node.kind == NodeKind::kDeviceSnapshotDir ||
+                          node.kind == NodeKind::kPidDir;
+  return per_caller ? 0 : kCacheSeconds;
 }
 
-// What a change to the tree is refused with: inside a checkpoint, whose
-// contents never change, EROFS; elsewhere, where the names are gpuckpt's
-// (processes, control files, checkpoints made by commands), EPERM. Status
-// has neither, hence errno values here.
+// What a change to the tree is refused with: inside a checkpoint or its
+// device/<id>, whose contents never change, EROFS; elsewhere, where the
+// names are gpuckpt's (processes, control files, checkpoints made by
+// commands), EPERM. Status has neither, hence errno values here.
 int RefusalErrno(const NodeId& where) {
-  return StoreView::InCheckpoint(where.kind) ? EROFS : EPERM;
+  const bool read_only = StoreView::InCheckpoint(where.kind) || StoreView::InDeviceView(where.kind);
+  return read_only ? EROFS : EPERM;
 }
 
 // The caller of a request, as the kernel reports it. Supplementary groups
@@ -173,7 +178,7 @@ class Filesystem {
     }
     auto h = std::make_unique<FileHandle>();
     h->node = node;
-    if (node.kind == NodeKind::kSnapshotEntry) {
+    if (StoreView::IsSnapshotFile(node.kind)) {
       GPUCKPT_ASSIGN_OR_RETURN(h->attributes, DoGetattr(ino, caller));
       GPUCKPT_ASSIGN_OR_RETURN(h->reader, view_.OpenImage(node));
       h->ino = ino;
@@ -212,7 +217,8 @@ class Filesystem {
     // and stops at the first failure, never reaching the rmdir that removes
     // the checkpoint. So the process that holds the checkpoint's directory
     // open may "remove" its entries, without effect; anyone else (`rm` of
-    // one file, `rm -r` of images/) gets EROFS.
+    // one file, `rm -r` of images/) gets EROFS, and so does everything in
+    // device/ (`rm -r device/<id>` removes no checkpoint).
     if (StoreView::InCheckpoint(child->kind) && RemovingCheckpoint(child->key, caller.pid))
       return 0;
     return RefusalErrno(*child);

@@ -20,9 +20,10 @@ constexpr char kReadme[] =
     "  <pid>/checkpoints/{1,2,...,latest}  its checkpoints\n"
     "  checkpoints/<id>/manifest.json   what a checkpoint is (JSON)\n"
     "  checkpoints/<id>/images/         CRIU's image files, read lazily from the store\n"
-    "  checkpoints/<id>/device/         device state: the GPU memory CUDA moved to host\n"
-    "                                   memory (cuda-*.bin, listed in cuda-ranges.json),\n"
-    "                                   AMD plugin files\n"
+    "  device/<id>/                     a GPU checkpoint's device state, read from its\n"
+    "                                   images: the GPU memory CUDA moved to host memory\n"
+    "                                   (cuda-*.bin, listed in cuda-ranges.json), AMD\n"
+    "                                   plugin files; not part of a `cp -r` of the checkpoint\n"
     "  echo PATH > restore              restore a checkpoint: a directory here, a `cp -r` copy\n"
     "                                   of one, or a CRIU image directory; `cat restore`: the\n"
     "                                   new pid, or why it failed\n"
@@ -37,7 +38,8 @@ constexpr char kReadme[] =
     "sizes; `du` shows what each checkpoint added to the deduplicated store.\n";
 
 constexpr char kCtlHelp[] = "commands: track PID | import DIR [NAME] | gc\n";
-constexpr char kPidCtlHelp[] = "commands: checkpoint [--kill] [--name NAME] [--lock-timeout MS]\n";
+constexpr char kPidCtlHelp[] =
+    "commands: checkpoint [--kill] [--name NAME] [--lock-timeout MS] [--no-space-check]\n";
 
 NodeId MakeNode(NodeKind kind, std::string snapshot = "", std::string path = "", int pid = 0) {
   return NodeId{kind, std::move(snapshot), 0, std::move(path), pid};
@@ -114,6 +116,68 @@ Result<std::vector<std::string>> StoreView::CheckpointsOf(int pid) {
 
 Result<ProcessInfo> StoreView::Process(int pid) { return engine_->processes().Get(pid); }
 
+void StoreView::AddToListing(std::vector<FileEntry> files, const SnapshotTree& tree,
+                             Listing* listing) {
+  listing->children[""];
+  for (auto& e : files) {
+    const size_t slash = e.path.rfind('/');
+    const std::string dir = slash == std::string::npos ? "" : e.path.substr(0, slash);
+    const std::string name = slash == std::string::npos ? e.path : e.path.substr(slash + 1);
+    listing->children[dir].push_back(name);
+    if (e.type == FileType::kDirectory) listing->children[e.path];
+    listing->entries.emplace(e.path, std::move(e));
+  }
+  // Parents that the snapshot holds no entry for (a writer may add files
+  // only) are shown as private directories of the owner.
+  std::vector<std::string> dirs;
+  for (const auto& [dir, names] : listing->children) dirs.push_back(dir);
+  for (const auto& dir : dirs) {
+    for (std::string d = dir; !d.empty();) {
+      if (listing->entries.count(d) == 0) {
+        FileEntry e;
+        e.path = d;
+        e.type = FileType::kDirectory;
+        e.mode = 0700;
+        e.uid = tree.owner.uid;
+        e.gid = tree.owner.gid;
+        e.mtime_ns = tree.info.created_ns;
+        listing->entries.emplace(d, e);
+        const size_t slash = d.rfind('/');
+        auto& siblings = listing->children[slash == std::string::npos ? "" : d.substr(0, slash)];
+        const std::string base = slash == std::string::npos ? d : d.substr(slash + 1);
+        if (std::find(siblings.begin(), siblings.end(), base) == siblings.end())
+          siblings.push_back(base);
+      }
+      const size_t up = d.rfind('/');
+      d = up == std::string::npos ? "" : d.substr(0, up);
+    }
+  }
+  for (auto& [dir, names] : listing->children) std::sort(names.begin(), names.end());
+}
+
+void StoreView::BuildDeviceListing(const std::vector<FileEntry>& files, SnapshotTree* tree) {
+  // An older import of a copy stored its device/: shown as stored (it was
+  // the copy's, and may not be what the images give).
+  std::vector<FileEntry> stored;
+  for (const auto& e : files) {
+    if (!IsStoredDevicePath(e.path) || e.path == "device") continue;
+    FileEntry inside = e;
+    inside.path = e.path.substr(sizeof("device/") - 1);
+    stored.push_back(std::move(inside));
+  }
+  if (!stored.empty()) return AddToListing(std::move(stored), *tree, &tree->device);
+  // Files that cannot be built (a damaged pagemap) are left out: device/<id>
+  // stays, empty, and the images themselves stay readable.
+  std::vector<FileEntry> views;
+  if (auto device = BuildDeviceFiles(store_, tree->info, tree->owner, files); device.ok()) {
+    for (auto& d : *device) {
+      views.push_back(d->entry);
+      tree->device_files.emplace(d->entry.path, std::move(d));
+    }
+  }
+  AddToListing(std::move(views), *tree, &tree->device);
+}
+
 Result<std::shared_ptr<const StoreView::SnapshotTree>> StoreView::CurrentTree(
     const std::string& id) {
   // One point read: an id removed and reused since the tree was cached
@@ -132,51 +196,17 @@ Result<std::shared_ptr<const StoreView::SnapshotTree>> StoreView::CurrentTree(
   // meanwhile, they would be another incarnation's.
   GPUCKPT_ASSIGN_OR_RETURN(SnapshotInfo again, store_->Get(id));
   if (again.key != tree->info.key) return Status::NotFound("checkpoint " + id + " was replaced");
-  // A device/ that cannot be built (a damaged pagemap) is left out; the
-  // images themselves stay readable.
-  if (auto device = BuildDeviceFiles(store_, tree->info, tree->owner, files); device.ok()) {
-    for (auto& d : *device) {
-      files.push_back(d->entry);
-      tree->device_files.emplace(d->entry.path, std::move(d));
-    }
-  }
-  tree->children[""];
-  for (auto& e : files) {
+  // checkpoints/<id>/ holds what a restore needs; a stored device/ (an
+  // older import of a copy) shows under device/<id>/ instead.
+  std::vector<FileEntry> shown;
+  for (const auto& e : files) {
     // The manifest is generated; a stored file of that name stays hidden.
-    if (e.path == "manifest.json") continue;
-    const size_t slash = e.path.rfind('/');
-    const std::string dir = slash == std::string::npos ? "" : e.path.substr(0, slash);
-    const std::string name = slash == std::string::npos ? e.path : e.path.substr(slash + 1);
-    tree->children[dir].push_back(name);
-    if (e.type == FileType::kDirectory) tree->children[e.path];
-    tree->entries.emplace(e.path, std::move(e));
+    if (e.path == "manifest.json" || IsStoredDevicePath(e.path)) continue;
+    shown.push_back(e);
   }
-  // Parents that the snapshot holds no entry for (a writer may add files
-  // only) are shown as private directories of the owner.
-  std::vector<std::string> dirs;
-  for (const auto& [dir, names] : tree->children) dirs.push_back(dir);
-  for (const auto& dir : dirs) {
-    for (std::string d = dir; !d.empty();) {
-      if (tree->entries.count(d) == 0) {
-        FileEntry e;
-        e.path = d;
-        e.type = FileType::kDirectory;
-        e.mode = 0700;
-        e.uid = tree->owner.uid;
-        e.gid = tree->owner.gid;
-        e.mtime_ns = tree->info.created_ns;
-        tree->entries.emplace(d, e);
-        const size_t slash = d.rfind('/');
-        auto& siblings = tree->children[slash == std::string::npos ? "" : d.substr(0, slash)];
-        const std::string base = slash == std::string::npos ? d : d.substr(slash + 1);
-        if (std::find(siblings.begin(), siblings.end(), base) == siblings.end())
-          siblings.push_back(base);
-      }
-      const size_t up = d.rfind('/');
-      d = up == std::string::npos ? "" : d.substr(0, up);
-    }
-  }
-  for (auto& [dir, names] : tree->children) std::sort(names.begin(), names.end());
+  AddToListing(std::move(shown), *tree, &tree->files);
+  tree->has_device = HasDeviceState(tree->info);
+  if (tree->has_device) BuildDeviceListing(files, tree.get());
   std::lock_guard lock(mu_);
   // Two threads may build the same tree: the first one stays.
   auto& cached = trees_[id];
@@ -205,6 +235,8 @@ Result<std::shared_ptr<const StoreView::SnapshotTree>> StoreView::VisibleTree(
   GPUCKPT_ASSIGN_OR_RETURN(auto tree, Tree(node));
   // Absent rather than forbidden: EACCES would say that it exists.
   if (!Visible(tree->owner, caller)) return Status::NotFound("no checkpoint " + node.snapshot);
+  if (InDeviceView(node.kind) && !tree->has_device)
+    return Status::NotFound("checkpoint " + node.snapshot + " has no device state");
   return tree;
 }
 
@@ -229,10 +261,13 @@ Result<NodeId> StoreView::Child(const NodeId& parent, const std::string& name,
       if (name == "restore") return MakeNode(NodeKind::kRestore);
       if (name == "metrics") return MakeNode(NodeKind::kMetrics);
       if (name == "checkpoints") return MakeNode(NodeKind::kCheckpointsDir);
+      if (name == "device") return MakeNode(NodeKind::kDeviceDir);
       int pid = 0;
       if (!ParsePid(name, &pid)) return not_found();
+      // Someone else's process is as absent as in the listing: its pid,
+      // owner and start time are theirs.
       auto p = Process(pid);
-      if (!p.ok()) return not_found();
+      if (!p.ok() || (!caller.is_root() && p->creds.ruid != caller.uid)) return not_found();
       return MakeNode(NodeKind::kPidDir, "", "", pid);
     }
     case NodeKind::kCheckpointsDir: {
@@ -241,14 +276,25 @@ Result<NodeId> StoreView::Child(const NodeId& parent, const std::string& name,
       if (!tree.ok() || !Visible((*tree)->owner, caller)) return not_found();
       return SnapshotNode(NodeKind::kSnapshotDir, name, (*tree)->info.key);
     }
+    case NodeKind::kDeviceDir: {
+      // As checkpoints/<id>, and only where the checkpoint has device state.
+      auto tree = CurrentTree(name);
+      if (!tree.ok() || !Visible((*tree)->owner, caller) || !(*tree)->has_device)
+        return not_found();
+      return SnapshotNode(NodeKind::kDeviceSnapshotDir, name, (*tree)->info.key);
+    }
     case NodeKind::kSnapshotDir:
-    case NodeKind::kSnapshotEntry: {
+    case NodeKind::kSnapshotEntry:
+    case NodeKind::kDeviceSnapshotDir:
+    case NodeKind::kDeviceEntry: {
       GPUCKPT_ASSIGN_OR_RETURN(auto tree, VisibleTree(parent, caller));
       if (parent.kind == NodeKind::kSnapshotDir && name == "manifest.json")
         return SnapshotNode(NodeKind::kManifest, parent.snapshot, parent.key);
       const std::string path = parent.path.empty() ? name : parent.path + "/" + name;
-      if (tree->entries.count(path) == 0) return not_found();
-      return SnapshotNode(NodeKind::kSnapshotEntry, parent.snapshot, parent.key, path);
+      if (ListingOf(*tree, parent).entries.count(path) == 0) return not_found();
+      const NodeKind kind =
+          InDeviceView(parent.kind) ? NodeKind::kDeviceEntry : NodeKind::kSnapshotEntry;
+      return SnapshotNode(kind, parent.snapshot, parent.key, path);
     }
     case NodeKind::kPidDir:
       if (name == "ctl") return MakeNode(NodeKind::kPidCtl, "", "", parent.pid);
@@ -276,6 +322,7 @@ Result<std::vector<std::pair<std::string, NodeId>>> StoreView::Children(const No
       out.push_back({"README", MakeNode(NodeKind::kReadme)});
       out.push_back({"checkpoints", MakeNode(NodeKind::kCheckpointsDir)});
       out.push_back({"ctl", MakeNode(NodeKind::kCtl)});
+      out.push_back({"device", MakeNode(NodeKind::kDeviceDir)});
       out.push_back({"metrics", MakeNode(NodeKind::kMetrics)});
       out.push_back({"restore", MakeNode(NodeKind::kRestore)});
       GPUCKPT_ASSIGN_OR_RETURN(auto processes, engine_->processes().List());
@@ -294,16 +341,32 @@ Result<std::vector<std::pair<std::string, NodeId>>> StoreView::Children(const No
       std::sort(out.begin(), out.end());
       return out;
     }
+    case NodeKind::kDeviceDir: {
+      // Decided from the manifests (HasDeviceState()): building every
+      // checkpoint's device files would read all their pagemaps.
+      GPUCKPT_ASSIGN_OR_RETURN(auto list, Snapshots());
+      for (auto& s : list) {
+        if (!Visible(OwnerOf(s), caller) || !HasDeviceState(s)) continue;
+        out.push_back({s.id, SnapshotNode(NodeKind::kDeviceSnapshotDir, s.id, s.key)});
+      }
+      std::sort(out.begin(), out.end());
+      return out;
+    }
     case NodeKind::kSnapshotDir:
-    case NodeKind::kSnapshotEntry: {
+    case NodeKind::kSnapshotEntry:
+    case NodeKind::kDeviceSnapshotDir:
+    case NodeKind::kDeviceEntry: {
       GPUCKPT_ASSIGN_OR_RETURN(auto tree, VisibleTree(dir, caller));
       if (dir.kind == NodeKind::kSnapshotDir)
         out.push_back({"manifest.json", SnapshotNode(NodeKind::kManifest, dir.snapshot, dir.key)});
-      auto it = tree->children.find(dir.path);
-      if (it == tree->children.end()) return Status::InvalidArgument("not a directory");
+      const Listing& listing = ListingOf(*tree, dir);
+      auto it = listing.children.find(dir.path);
+      if (it == listing.children.end()) return Status::InvalidArgument("not a directory");
+      const NodeKind kind =
+          InDeviceView(dir.kind) ? NodeKind::kDeviceEntry : NodeKind::kSnapshotEntry;
       for (const auto& name : it->second) {
         const std::string path = dir.path.empty() ? name : dir.path + "/" + name;
-        out.push_back({name, SnapshotNode(NodeKind::kSnapshotEntry, dir.snapshot, dir.key, path)});
+        out.push_back({name, SnapshotNode(kind, dir.snapshot, dir.key, path)});
       }
       return out;
     }
@@ -336,6 +399,10 @@ Result<struct stat> StoreView::Attributes(const NodeId& node, const Caller& call
       // (rm -r) their own checkpoints and nobody else's. Nothing can be
       // created in it.
       return DirStat(01777);
+    case NodeKind::kDeviceDir:
+      // As checkpoints/, so that the kernel passes an owner's rmdir of
+      // device/<id> to us, to be refused as what it is (EROFS), not EACCES.
+      return DirStat(01777);
     case NodeKind::kReadme:
       return FileStat(0444, sizeof(kReadme) - 1);
     case NodeKind::kMetrics:
@@ -344,7 +411,8 @@ Result<struct stat> StoreView::Attributes(const NodeId& node, const Caller& call
     case NodeKind::kRestore:
       // Anyone may write a command; the engine decides what the caller may do.
       return FileStat(0666, 0);
-    case NodeKind::kSnapshotDir: {
+    case NodeKind::kSnapshotDir:
+    case NodeKind::kDeviceSnapshotDir: {
       // Images hold a process's whole memory: only its owner and root.
       GPUCKPT_ASSIGN_OR_RETURN(auto tree, VisibleTree(node, caller));
       struct stat st = DirStat(0700);
@@ -361,10 +429,12 @@ Result<struct stat> StoreView::Attributes(const NodeId& node, const Caller& call
       SetTime(&st, tree->info.created_ns);
       return st;
     }
-    case NodeKind::kSnapshotEntry: {
+    case NodeKind::kSnapshotEntry:
+    case NodeKind::kDeviceEntry: {
       GPUCKPT_ASSIGN_OR_RETURN(auto tree, VisibleTree(node, caller));
-      auto it = tree->entries.find(node.path);
-      if (it == tree->entries.end()) return Status::NotFound("no entry '" + node.path + "'");
+      const Listing& listing = ListingOf(*tree, node);
+      auto it = listing.entries.find(node.path);
+      if (it == listing.entries.end()) return Status::NotFound("no entry '" + node.path + "'");
       const FileEntry& e = it->second;
       struct stat st {};
       switch (e.type) {
@@ -378,7 +448,8 @@ Result<struct stat> StoreView::Attributes(const NodeId& node, const Caller& call
           break;
         case FileType::kRegular:
           st = FileStat(e.mode, e.size);
-          // du shows what this file added to the store, not its length.
+          // du shows what this file added to the store, not its length (0
+          // for device files that are views of the images).
           st.st_blocks = static_cast<blkcnt_t>((e.stored_bytes + 511) / 512);
           break;
       }
@@ -393,6 +464,8 @@ Result<struct stat> StoreView::Attributes(const NodeId& node, const Caller& call
     case NodeKind::kPidCheckpoints:
     case NodeKind::kPidCheckpointLink: {
       GPUCKPT_ASSIGN_OR_RETURN(ProcessInfo p, Process(node.pid));
+      if (!caller.is_root() && p.creds.ruid != caller.uid)
+        return Status::NotFound("no process " + std::to_string(node.pid));
       struct stat st {};
       if (node.kind == NodeKind::kPidDir) st = DirStat(0700);
       if (node.kind == NodeKind::kPidCheckpoints) st = DirStat(0500);
@@ -443,11 +516,14 @@ Result<std::string> StoreView::GeneratedContent(const NodeId& node, const Caller
 }
 
 Result<std::unique_ptr<FileReader>> StoreView::OpenImage(const NodeId& node) {
-  if (node.kind != NodeKind::kSnapshotEntry) return Status::InvalidArgument("not an image file");
+  if (!IsSnapshotFile(node.kind)) return Status::InvalidArgument("not an image file");
+  // Of this incarnation: the store opens files by id.
   GPUCKPT_ASSIGN_OR_RETURN(auto tree, Tree(node));
+  if (node.kind == NodeKind::kSnapshotEntry) return store_->OpenFile(node.snapshot, node.path);
   if (auto it = tree->device_files.find(node.path); it != tree->device_files.end())
     return OpenDeviceFile(store_, node.snapshot, it->second);
-  return store_->OpenFile(node.snapshot, node.path);
+  // A file of the device/ an older import stored.
+  return store_->OpenFile(node.snapshot, "device/" + node.path);
 }
 
 Result<std::string> StoreView::SymlinkTarget(const NodeId& node) {
@@ -459,10 +535,11 @@ Result<std::string> StoreView::SymlinkTarget(const NodeId& node) {
     if (n < 1 || n > ids.size()) return Status::NotFound("no checkpoint " + node.path);
     return "../../checkpoints/" + ids[n - 1];
   }
-  if (node.kind != NodeKind::kSnapshotEntry) return Status::InvalidArgument("not a symlink");
+  if (!IsSnapshotFile(node.kind)) return Status::InvalidArgument("not a symlink");
   GPUCKPT_ASSIGN_OR_RETURN(auto tree, Tree(node));
-  auto it = tree->entries.find(node.path);
-  if (it == tree->entries.end() || it->second.type != FileType::kSymlink) {
+  const Listing& listing = ListingOf(*tree, node);
+  auto it = listing.entries.find(node.path);
+  if (it == listing.entries.end() || it->second.type != FileType::kSymlink) {
     return Status::InvalidArgument("not a symlink");
   }
   return it->second.symlink_target;

@@ -5,26 +5,36 @@
 //   /README /ctl /restore /metrics       help, global commands, restore, metrics
 //   /checkpoints/<id>/manifest.json      the manifest (JSON)
 //   /checkpoints/<id>/images/...         the snapshot's files, read lazily
-//   /checkpoints/<id>/device/...         device state (fs/device_view.h)
+//   /device/<id>/...                     device state, views of the images
+//                                        (fs/device_view.h)
 //   /<pid>/{ctl,status}                  one directory per process shown
 //   /<pid>/checkpoints/{1,2,..,latest}   symlinks to ../../checkpoints/<id>
+//
+// checkpoints/<id>/ holds what a restore needs, each byte once, so that a
+// `cp -r` (tar, rsync) of it is its logical size; device/<id>/ shows the
+// device memory again, as slices of the pages image, for whoever wants to
+// look at it (it is never part of a copy). A device/ that older versions
+// imported with a copy is shown under device/<id>/ too, never under
+// checkpoints/<id>/.
 //
 // Who sees what: a process's directory and a checkpoint belong to the
 // process's owner (dirs 0700, files 0600; the kernel enforces the modes,
 // default_permissions), and listings show a caller only their own (root
-// all). A checkpoint of someone else, and everything below it, is also
-// absent (kNotFound) to the caller's lookups and attributes, so that
-// neither its owner nor its time shows. Control files are writable by
-// anyone; the engine checks each request against the caller.
+// all); device/<id> follows its checkpoint. A checkpoint of someone else,
+// and everything below it and below its device/<id>, is also absent
+// (kNotFound) to the caller's lookups and attributes, so that neither its
+// owner nor its time shows. Control files are writable by anyone; the
+// engine checks each request against the caller.
 //
 // Node identities are (kind, snapshot id and key, path, pid) and stable
 // for the life of the process. The key (SnapshotInfo::key, never reused)
 // tells incarnations of a reused id apart: a node of a removed checkpoint
-// stays kNotFound even once a new checkpoint has the same id. Snapshot
-// listings are cached (snapshots never change once published); the list
-// of snapshots is re-read at most once a second, and at once after a
-// change made through the mount; a lookup of checkpoints/<id> asks the
-// store which incarnation is current.
+// (device/<id> included) stays kNotFound even once a new checkpoint has the
+// same id. Snapshot listings are cached (snapshots never change once
+// published); the list of snapshots is re-read at most once a second, and
+// at once after a change made through the mount; a lookup of
+// checkpoints/<id> or device/<id> asks the store which incarnation is
+// current.
 //
 // Thread-safe. Borrows the Store and the Engine, which must outlive it.
 #ifndef GPUCKPT_FS_STORE_VIEW_H_
@@ -56,7 +66,10 @@ enum class NodeKind {
   kCheckpointsDir,     // checkpoints/
   kSnapshotDir,        // checkpoints/<id>
   kManifest,           // checkpoints/<id>/manifest.json
-  kSnapshotEntry,      // checkpoints/<id>/<path> (images/..., device/...)
+  kSnapshotEntry,      // checkpoints/<id>/<path> (images/...)
+  kDeviceDir,          // device/
+  kDeviceSnapshotDir,  // device/<id>
+  kDeviceEntry,        // device/<id>/<path>
   kPidDir,             // <pid>
   kPidCtl,             // <pid>/ctl
   kPidStatus,          // <pid>/status
@@ -68,7 +81,7 @@ struct NodeId {
   NodeKind kind = NodeKind::kRoot;
   std::string snapshot;  // snapshot nodes: the id
   uint64_t key = 0;      // snapshot nodes: SnapshotInfo::key, the incarnation of the id
-  std::string path;      // snapshot entries: path inside; pid links: the link name
+  std::string path;      // snapshot and device entries: path inside; pid links: the link name
   int pid = 0;           // process nodes
   auto operator<=>(const NodeId&) const = default;
 };
@@ -93,9 +106,10 @@ class StoreView {
   // Contents of generated files (README, manifest.json, status, ...), as
   // `caller` sees them.
   Result<std::string> GeneratedContent(const NodeId& node, const Caller& caller);
-  // Opens a snapshot entry that is a regular file.
+  // Opens a snapshot or device entry that is a regular file.
   Result<std::unique_ptr<FileReader>> OpenImage(const NodeId& node);
-  // Target of a snapshot entry that is a symlink, or of a checkpoint link.
+  // Target of a snapshot or device entry that is a symlink, or of a
+  // checkpoint link.
   Result<std::string> SymlinkTarget(const NodeId& node);
   // Whether a node is a control file (writes are commands).
   static bool IsControl(NodeKind kind) {
@@ -106,6 +120,16 @@ class StoreView {
     return kind == NodeKind::kSnapshotDir || kind == NodeKind::kManifest ||
            kind == NodeKind::kSnapshotEntry;
   }
+  // Whether a node is a checkpoint's device/<id> or inside it (read-only
+  // contents, like a checkpoint's; removing it removes nothing).
+  static bool InDeviceView(NodeKind kind) {
+    return kind == NodeKind::kDeviceSnapshotDir || kind == NodeKind::kDeviceEntry;
+  }
+  // Whether a node is a file or directory of a checkpoint's, whose reads
+  // go through OpenImage() (never generated).
+  static bool IsSnapshotFile(NodeKind kind) {
+    return kind == NodeKind::kSnapshotEntry || kind == NodeKind::kDeviceEntry;
+  }
   // Forgets cached listings (after a checkpoint, import or delete).
   void Invalidate();
   // Deletes the checkpoint `node` (a kSnapshotDir) for `caller` (its owner
@@ -113,19 +137,38 @@ class StoreView {
   Status RemoveSnapshot(const NodeId& node, const Caller& caller);
 
  private:
+  // The files of one directory tree, with paths relative to its top.
+  struct Listing {
+    std::map<std::string, FileEntry> entries;                  // by path
+    std::map<std::string, std::vector<std::string>> children;  // dir path ("" = top) -> names
+  };
   struct SnapshotTree {
     SnapshotInfo info;
     SnapshotOwner owner;
-    std::map<std::string, FileEntry> entries;                  // by path
-    std::map<std::string, std::vector<std::string>> children;  // dir path ("" = top) -> names
-    // device/ files that are views of the images (fs/device_view.h), by path.
+    Listing files;  // checkpoints/<id>/: what is stored, but manifest.json and device/
+    // device/<id>/, which exists where HasDeviceState(info): the stored
+    // device/ of an older import, else the views of the images.
+    bool has_device = false;
+    Listing device;
+    // The device files that are views of the images (fs/device_view.h), by path.
     std::map<std::string, std::shared_ptr<const DeviceFile>> device_files;
   };
+  // Adds `files` to `listing`, with the parents that they lack shown as
+  // private directories of the checkpoint's owner.
+  static void AddToListing(std::vector<FileEntry> files, const SnapshotTree& tree,
+                           Listing* listing);
+  // Fills tree->device, tree->device_files from the stored `files`.
+  void BuildDeviceListing(const std::vector<FileEntry>& files, SnapshotTree* tree);
+  // The listing that `node` (a checkpoint's or a device/<id> node) is in.
+  static const Listing& ListingOf(const SnapshotTree& tree, const NodeId& node) {
+    return InDeviceView(node.kind) ? tree.device : tree.files;
+  }
   // The checkpoint published as `id` now (asks the store which one it is).
   Result<std::shared_ptr<const SnapshotTree>> CurrentTree(const std::string& id);
   // The incarnation `node` belongs to, or kNotFound once it is removed.
   Result<std::shared_ptr<const SnapshotTree>> Tree(const NodeId& node);
-  // Tree(node), and kNotFound where `caller` may not see it.
+  // Tree(node), and kNotFound where `caller` may not see it (or, for a
+  // device/<id> node, where the checkpoint has no device/<id>).
   Result<std::shared_ptr<const SnapshotTree>> VisibleTree(const NodeId& node, const Caller& caller);
   Result<std::vector<SnapshotInfo>> Snapshots();
   // This pid's checkpoints, oldest first.

@@ -33,6 +33,8 @@ std::string_view StatusCodeName(StatusCode code) {
       return "Internal";
     case StatusCode::kNoSuchProcess:
       return "NoSuchProcess";
+    case StatusCode::kNoMemory:
+      return "NoMemory";
   }
   return "Unknown";
 }
@@ -85,6 +87,8 @@ Status StatusFromErrno(int err, std::string_view context) {
       return Status::InvalidArgument(std::move(m));
     case ENOTSUP:
       return Status::Unavailable(std::move(m));
+    case ENOMEM:
+      return Status::NoMemory(std::move(m));
     default:
       return Status::IOError(std::move(m));
   }
@@ -118,6 +122,8 @@ int ErrnoFromStatus(const Status& status) {
       return EIO;
     case StatusCode::kNoSuchProcess:
       return ESRCH;
+    case StatusCode::kNoMemory:
+      return ENOMEM;
   }
   return EIO;
 }

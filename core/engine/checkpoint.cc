@@ -182,6 +182,9 @@ Result<SnapshotInfo> Engine::Checkpoint(const CheckpointRequest& request) {
 Result<SnapshotInfo> Engine::DumpAndStore(const CheckpointRequest& request,
                                           const ProcessInfo& process, const std::vector<int>& tree,
                                           OperationBoard::Ticket* ticket) {
+  // Before the work dir (a refusal leaves no log to keep) and before
+  // anything is locked or frozen: the process runs on untouched.
+  GPUCKPT_RETURN_IF_ERROR(CheckRoomForCheckpoint(request.pid, tree, request.check_space));
   const auto start = std::chrono::steady_clock::now();
   GPUCKPT_ASSIGN_OR_RETURN(auto work_dir, MakeWorkDir("checkpoint-" + std::to_string(request.pid)));
   const std::string& work = work_dir->path();

@@ -107,6 +107,11 @@ struct CheckpointRequest {
   bool kill = false;             // stop the process after a successful checkpoint
   std::string name;              // empty: "<pid>-<n>"
   uint32_t lock_timeout_ms = 0;  // 0: EngineOptions::lock_timeout_ms
+  // Refuse at once when the store's disk could not hold the tree's memory
+  // and device memory all new. Off for a caller who expects dedup (a
+  // process checkpointed before): a disk that fills during the dump then
+  // fails the checkpoint (kNoSpace) and the process runs on.
+  bool check_space = true;
   Caller caller;
 };
 
@@ -250,6 +255,14 @@ class Engine {
   // Refuses (kNoSpace) when `caller` (not root) is limited by a quota that
   // `worst_case_bytes` more could exceed; `what` names the operation.
   Status CheckQuota(const Caller& caller, uint64_t worst_case_bytes, const std::string& what);
+  // Refuses a checkpoint of the tree of `pid` that could not fit, before
+  // anything is locked or frozen, for every caller: kNoMemory when the
+  // device memory the driver moves into host memory and the staging the
+  // writer faults in exceed the host's available memory or a memory
+  // cgroup's headroom, kNoSpace when the tree's memory and device memory,
+  // all new, could not fit on the store's disk (checkpoint_resources.h).
+  // `check_space` false leaves the store's disk unchecked (memory always is).
+  Status CheckRoomForCheckpoint(int pid, const std::vector<int>& tree, bool check_space);
   // The dedup domain of a checkpoint owned by `owner_uid`.
   std::optional<uint32_t> DedupDomainFor(uint32_t owner_uid) const;
   Result<SnapshotInfo> DumpAndStore(const CheckpointRequest& request, const ProcessInfo& process,

@@ -93,6 +93,8 @@ std::string ResultLabel(StatusCode code) {
       return "invalid";
     case StatusCode::kNoSpace:
       return "no_space";
+    case StatusCode::kNoMemory:
+      return "no_memory";
     default:
       return "failed";
   }

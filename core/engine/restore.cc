@@ -52,6 +52,28 @@ constexpr uint64_t kMaxParsedImage = 64u << 20;
 // per range of device memory); what a copy brings is read only this far.
 constexpr uint64_t kMaxCopiedManifest = 1u << 20;
 
+// The well-formed device memory ranges of a copied manifest's `extra`
+// (device.cuda_host_ranges: pid, start, end), as the checkpoint recorded
+// them; empty where it has none. Checked for their types only: they name
+// bytes of the copy's own images, which fs/device_view.h reads.
+nlohmann::json CopiedDeviceRanges(const nlohmann::json& extra) {
+  nlohmann::json out = nlohmann::json::array();
+  if (!extra.contains("device") || !extra["device"].is_object()) return out;
+  const auto& device = extra["device"];
+  if (!device.contains("cuda_host_ranges") || !device["cuda_host_ranges"].is_array()) return out;
+  for (const auto& r : device["cuda_host_ranges"]) {
+    if (!r.is_object() || !r.contains("pid") || !r["pid"].is_number_integer() ||
+        !r.contains("start") || !r["start"].is_number_unsigned() || !r.contains("end") ||
+        !r["end"].is_number_unsigned())
+      continue;
+    const int64_t pid = r["pid"];
+    const uint64_t start = r["start"], end = r["end"];
+    if (pid <= 0 || pid > (1 << 22) || end <= start) continue;
+    out.push_back({{"pid", pid}, {"start", start}, {"end", end}});
+  }
+  return out;
+}
+
 // "/a//b/./c/../d/" -> "/a/b/d"; only for recognising paths in the mount.
 std::string Normalize(const std::string& path) {
   std::vector<std::string> parts;
@@ -418,8 +440,8 @@ Result<SnapshotInfo> Engine::ImportImageDir(const std::string& path, const std::
   }
   std::optional<uint32_t> owner;
   if (!caller.is_root()) owner = caller.uid;
-  // A copy of a checkpoint (manifest.json, images/, device/) or CRIU's
-  // own directory of images.
+  // A copy of a checkpoint (manifest.json, images/; older versions' copies
+  // also hold device/) or CRIU's own directory of images.
   UniqueFd images_fd;
   std::string images_shown;
   bool is_copy = false;  // of a checkpoint, with images/ below it
@@ -488,6 +510,11 @@ Result<SnapshotInfo> Engine::ImportImageDir(const std::string& path, const std::
           }
           extra["gpus"] = gpus;
         }
+        // The device memory ranges, from which the mount shows device/<id>
+        // again (a copy's own device/ is never imported: it is the same
+        // bytes as its pages image).
+        if (auto ranges = CopiedDeviceRanges(*from); !ranges.empty())
+          extra["device"] = {{"cuda_host_ranges", ranges}};
       }
     }
   }
@@ -506,16 +533,11 @@ Result<SnapshotInfo> Engine::ImportImageDir(const std::string& path, const std::
         continue;
       return writer.status();
     }
+    // Only images/: a copy's device/ (made by older versions) is views of
+    // its pages image, derived again from the images and the ranges above;
+    // it is not even read, so an import costs the checkpoint's logical size.
     GPUCKPT_RETURN_IF_ERROR(
         AddDirectoryToSnapshot(writer->get(), images_fd.get(), images_shown, {"images", owner}));
-    if (is_copy && fstatat(top.get(), "device", &st, AT_SYMLINK_NOFOLLOW) == 0 &&
-        S_ISDIR(st.st_mode)) {
-      UniqueFd device(openat(top.get(), "device",
-                             O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
-      if (device.get() < 0) return StatusFromErrno(errno, shown + "/device");
-      GPUCKPT_RETURN_IF_ERROR(AddDirectoryToSnapshot(writer->get(), device.get(), shown + "/device",
-                                                     {"device", owner}));
-    }
     GPUCKPT_ASSIGN_OR_RETURN(SnapshotInfo info, (*writer)->Commit());
     // What an import adds is known only once it is stored: one that took
     // its user beyond their quota is removed again (the directory it came

@@ -41,7 +41,7 @@ bool IsInside(const std::string& path, const std::string& dir);
 // its pins, so that a pin destroyed after its store (which the API forbids,
 // but a destructor should survive) finds it still there.
 struct PinRegistry {
-  std::mutex mu;  // after StoreImpl's gc_mu_ and names_mu_
+  std::mutex mu;                 // after StoreImpl's gc_mu_ and names_mu_
   std::multiset<uint64_t> keys;  // guarded by mu
 };
 
@@ -87,6 +87,7 @@ class StoreImpl final : public Store {
   Result<GcReport> Gc() override;
   Result<FsckReport> Fsck() override;
   Result<StoreStats> Stats() override;
+  Result<uint64_t> FreeBytes() override { return db_->FreeBytesForIngest(); }
   CacheStats cache_stats() const override {
     return CacheStats{cache_->hits(), cache_->misses(), options_.chunk_cache_bytes};
   }

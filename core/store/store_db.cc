@@ -9,9 +9,8 @@
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
-#include <unistd.h>
-
 #include <time.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -76,9 +75,9 @@ class InfoLog : public rocksdb::Logger {
     clock_gettime(CLOCK_REALTIME, &ts);
     tm t{};
     localtime_r(&ts.tv_sec, &t);
-    int n = std::snprintf(line, sizeof(line), "%04d/%02d/%02d-%02d:%02d:%02d.%06ld ",
-                          t.tm_year + 1900, t.tm_mon + 1, t.tm_mday, t.tm_hour, t.tm_min,
-                          t.tm_sec, ts.tv_nsec / 1000);
+    int n =
+        std::snprintf(line, sizeof(line), "%04d/%02d/%02d-%02d:%02d:%02d.%06ld ", t.tm_year + 1900,
+                      t.tm_mon + 1, t.tm_mday, t.tm_hour, t.tm_min, t.tm_sec, ts.tv_nsec / 1000);
     const int m = std::vsnprintf(line + n, sizeof(line) - static_cast<size_t>(n) - 1, format, ap);
     if (m < 0) return;
     n = std::min<int>(n + m, static_cast<int>(sizeof(line)) - 2);
@@ -234,8 +233,7 @@ Result<std::unique_ptr<StoreDb>> StoreDb::Open(const std::string& dir, bool crea
     return StatusFromErrno(errno, "writing " + lock_path);
   }
 
-  GPUCKPT_ASSIGN_OR_RETURN(store->packs_,
-                           ChunkPacks::Open(dir + "/" + format::kPacksDirName));
+  GPUCKPT_ASSIGN_OR_RETURN(store->packs_, ChunkPacks::Open(dir + "/" + format::kPacksDirName));
 
   // The reserve: 1% of the filesystem, within bounds. Opening writes
   // (RocksDB replays its WAL into new table files), so on a full disk the
@@ -373,8 +371,8 @@ Status StoreDb::MakeReserveLocked() {
   if (err != 0) {
     // Whatever part got allocated would only shrink the room left.
     unlink(path.c_str());
-    return OnStoreDisk(StatusFromErrno(err, "making the " + std::to_string(reserve_bytes_ >> 20) +
-                                                " MiB reserve " + path));
+    return OnStoreDisk(StatusFromErrno(
+        err, "making the " + std::to_string(reserve_bytes_ >> 20) + " MiB reserve " + path));
   }
   reserve_held_ = true;
   return Status::Ok();
@@ -399,6 +397,14 @@ Result<uint64_t> StoreDb::FreeBytes() const {
   struct statvfs vfs {};
   if (statvfs(dir_.c_str(), &vfs) != 0) return StatusFromErrno(errno, "statvfs " + dir_);
   return uint64_t{vfs.f_bavail} * vfs.f_frsize;
+}
+
+Result<uint64_t> StoreDb::FreeBytesForIngest() {
+  GPUCKPT_ASSIGN_OR_RETURN(uint64_t free, FreeBytes());
+  std::lock_guard lock(reserve_mu_);
+  // A held reserve's blocks are allocated already: not among the free.
+  if (reserve_held_) return free;
+  return free - std::min(free, reserve_bytes_);
 }
 
 Status StoreDb::Resume() {

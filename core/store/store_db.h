@@ -124,6 +124,9 @@ class StoreDb {
 
   // Bytes an unprivileged writer may still use on the store's filesystem.
   Result<uint64_t> FreeBytes() const;
+  // Of those, what a new snapshot may take: less the reserve when it is
+  // not held now (PrepareWrite(kIngest) makes it first).
+  Result<uint64_t> FreeBytesForIngest();
 
  private:
   StoreDb() = default;
@@ -136,7 +139,7 @@ class StoreDb {
   int lock_fd_ = -1;
   uint64_t reserve_bytes_ = 0;  // set by Open()
   std::mutex reserve_mu_;
-  bool reserve_held_ = false;  // guarded by reserve_mu_
+  bool reserve_held_ = false;          // guarded by reserve_mu_
   std::unique_ptr<ChunkPacks> packs_;  // outlives db_: its flushes sync the packs
   std::unique_ptr<rocksdb::DB> db_;
   std::vector<rocksdb::ColumnFamilyHandle*> handles_;

@@ -34,6 +34,7 @@ enum class StatusCode {
   kUnavailable,       // a feature or dependency is not there (ENOTSUP)
   kInternal,          // a bug in gpuckpt
   kNoSuchProcess,     // the process is gone or never was (ESRCH)
+  kNoMemory,          // not enough host memory, or a memory cgroup's limit (ENOMEM)
 };
 
 // Name of a code, e.g. "NotFound".
@@ -60,9 +61,8 @@ class [[nodiscard]] Status {
   static Status NoSpace(std::string m) { return {StatusCode::kNoSpace, std::move(m)}; }
   static Status Unavailable(std::string m) { return {StatusCode::kUnavailable, std::move(m)}; }
   static Status Internal(std::string m) { return {StatusCode::kInternal, std::move(m)}; }
-  static Status NoSuchProcess(std::string m) {
-    return {StatusCode::kNoSuchProcess, std::move(m)};
-  }
+  static Status NoSuchProcess(std::string m) { return {StatusCode::kNoSuchProcess, std::move(m)}; }
+  static Status NoMemory(std::string m) { return {StatusCode::kNoMemory, std::move(m)}; }
 
   bool ok() const { return code_ == StatusCode::kOk; }
   StatusCode code() const { return code_; }

@@ -156,6 +156,12 @@ class Store {
 
   virtual Result<StoreStats> Stats() = 0;
 
+  // Bytes new snapshots may still take on the store's filesystem: what is
+  // free to an unprivileged writer, less the reserve that Remove() and
+  // Gc() keep when it is not held now (a new snapshot makes it again
+  // first). One statvfs; kIOError (or another errno's code) when that fails.
+  virtual Result<uint64_t> FreeBytes() = 0;
+
   // Cheap (no I/O): for metrics.
   virtual CacheStats cache_stats() const = 0;
 

@@ -10,15 +10,32 @@
 # programs, python with PyTorch) run with it unset.
 
 REPO_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-BUNDLE=$REPO_ROOT/.gpu-bundle
-BUNDLE_LIB=$BUNDLE/lib
-GPUCKPTFS=$BUNDLE/bin/gpuckptfs
-CRIU=$BUNDLE/sbin/criu
-CRIU_PLUGINS=$BUNDLE/lib/criu
-CUDA_CHECKPOINT=$BUNDLE/libexec/gpuckpt/cuda-checkpoint
-GPU_MEMORY=$BUNDLE/bin/gpu_memory
-WL_REAPER=$BUNDLE/bin/wl_reaper
 TRAIN_PY=$REPO_ROOT/tests/gpu/train.py
+
+# bundle_at DIR: the bundle's programs are those under DIR.
+bundle_at() {
+  BUNDLE=$1
+  BUNDLE_LIB=$BUNDLE/lib
+  GPUCKPTFS=$BUNDLE/bin/gpuckptfs
+  CRIU=$BUNDLE/sbin/criu
+  CRIU_PLUGINS=$BUNDLE/lib/criu
+  CUDA_CHECKPOINT=$BUNDLE/libexec/gpuckpt/cuda-checkpoint
+  GPU_MEMORY=$BUNDLE/bin/gpu_memory
+  WL_REAPER=$BUNDLE/bin/wl_reaper
+}
+bundle_at "$REPO_ROOT/.gpu-bundle"
+
+# use_bundle_at DIR: copies the bundle to DIR (made 0755) and points the
+# variables above at the copy. CRIU and cuda-checkpoint run as the
+# workloads' owner when an ordinary user checkpoints, so they, their
+# libraries and CRIU's plugins must be where that user can reach them,
+# which a repository under /root is not.
+use_bundle_at() {
+  install -d -m 0755 "$1"
+  cp -a "$BUNDLE/." "$1/"
+  chmod -R go+rX "$1"
+  bundle_at "$1"
+}
 
 # wait_for FILE SECONDS and gone PID SECONDS (no process of session PID left).
 # shellcheck source=tests/workloads/wait.sh
@@ -110,18 +127,19 @@ stop_daemon() {
   DAEMON_PID=
 }
 
-# start_session DIR CMD...: starts CMD in its own session (so CRIU needs no
-# --shell-job), in DIR, stdin from /dev/null, output to DIR/out.log, without
-# the bundle's libraries; from a subshell that exits at once, so that the
-# reaper, not this shell, is its parent and reaps it after a restore too.
+# start_session DIR CMD...: starts CMD as the workloads' user (AS_USER) in
+# its own session (so CRIU needs no --shell-job), in DIR (made theirs),
+# stdin from /dev/null, output to DIR/out.log, without the bundle's
+# libraries; from a subshell that exits at once, so that the reaper, not
+# this shell, is its parent and reaps it after a restore too.
 # Its pid goes to DIR/launch.pid (setsid and env exec, so it is CMD's pid).
 start_session() {
   local dir=$1
   shift
-  mkdir -p "$dir"
+  give "$dir"
   (
     cd "$dir" || exit 1
-    setsid env -u LD_LIBRARY_PATH "$@" </dev/null >"$dir/out.log" 2>&1 &
+    setsid "${AS_USER[@]}" env -u LD_LIBRARY_PATH "$@" </dev/null >"$dir/out.log" 2>&1 &
     echo $! >"$dir/launch.pid"
   )
 }
@@ -173,13 +191,61 @@ end_session() {
   gone "$1" 30
 }
 
-# ctl_write FILE TEXT SECONDS: writes TEXT into a control file, waiting at
-# most SECONDS. Returns the write's status; ERR holds what the shell said.
+# AS_USER: the command prefix that runs a command as the user the workloads
+# belong to (empty: as root). Set by the scripts that run them as an
+# ordinary user (as_user_setup).
+AS_USER=()
+
+# as_user_setup NAME HOME: AS_USER runs commands as NAME (created if there is
+# no such user; CREATED_USER is then NAME, for as_user_cleanup), with its
+# own groups, HOME and no capabilities. Sets RUN_UID and RUN_GID.
+CREATED_USER=
+RUN_UID=0
+RUN_GID=0
+as_user_setup() {
+  local name=$1 home=$2
+  if ! id -u "$name" >/dev/null 2>&1; then
+    useradd --system --user-group --home-dir "$home" --shell /usr/sbin/nologin "$name" ||
+      return 1
+    CREATED_USER=$name
+  fi
+  RUN_UID=$(id -u "$name")
+  RUN_GID=$(id -g "$name")
+  mkdir -p "$home"
+  chown "$RUN_UID:$RUN_GID" "$home"
+  AS_USER=(setpriv --reuid="$RUN_UID" --regid="$RUN_GID" --init-groups --inh-caps=-all
+    env HOME="$home" USER="$name" LOGNAME="$name")
+}
+
+# as_user_cleanup: removes the user as_user_setup created.
+as_user_cleanup() {
+  [[ -n $CREATED_USER ]] || return 0
+  userdel "$CREATED_USER" 2>/dev/null || true
+  CREATED_USER=
+}
+
+# as_root CMD...: runs the shell function or command CMD with AS_USER
+# empty, i.e. as root (gc is root's).
+as_root() {
+  local AS_USER=()
+  "$@"
+}
+
+# give DIR...: the directories (made if missing) belong to the workloads'
+# user.
+give() {
+  mkdir -p "$@"
+  ((RUN_UID == 0)) || chown "$RUN_UID:$RUN_GID" "$@"
+}
+
+# ctl_write FILE TEXT SECONDS: writes TEXT into a control file as the
+# workloads' user (AS_USER), waiting at most SECONDS. Returns the write's
+# status; ERR holds what the shell said.
 ERR=
 ctl_write() {
   local rc=0
   # shellcheck disable=SC2016 # expanded by the inner shell
-  ERR=$(timeout -k 5 "$3" bash -c 'printf "%s\n" "$2" >"$1"' _ "$1" "$2" 2>&1) || rc=$?
+  ERR=$(timeout -k 5 "$3" "${AS_USER[@]}" bash -c 'printf "%s\n" "$2" >"$1"' _ "$1" "$2" 2>&1) || rc=$?
   if ((rc == 124 || rc == 137)); then ERR="no answer within $3 s (write of '$2' to $1)"; fi
   return "$rc"
 }

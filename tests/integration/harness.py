@@ -8,6 +8,7 @@ directory of the workloads. They need root, /dev/fuse and CRIU; a module
 skips, saying why, where one of them is missing (`why_not_runnable`).
 """
 
+import contextlib
 import os
 import pwd
 import shutil
@@ -15,6 +16,8 @@ import signal
 import subprocess
 import tempfile
 import time
+
+import pytest
 
 GPUCKPTFS = os.environ.get("GPUCKPTFS", "")
 WORKLOAD_BIN = os.environ.get("WORKLOAD_BIN", "")
@@ -109,7 +112,7 @@ class Root(User):
 class Workload:
     """A self-checking workload in its own session, as root or as `user`."""
 
-    def __init__(self, work, name, *args, user=None):
+    def __init__(self, work, name, *args, user=None, env=None):
         self.dir = tempfile.mkdtemp(prefix=name + "-", dir=work)
         self.result = os.path.join(self.dir, "result")
         self.user = user
@@ -130,7 +133,7 @@ class Workload:
         # an orphan that the subreaper (wl_reaper) reaps when it is killed,
         # so its pid is free again for the restore.
         subprocess.run(["sh", "-c", 'log=$1; shift; setsid "$@" </dev/null >"$log" 2>&1 &', "sh",
-                        log, *run_as, binary, self.result, *args], check=True)
+                        log, *run_as, binary, self.result, *args], check=True, env=env)
         ready = self.result + ".ready"
         wait_for(lambda: os.path.exists(ready), 120, f"{name} to get ready")
         with open(ready) as f:
@@ -154,9 +157,10 @@ class Workload:
 
 
 class Mount:
-    """gpuckptfs on a fresh store in a fresh work dir; `close()` unmounts."""
+    """gpuckptfs on a fresh store in a fresh work dir; `close()` unmounts.
+    `env`: the daemon's environment (default: this process's)."""
 
-    def __init__(self, prefix, *options, store=None):
+    def __init__(self, prefix, *options, store=None, env=None):
         self.work = tempfile.mkdtemp(prefix=prefix, dir="/var/tmp")
         # Workloads run from here, also as the test users.
         os.chmod(self.work, 0o755)
@@ -169,14 +173,15 @@ class Mount:
         with open(self.log_path, "w") as log:
             subprocess.run([GPUCKPTFS, "--store", self.store, "--all-processes",
                             "--work-dir", self.run_dir, *options, self.mnt],
-                           stdout=log, stderr=log, check=True, timeout=120)
+                           stdout=log, stderr=log, check=True, timeout=120, env=env)
 
     def path(self, *parts):
         return os.path.join(self.mnt, *parts)
 
-    def start(self, name, *args, user=None):
-        """Starts a workload, waits for its directory to appear, keeps it to kill."""
-        wl = Workload(self.work, name, *args, user=user)
+    def start(self, name, *args, user=None, env=None):
+        """Starts a workload (in `env`, default this process's environment),
+        waits for its directory to appear, keeps it to kill."""
+        wl = Workload(self.work, name, *args, user=user, env=env)
         self.workloads.append(wl)
         wait_for(lambda: os.path.isdir(self.path(str(wl.pid))), 10,
                  f"{self.path(str(wl.pid))} to appear")
@@ -186,13 +191,39 @@ class Mount:
         for w in self.workloads:
             if w.alive():
                 os.kill(w.pid, signal.SIGKILL)
-        subprocess.run(["fusermount3", "-u", self.mnt])
+        fusermount = shutil.which("fusermount3")
+        if fusermount is None or subprocess.run([fusermount, "-u", self.mnt]).returncode != 0:
+            subprocess.run(["umount", "-l", self.mnt])
         shutil.rmtree(self.work, ignore_errors=True)
 
 
+@contextlib.contextmanager
+def small_tmpfs(prefix, mib):
+    """A tmpfs of `mib` MiB on a fresh directory under /var/tmp (its path),
+    unmounted and removed afterwards; skips the test, saying why, where
+    none can be mounted."""
+    disk = tempfile.mkdtemp(prefix=prefix, dir="/var/tmp")
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={mib}m,mode=0700", "tmpfs", disk],
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        os.rmdir(disk)
+        pytest.skip(f"cannot mount a tmpfs: {r.stderr.strip()}")
+    try:
+        yield disk
+    finally:
+        subprocess.run(["umount", "-l", disk])
+        shutil.rmtree(disk, ignore_errors=True)
+
+
 def ctl(path, command):
-    with open(path, "w") as f:
-        f.write(command + "\n")
+    """Writes `command` and a newline into `path` in one write(2); OSError
+    when it fails. (A buffered file would write again when closed after a
+    failed write, and the command would run twice.)"""
+    fd = os.open(path, os.O_WRONLY | os.O_TRUNC)
+    try:
+        os.write(fd, os.fsencode(command) + b"\n")
+    finally:
+        os.close(fd)
 
 
 def read(path):

@@ -1,7 +1,11 @@
 """A checkpoint into a store whose disk fills up, through a real mount.
 
-The store lies on a 200 MiB tmpfs, and a process of 300 MiB of mostly
-incompressible pages is checkpointed into it. The checkpoint must fail with
+The store lies on a 200 MiB tmpfs, and a process holding a deleted file of
+300 MiB of incompressible bytes open (wl_ghost) is checkpointed into it:
+CRIU stores the file's bytes, which are no process's memory, so the check
+made before anything is frozen (the tree's memory against the disk's free
+space: a process whose memory alone exceeds it is refused at once, see
+test_checkpoint_room.py) lets it start. The checkpoint must fail with
 ENOSPC and say so in the process's `last:` status line ("no space left on
 the store's disk", not CRIU's "Broken pipe"), the process must run on, and
 on the still full disk `rm -r` of a checkpoint and `gc` must work and give
@@ -18,18 +22,18 @@ import errno
 import os
 import shutil
 import subprocess
-import tempfile
 
 import pytest
 
-from harness import Mount, ctl, read, status_line, why_not_runnable
+from harness import Mount, ctl, read, small_tmpfs, status_line, why_not_runnable
 
 DISK_MIB = 200
 SMALL_MIB = 32
 BIG_MIB = 300
 
-pytestmark = pytest.mark.skipif(why_not_runnable("wl_big") is not None,
-                                reason=str(why_not_runnable("wl_big")))
+pytestmark = pytest.mark.skipif(
+    (why_not_runnable("wl_big") or why_not_runnable("wl_ghost")) is not None,
+    reason=str(why_not_runnable("wl_big") or why_not_runnable("wl_ghost")))
 
 
 def free_bytes(path):
@@ -44,17 +48,8 @@ def used_bytes(path):
 
 @pytest.fixture
 def small_disk():
-    disk = tempfile.mkdtemp(prefix="gpuckpt-disk-full.", dir="/var/tmp")
-    r = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={DISK_MIB}m,mode=0700", "tmpfs",
-                        disk], capture_output=True, text=True)
-    if r.returncode != 0:
-        os.rmdir(disk)
-        pytest.skip(f"cannot mount a tmpfs: {r.stderr.strip()}")
-    try:
+    with small_tmpfs("gpuckpt-disk-full.", DISK_MIB) as disk:
         yield disk
-    finally:
-        subprocess.run(["umount", "-l", disk])
-        shutil.rmtree(disk, ignore_errors=True)
 
 
 @pytest.fixture
@@ -75,7 +70,7 @@ def test_full_store_disk_fails_the_checkpoint_cleanly_and_recovers(mount):
     assert os.path.isdir(small_ckpt)
     used_with_small = used_bytes(disk)
 
-    big = m.start("wl_big", "--mib", str(BIG_MIB))
+    big = m.start("wl_ghost", "--mib", str(BIG_MIB))
     with pytest.raises(OSError) as failure:
         ctl(f"{mnt}/{big.pid}/ctl", "checkpoint")
     assert failure.value.errno == errno.ENOSPC, failure.value

@@ -1,8 +1,8 @@
 """What a gpuckptfs mount refuses, and with which errno (README.md, "Who may
 do what"): nothing inside a checkpoint can be changed (EROFS) nor any of the
 names gpuckptfs makes (EPERM), while `rm -r` of a whole checkpoint by its
-owner works; someone else's checkpoint is absent (ENOENT) to lookups as to
-listings; a checkpoint id reused after `rm -r` is a new directory, and what
+owner works; someone else's checkpoint or process is absent (ENOENT) to
+lookups as to listings; a checkpoint id reused after `rm -r` is a new directory, and what
 still holds the old one never sees the new one's contents; a second mount
 over a live one is refused; and the control files parse what is written to
 them as a shell would split it, answering --help with the synopsis.
@@ -293,6 +293,28 @@ def test_other_users_checkpoint_is_absent_to_lookups(mount, users):
     assert os.stat(ckpt).st_uid == owner.uid
     assert probe("listdir", ckpt, user=owner) == "OK"
     assert json.loads(read(manifest))["id"] == os.path.basename(ckpt)
+
+
+def test_other_users_process_is_absent_to_lookups(mount, users):
+    m = mount
+    owner, other = users
+    wl = m.start("wl_memory", "--mib", MIB, user=owner)
+    pid_dir = m.path(str(wl.pid))
+    # Looked up by root and the owner just before, so the name is in the
+    # kernel's cache: the other user is asked about all the same.
+    for _ in range(2):
+        os.stat(os.path.join(pid_dir, "status"))
+        assert probe("stat", pid_dir, user=owner) == "OK"
+        for op, path in [("stat", pid_dir), ("listdir", pid_dir),
+                         ("stat", os.path.join(pid_dir, "status")),
+                         ("read", os.path.join(pid_dir, "status")),
+                         ("stat", os.path.join(pid_dir, "ctl"))]:
+            assert probe(op, path, user=other) == "ENOENT", (op, path)
+        r = other.run(["ls", m.mnt])
+        assert r.returncode == 0 and str(wl.pid) not in r.stdout.split(), r
+    ok, err = other.write(os.path.join(pid_dir, "ctl"), "checkpoint")
+    assert not ok and err == os.strerror(errno.ENOENT), err
+    assert probe("listdir", pid_dir, user=owner) == "OK"
 
 
 def test_second_mount_over_a_live_mount_is_refused(mount):

@@ -1,10 +1,13 @@
-// checkpoints/<id>/device/ without a GPU: a snapshot as a CUDA checkpoint
-// leaves it (CRIU's pagemap and pages images, and the ranges cuda-checkpoint
-// recorded in the manifest) must show each range as a file holding exactly
-// the bytes of those pages, zeros where CRIU dumped none; AMD plugin files
-// show again under device/; a stored device/ (an imported copy) is shown as
-// stored. The pagemap is built here the way CRIU writes it; on the GPU
-// machine tests/gpu/ checks the same files against a real CUDA process.
+// device/<id>/ without a GPU: a snapshot as a CUDA checkpoint leaves it
+// (CRIU's pagemap and pages images, and the ranges cuda-checkpoint recorded
+// in the manifest) must show each range as a file holding exactly the bytes
+// of those pages, zeros where CRIU dumped none; AMD plugin files show again
+// under device/<id>/; a stored device/ (an import of a copy by an older
+// version) is shown as stored, there too. checkpoints/<id>/ never shows a
+// device/: a copy of it holds each byte once. device/<id> follows its
+// checkpoint: its owner's alone, gone with it. The pagemap is built here
+// the way CRIU writes it; on the GPU machine tests/gpu/ checks the same
+// files against a real CUDA process.
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -32,10 +35,18 @@ std::string PagemapImage(uint32_t pages_id, const std::vector<CriuPagemapEntry>&
   return testing::CriuImageBytes(kCriuPagemapMagic, records);
 }
 
-NodeId CheckpointsDir() {
+NodeId Dir(NodeKind kind) {
   NodeId id;
-  id.kind = NodeKind::kCheckpointsDir;
+  id.kind = kind;
   return id;
+}
+NodeId CheckpointsDir() { return Dir(NodeKind::kCheckpointsDir); }
+NodeId DeviceDir() { return Dir(NodeKind::kDeviceDir); }
+
+std::vector<std::string> Names(const std::vector<std::pair<std::string, NodeId>>& children) {
+  std::vector<std::string> names;
+  for (const auto& [name, id] : children) names.push_back(name);
+  return names;
 }
 
 class DeviceViewTest : public ::testing::Test {
@@ -56,15 +67,41 @@ class DeviceViewTest : public ::testing::Test {
     close(fd);
   }
 
+  // A snapshot `id` of process `pid` owned by `uid`, as a CUDA checkpoint
+  // leaves it: one present page at 0x10000, recorded as device memory.
+  // Returns the page's bytes.
+  std::string AddCudaSnapshot(const std::string& id, int pid, uint32_t uid, uint64_t seed) {
+    const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+    nlohmann::json extra = {
+        {"pid", pid},
+        {"owner", {{"uid", uid}, {"gid", uid}}},
+        {"gpu_backend", "cuda"},
+        {"device",
+         {{"cuda_host_ranges", {{{"pid", pid}, {"start", 0x10000}, {"end", 0x10000 + page}}}}}}};
+    const std::string bytes = testing::RandomBytes(page, seed);
+    auto writer = store_->BeginSnapshot({id, "test", extra.dump(), "", std::nullopt});
+    EXPECT_OK(writer);
+    if (!writer.ok()) return "";
+    Add(writer->get(), "images/pagemap-" + std::to_string(pid) + ".img",
+        PagemapImage(1, {{0x10000, 1, CriuPagemapEntry::kPresent}}));
+    Add(writer->get(), "images/pages-1.img", bytes);
+    EXPECT_OK((*writer)->Commit().status());
+    return bytes;
+  }
+
   std::string ReadAll(StoreView& view, const NodeId& node) {
     auto reader = view.OpenImage(node);
     EXPECT_OK(reader);
     if (!reader.ok()) return "";
-    std::string out((*reader)->entry().size, '\0');
+    return ReadAll(**reader);
+  }
+
+  std::string ReadAll(FileReader& reader) {
+    std::string out(reader.entry().size, '\0');
     // Odd-sized reads cross segment boundaries.
     size_t done = 0;
     while (done < out.size()) {
-      auto n = (*reader)->Pread(done, std::min<size_t>(7777, out.size() - done), out.data() + done);
+      auto n = reader.Pread(done, std::min<size_t>(7777, out.size() - done), out.data() + done);
       EXPECT_OK(n);
       if (!n.ok() || *n == 0) break;
       done += *n;
@@ -91,10 +128,11 @@ TEST_F(DeviceViewTest, CudaRangesAreSlicesOfThePagesImage) {
   const std::string pages = testing::RandomBytes(5 * page, 7);
   nlohmann::json extra = {
       {"pid", 42},
-      {"owner", {{"uid", 0}, {"gid", 0}}},
+      {"owner", {{"uid", 1000}, {"gid", 1001}}},
       {"device",
        {{"cuda_host_ranges", {{{"pid", 42}, {"start", base + page}, {"end", base + 6 * page}}}}}}};
-  ASSERT_OK_AND_ASSIGN(auto writer, store_->BeginSnapshot({"42-1", "test", extra.dump(), "", std::nullopt}));
+  ASSERT_OK_AND_ASSIGN(auto writer,
+                       store_->BeginSnapshot({"42-1", "test", extra.dump(), "", std::nullopt}));
   Add(writer.get(), "images/pagemap-42.img", PagemapImage(9, entries));
   Add(writer.get(), "images/pages-9.img", pages);
   Add(writer.get(), "images/amdgpu-kfd-1.img", "kfd bytes");
@@ -102,19 +140,35 @@ TEST_F(DeviceViewTest, CudaRangesAreSlicesOfThePagesImage) {
 
   StoreView view(store_.get(), nullptr);
   const Caller root{};
+  // checkpoints/<id> holds what a restore needs, nothing twice.
   ASSERT_OK_AND_ASSIGN(NodeId dir, view.Child(CheckpointsDir(), "42-1", root));
-  ASSERT_OK_AND_ASSIGN(NodeId device, view.Child(dir, "device", root));
+  ASSERT_OK_AND_ASSIGN(auto top, view.Children(dir, root));
+  EXPECT_EQ(Names(top), (std::vector<std::string>{"manifest.json", "images"}));
+  EXPECT_CODE(view.Child(dir, "device", root).status(), StatusCode::kNotFound);
+
+  ASSERT_OK_AND_ASSIGN(auto ids, view.Children(DeviceDir(), root));
+  EXPECT_EQ(Names(ids), std::vector<std::string>{"42-1"});
+  ASSERT_OK_AND_ASSIGN(NodeId device, view.Child(DeviceDir(), "42-1", root));
+  EXPECT_EQ(device.kind, NodeKind::kDeviceSnapshotDir);
+  EXPECT_EQ(device.key, dir.key);
+  ASSERT_OK_AND_ASSIGN(struct stat dir_st, view.Attributes(device));
+  EXPECT_TRUE(S_ISDIR(dir_st.st_mode));
+  EXPECT_EQ(dir_st.st_mode & 07777, 0700u);
+  EXPECT_EQ(dir_st.st_uid, 1000u);
+  EXPECT_EQ(dir_st.st_gid, 1001u);
   ASSERT_OK_AND_ASSIGN(auto children, view.Children(device, root));
-  std::vector<std::string> names;
-  for (const auto& [name, id] : children) names.push_back(name);
   const std::string bin = "cuda-42-7f0000001000.bin";
   ASSERT_EQ(page, 4096u) << "the expected file name assumes 4 KiB pages";
-  EXPECT_EQ(names, (std::vector<std::string>{"amdgpu-kfd-1.img", bin, "cuda-ranges.json"}));
+  EXPECT_EQ(Names(children),
+            (std::vector<std::string>{"amdgpu-kfd-1.img", bin, "cuda-ranges.json"}));
 
   ASSERT_OK_AND_ASSIGN(NodeId file, view.Child(device, bin, root));
+  EXPECT_EQ(file.kind, NodeKind::kDeviceEntry);
   ASSERT_OK_AND_ASSIGN(struct stat st, view.Attributes(file));
   EXPECT_EQ(static_cast<uint64_t>(st.st_size), 5 * page);
   EXPECT_EQ(st.st_blocks, 0) << "device files add nothing to the store";
+  EXPECT_EQ(st.st_mode, S_IFREG | 0600u);
+  EXPECT_EQ(st.st_uid, 1000u);
   // base+p: A's second page; base+2p: in the parent, zeros; base+3p: not
   // dumped, zeros; base+4p, base+5p: C's first two pages.
   const std::string expected =
@@ -128,37 +182,150 @@ TEST_F(DeviceViewTest, CudaRangesAreSlicesOfThePagesImage) {
   EXPECT_EQ(json["ranges"][0]["file"], bin);
   EXPECT_EQ(json["ranges"][0]["size"], 5 * page);
 
+  // AMD's plugin file: the image's bytes, under both names.
   ASSERT_OK_AND_ASSIGN(NodeId kfd, view.Child(device, "amdgpu-kfd-1.img", root));
   EXPECT_EQ(ReadAll(view, kfd), "kfd bytes");
+  ASSERT_OK_AND_ASSIGN(NodeId images, view.Child(dir, "images", root));
+  ASSERT_OK_AND_ASSIGN(NodeId kfd_image, view.Child(images, "amdgpu-kfd-1.img", root));
+  EXPECT_EQ(ReadAll(view, kfd_image), "kfd bytes");
 }
 
-TEST_F(DeviceViewTest, StoredDeviceDirectoryIsShownAsStored) {
-  nlohmann::json extra = {
-      {"pid", 5},
-      {"device", {{"cuda_host_ranges", {{{"pid", 5}, {"start", 4096}, {"end", 8192}}}}}}};
-  ASSERT_OK_AND_ASSIGN(auto writer, store_->BeginSnapshot({"5-1", "test", extra.dump(), "", std::nullopt}));
+TEST_F(DeviceViewTest, DeviceDirectoryIsAtTheTop) {
+  StoreView view(store_.get(), nullptr);
+  const NodeId root_dir = Dir(NodeKind::kRoot);
+  ASSERT_OK_AND_ASSIGN(NodeId device, view.Child(root_dir, "device", Caller{}));
+  EXPECT_EQ(device.kind, NodeKind::kDeviceDir);
+  ASSERT_OK_AND_ASSIGN(auto ids, view.Children(device, Caller{}));
+  EXPECT_TRUE(ids.empty());
+  // Like checkpoints/: the kernel passes changes on, to be refused by us.
+  ASSERT_OK_AND_ASSIGN(struct stat st, view.Attributes(device));
+  EXPECT_EQ(st.st_mode, S_IFDIR | 01777u);
+  ASSERT_OK_AND_ASSIGN(NodeId readme, view.Child(root_dir, "README", Caller{}));
+  ASSERT_OK_AND_ASSIGN(std::string text, view.GeneratedContent(readme, Caller{}));
+  EXPECT_NE(text.find("device/<id>/"), std::string::npos) << text;
+  EXPECT_EQ(text.find("checkpoints/<id>/device"), std::string::npos) << text;
+}
+
+TEST_F(DeviceViewTest, CheckpointWithoutDeviceStateHasNoDeviceDirectory) {
+  nlohmann::json extra = {{"pid", 7}, {"owner", {{"uid", 0}, {"gid", 0}}}, {"gpu_backend", "none"}};
+  ASSERT_OK_AND_ASSIGN(auto writer,
+                       store_->BeginSnapshot({"7-1", "test", extra.dump(), "", std::nullopt}));
+  Add(writer.get(), "images/pagemap-7.img", PagemapImage(1, {}));
+  ASSERT_OK(writer->Commit().status());
+  AddCudaSnapshot("8-1", 8, 0, 1);
+  StoreView view(store_.get(), nullptr);
+  ASSERT_OK_AND_ASSIGN(auto ids, view.Children(DeviceDir(), Caller{}));
+  EXPECT_EQ(Names(ids), std::vector<std::string>{"8-1"});
+  EXPECT_CODE(view.Child(DeviceDir(), "7-1", Caller{}).status(), StatusCode::kNotFound);
+  EXPECT_CODE(view.Child(DeviceDir(), "never-made", Caller{}).status(), StatusCode::kNotFound);
+  ASSERT_OK(view.Child(CheckpointsDir(), "7-1", Caller{}).status());
+}
+
+TEST_F(DeviceViewTest, DeviceDirectoryIsItsOwnersAlone) {
+  const std::string bytes = AddCudaSnapshot("u.mine", 9, 1000, 2);
+  AddCudaSnapshot("u.theirs", 10, 2000, 3);
+  StoreView view(store_.get(), nullptr);
+  const Caller owner{1000, 1000, 0, {}};
+  const Caller other{2000, 2000, 0, {}};
+  const Caller root{};
+  ASSERT_OK_AND_ASSIGN(auto mine, view.Children(DeviceDir(), owner));
+  EXPECT_EQ(Names(mine), std::vector<std::string>{"u.mine"});
+  ASSERT_OK_AND_ASSIGN(auto theirs, view.Children(DeviceDir(), other));
+  EXPECT_EQ(Names(theirs), std::vector<std::string>{"u.theirs"});
+  ASSERT_OK_AND_ASSIGN(auto all, view.Children(DeviceDir(), root));
+  EXPECT_EQ(Names(all), (std::vector<std::string>{"u.mine", "u.theirs"}));
+
+  // Absent to the other user, whichever way it is asked.
+  EXPECT_CODE(view.Child(DeviceDir(), "u.mine", other).status(), StatusCode::kNotFound);
+  ASSERT_OK_AND_ASSIGN(NodeId dir, view.Child(DeviceDir(), "u.mine", owner));
+  ASSERT_OK_AND_ASSIGN(auto files, view.Children(dir, owner));
+  ASSERT_EQ(Names(files), (std::vector<std::string>{"cuda-9-10000.bin", "cuda-ranges.json"}));
+  const NodeId file = files[0].second;
+  EXPECT_CODE(view.Attributes(dir, other).status(), StatusCode::kNotFound);
+  EXPECT_CODE(view.Children(dir, other).status(), StatusCode::kNotFound);
+  EXPECT_CODE(view.Child(dir, "cuda-9-10000.bin", other).status(), StatusCode::kNotFound);
+  EXPECT_CODE(view.Attributes(file, other).status(), StatusCode::kNotFound);
+  // Its owner and root see it.
+  ASSERT_OK_AND_ASSIGN(struct stat st, view.Attributes(file, owner));
+  EXPECT_EQ(st.st_uid, 1000u);
+  EXPECT_EQ(st.st_mode, S_IFREG | 0600u);
+  ASSERT_OK(view.Attributes(file, root).status());
+  EXPECT_EQ(ReadAll(view, file), bytes);
+}
+
+TEST_F(DeviceViewTest, RemovedCheckpointsDeviceNodesStayGone) {
+  const std::string old_bytes = AddCudaSnapshot("again", 11, 0, 4);
+  StoreView view(store_.get(), nullptr);
+  const Caller root{};
+  ASSERT_OK_AND_ASSIGN(NodeId old_dir, view.Child(DeviceDir(), "again", root));
+  ASSERT_OK_AND_ASSIGN(NodeId old_file, view.Child(old_dir, "cuda-11-10000.bin", root));
+  ASSERT_OK_AND_ASSIGN(auto open_reader, view.OpenImage(old_file));
+
+  ASSERT_OK_AND_ASSIGN(NodeId checkpoint, view.Child(CheckpointsDir(), "again", root));
+  ASSERT_OK(view.RemoveSnapshot(checkpoint, root));
+  const std::string new_bytes = AddCudaSnapshot("again", 11, 0, 5);
+  ASSERT_NE(old_bytes, new_bytes);
+  view.Invalidate();
+
+  // The old incarnation's nodes are gone, though the id is back.
+  EXPECT_CODE(view.Attributes(old_dir).status(), StatusCode::kNotFound);
+  EXPECT_CODE(view.Attributes(old_file).status(), StatusCode::kNotFound);
+  EXPECT_CODE(view.Children(old_dir, root).status(), StatusCode::kNotFound);
+  EXPECT_CODE(view.Child(old_dir, "cuda-11-10000.bin", root).status(), StatusCode::kNotFound);
+  EXPECT_CODE(view.OpenImage(old_file).status(), StatusCode::kNotFound);
+  // What was open reads on in the old one.
+  EXPECT_EQ(ReadAll(*open_reader), old_bytes);
+  // The new one has new nodes, and its own bytes.
+  ASSERT_OK_AND_ASSIGN(NodeId new_dir, view.Child(DeviceDir(), "again", root));
+  EXPECT_NE(new_dir.key, old_dir.key);
+  ASSERT_OK_AND_ASSIGN(NodeId new_file, view.Child(new_dir, "cuda-11-10000.bin", root));
+  EXPECT_NE(new_file, old_file);
+  EXPECT_EQ(ReadAll(view, new_file), new_bytes);
+}
+
+TEST_F(DeviceViewTest, StoredDeviceDirectoryShowsUnderDeviceOnly) {
+  // An import of a copy by an older version: device/ stored with it.
+  nlohmann::json extra = {{"pid", 5}, {"gpu_backend", "cuda"}};
+  ASSERT_OK_AND_ASSIGN(auto writer,
+                       store_->BeginSnapshot({"5-1", "test", extra.dump(), "", std::nullopt}));
+  Add(writer.get(), "images/pstree.img", "tree");
   Add(writer.get(), "device/cuda-5-1000.bin", "copied bytes");
+  Add(writer.get(), "device/sub/note", "nested");
   ASSERT_OK(writer->Commit().status());
   StoreView view(store_.get(), nullptr);
   const Caller root{};
   ASSERT_OK_AND_ASSIGN(NodeId dir, view.Child(CheckpointsDir(), "5-1", root));
-  ASSERT_OK_AND_ASSIGN(NodeId device, view.Child(dir, "device", root));
+  ASSERT_OK_AND_ASSIGN(auto top, view.Children(dir, root));
+  EXPECT_EQ(Names(top), (std::vector<std::string>{"manifest.json", "images"}));
+  EXPECT_CODE(view.Child(dir, "device", root).status(), StatusCode::kNotFound);
+
+  ASSERT_OK_AND_ASSIGN(NodeId device, view.Child(DeviceDir(), "5-1", root));
   ASSERT_OK_AND_ASSIGN(auto children, view.Children(device, root));
-  ASSERT_EQ(children.size(), 1u);
+  EXPECT_EQ(Names(children), (std::vector<std::string>{"cuda-5-1000.bin", "sub"}));
   EXPECT_EQ(ReadAll(view, children[0].second), "copied bytes");
+  ASSERT_OK_AND_ASSIGN(struct stat st, view.Attributes(children[0].second));
+  EXPECT_EQ(static_cast<uint64_t>(st.st_size), std::string("copied bytes").size());
+  ASSERT_OK_AND_ASSIGN(NodeId note, view.Child(children[1].second, "note", root));
+  EXPECT_EQ(ReadAll(view, note), "nested");
 }
 
-TEST_F(DeviceViewTest, DamagedPagemapLeavesDeviceOutButImagesReadable) {
+TEST_F(DeviceViewTest, DamagedPagemapLeavesDeviceEmptyButImagesReadable) {
   nlohmann::json extra = {
       {"pid", 6},
       {"device", {{"cuda_host_ranges", {{{"pid", 6}, {"start", 4096}, {"end", 8192}}}}}}};
-  ASSERT_OK_AND_ASSIGN(auto writer, store_->BeginSnapshot({"6-1", "test", extra.dump(), "", std::nullopt}));
+  ASSERT_OK_AND_ASSIGN(auto writer,
+                       store_->BeginSnapshot({"6-1", "test", extra.dump(), "", std::nullopt}));
   Add(writer.get(), "images/pagemap-6.img", "not a pagemap");
   ASSERT_OK(writer->Commit().status());
   StoreView view(store_.get(), nullptr);
   const Caller root{};
+  // What device/ lists can be looked up: the directory is there, empty.
+  ASSERT_OK_AND_ASSIGN(auto ids, view.Children(DeviceDir(), root));
+  EXPECT_EQ(Names(ids), std::vector<std::string>{"6-1"});
+  ASSERT_OK_AND_ASSIGN(NodeId device, view.Child(DeviceDir(), "6-1", root));
+  ASSERT_OK_AND_ASSIGN(auto children, view.Children(device, root));
+  EXPECT_TRUE(children.empty());
   ASSERT_OK_AND_ASSIGN(NodeId dir, view.Child(CheckpointsDir(), "6-1", root));
-  EXPECT_FALSE(view.Child(dir, "device", root).ok());
   ASSERT_OK_AND_ASSIGN(NodeId images, view.Child(dir, "images", root));
   ASSERT_OK_AND_ASSIGN(NodeId pagemap, view.Child(images, "pagemap-6.img", root));
   EXPECT_EQ(ReadAll(view, pagemap), "not a pagemap");

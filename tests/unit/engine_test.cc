@@ -19,6 +19,7 @@
 #include <cstdlib>
 #include <latch>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <set>
 #include <sstream>
@@ -26,6 +27,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/criu/images.h"
 #include "core/engine/kill_journal.h"
 #include "core/engine/metrics.h"
 #include "core/engine/operation_board.h"
@@ -698,6 +700,54 @@ TEST_F(EngineTest, ImportReadsOnlyTheCallersFiles) {
   EXPECT_FALSE(s.ok());
   EXPECT_NE(s.code(), StatusCode::kPermissionDenied) << s.message();
   EXPECT_TRUE(SnapshotIds().empty());
+}
+
+// A copy made by an older version holds device/ (views of its pages image,
+// the device memory a second time). An import leaves it out unread (a file
+// there that is not the caller's would otherwise refuse it), so it stores
+// the checkpoint's logical size; it keeps the manifest's well-formed device
+// ranges, from which the mount shows device/<id> again.
+TEST_F(EngineTest, ImportOfACopyLeavesItsDeviceDirectoryOut) {
+  const std::string copy = tmp_.Sub("copy");
+  MakeDirs(copy + "/images");
+  MakeDirs(copy + "/device");
+  const std::string pstree = testing::CriuImageBytes(
+      kCriuPstreeMagic, {testing::ProtoVarintField(1, 4321) + testing::ProtoVarintField(2, 0) +
+                         testing::ProtoVarintField(3, 4321) + testing::ProtoVarintField(4, 4321) +
+                         testing::ProtoVarintField(5, 4321)});
+  const std::string pages = testing::RandomBytes(8192, 3);
+  WriteFile(copy + "/images/pstree.img", pstree, 0600);
+  WriteFile(copy + "/images/pages-1.img", pages, 0600);
+  const nlohmann::json good = {{"pid", 4321}, {"start", 4096}, {"end", 12288}};
+  const nlohmann::json manifest = {{"id", "4321-1"},
+                                   {"extra",
+                                    {{"gpu_backend", "none"},
+                                     {"device",
+                                      {{"cuda_host_ranges",
+                                        {good,
+                                         {{"pid", "x"}, {"start", 0}, {"end", 1}},
+                                         {{"pid", 4321}, {"start", 9}, {"end", 5}}}}}}}}};
+  WriteFile(copy + "/manifest.json", manifest.dump(), 0600);
+  WriteFile(copy + "/device/cuda-4321-1000.bin", std::string(8192, 'x'), 0600);
+  WriteFile(copy + "/device/cuda-ranges.json", "{}", 0600);
+  // The copy is nobody's, but for one file of its device/ (root's).
+  for (const std::string& path :
+       {copy, copy + "/images", copy + "/images/pstree.img", copy + "/images/pages-1.img",
+        copy + "/manifest.json", copy + "/device", copy + "/device/cuda-4321-1000.bin"})
+    ASSERT_EQ(chown(path.c_str(), 65534, 65534), 0) << path;
+
+  ASSERT_OK(Ctl("import " + copy + " old-copy", Nobody()));
+  const std::string id = "65534.old-copy";
+  ASSERT_EQ(SnapshotIds(), std::vector<std::string>{id});
+  ASSERT_OK_AND_ASSIGN(auto files, store_->ListFiles(id));
+  std::vector<std::string> paths;
+  for (const auto& f : files) paths.push_back(f.path);
+  EXPECT_EQ(paths, (std::vector<std::string>{"images", "images/pages-1.img", "images/pstree.img"}));
+  ASSERT_OK_AND_ASSIGN(SnapshotInfo info, store_->Get(id));
+  EXPECT_EQ(info.logical_bytes, pstree.size() + pages.size());
+  auto extra = nlohmann::json::parse(info.extra_json, nullptr, false);
+  ASSERT_TRUE(extra.is_object()) << info.extra_json;
+  EXPECT_EQ(extra["device"]["cuda_host_ranges"], nlohmann::json::array({good})) << info.extra_json;
 }
 
 // A real checkpoint and restore of a small process, through the commands.
