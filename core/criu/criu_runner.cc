@@ -299,6 +299,7 @@ Result<CriuProcess> Criu::Start(const CriuCommand& command) const {
     plan.caps = uint64_t{1} << CAP_CHECKPOINT_RESTORE;
     if (command.run_as->keep_sys_ptrace) plan.caps |= uint64_t{1} << CAP_SYS_PTRACE;
     if (command.run_as->keep_setpcap) plan.caps |= uint64_t{1} << CAP_SETPCAP;
+    if (command.run_as->keep_net_admin) plan.caps |= uint64_t{1} << CAP_NET_ADMIN;
   }
   Result<pid_t> pid = CloneChild(&plan);
   close(null_fd);

@@ -43,6 +43,12 @@ struct CriuCredentials {
   // forged image could leave CAP_SETPCAP to the restored process: check the
   // image's creds first (ParseCoreCreds). Default: false.
   bool keep_setpcap = false;
+  // Also keep CAP_NET_ADMIN: TCP repair mode (TCP_REPAIR), which CRIU needs
+  // to dump and restore established TCP connections. In repair mode a
+  // socket may bind a port others use and take any sequence numbers, so a
+  // restore gets it only for images whose connections are what gpuckpt's
+  // own dump recorded. Default: false.
+  bool keep_net_admin = false;
 };
 
 struct CriuCommand {

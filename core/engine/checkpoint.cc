@@ -73,6 +73,18 @@ Status RefuseIoUring(const std::vector<int>& tree) {
   return Status::Ok();
 }
 
+// Whether a process of the tree holds a TCP connection, which CRIU dumps in
+// TCP repair mode (CAP_NET_ADMIN). A process that cannot be read counts as
+// holding none: CRIU then says what it could not dump.
+bool TreeHoldsTcpConnection(const std::vector<int>& tree) {
+  for (int pid : tree) {
+    auto handle = ProcessHandle::Open(pid);
+    if (!handle.ok()) continue;  // exited meanwhile
+    if (auto holds = handle->HoldsTcpConnection(); holds.ok() && *holds) return true;
+  }
+  return false;
+}
+
 // CRIU's own account of the dump (stats-dump, in its work directory), or
 // nothing when it wrote none. The directory may be the user's (an
 // unprivileged dump): the file is read as untrusted.
@@ -355,9 +367,12 @@ Result<SnapshotInfo> Engine::DumpAndStore(const CheckpointRequest& request,
     // (CAP_CHECKPOINT_RESTORE and CAP_SYS_PTRACE only): least privilege, and
     // root may lack what a dump of another uid needs (CAP_SYS_RESOURCE for
     // prlimit, in containers). A tree of several owners (only root may ask
-    // for that) is dumped as root.
+    // for that) is dumped as root. CAP_NET_ADMIN only for a tree with TCP
+    // connections (the ranks of a multi-GPU job), whose sockets CRIU reads
+    // in repair mode: the user's own sockets, nothing it could not see.
     cmd.run_as = CriuCredentials{process.creds.ruid, process.creds.rgid, process.creds.groups,
                                  /*keep_sys_ptrace=*/true, /*keep_setpcap=*/false};
+    cmd.run_as->keep_net_admin = TreeHoldsTcpConnection(tree);
     cmd.args.push_back("--unprivileged");
     GPUCKPT_RETURN_IF_ERROR(GiveTo(process.creds.ruid, process.creds.rgid,
                                    {work, images, gpu_options.scratch_dir, server->socket_path()}));

@@ -16,7 +16,11 @@
 //    every thread's uids and gids must be that user's, with no capability,
 //    and CRIU restores with that user's credentials (`--unprivileged`), so
 //    a crafted image cannot open files the user could not. Only a
-//    checkpoint root made is restored with whatever the images say.
+//    checkpoint root made is restored with whatever the images say;
+//  - TCP connections are re-created in repair mode (CAP_NET_ADMIN for a
+//    user's CRIU) only where gpuckpt's own dump recorded them: the
+//    checkpoint is one, or a copy whose socket and connection images equal
+//    one of the same user's (MayRestoreTcpConnections).
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <signal.h>
@@ -31,6 +35,7 @@
 #include <deque>
 #include <functional>
 #include <future>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <thread>
@@ -144,6 +149,59 @@ Result<std::string> ReadStoredFile(Store* store, const std::string& id, const st
 }
 
 bool IsRootPid(const CriuTask& t) { return t.ppid == 0; }
+
+// The images that say which TCP connections CRIU re-creates in repair mode:
+// the sockets (addresses, ports, options: files.img) and each connection's
+// sequence numbers and queues (tcp-stream-<inode>.img).
+bool IsTcpStreamImage(const std::string& name) { return name.starts_with("tcp-stream-"); }
+
+// Whether `info` is a checkpoint gpuckpt's own dump made, not an import
+// (every import records where it came from).
+bool IsOwnDump(const SnapshotInfo& info) {
+  auto extra = nlohmann::json::parse(info.extra_json, nullptr, false);
+  return extra.is_object() && !extra.contains("imported_from");
+}
+
+// Whether CRIU, restoring the images `images` of `id` as the ordinary user
+// `as`, gets CAP_NET_ADMIN for TCP repair mode: false when they hold no TCP
+// connection. In repair mode a socket binds a port whoever else uses it
+// and takes any sequence numbers, so the connections must be ones gpuckpt's
+// own dump of that user's process recorded: `id` is such a checkpoint, or
+// a copy whose socket and connection images equal, byte for byte, those of
+// one (kPermissionDenied otherwise, saying what to do).
+Result<bool> MayRestoreTcpConnections(Store* store, const std::string& id,
+                                      const std::set<std::string>& images, const Caller& as) {
+  std::vector<std::string> network;
+  for (const auto& name : images)
+    if (IsTcpStreamImage(name)) network.push_back(name);
+  if (network.empty()) return false;
+  GPUCKPT_ASSIGN_OR_RETURN(SnapshotInfo info, store->Get(id));
+  if (IsOwnDump(info)) return true;
+  if (images.count("files.img") != 0) network.push_back("files.img");
+  std::map<std::string, std::string> wanted;
+  for (const auto& name : network) {
+    GPUCKPT_ASSIGN_OR_RETURN(wanted[name], ReadStoredFile(store, id, "images/" + name));
+  }
+  GPUCKPT_ASSIGN_OR_RETURN(auto all, store->List());
+  for (const auto& s : all) {
+    if (s.id == id || !IsOwnDump(s) || MakerOf(s).uid != as.uid) continue;
+    bool same = true;
+    for (const auto& [name, bytes] : wanted) {
+      auto theirs = ReadStoredFile(store, s.id, "images/" + name);
+      if (!theirs.ok() || *theirs != bytes) {
+        same = false;
+        break;
+      }
+    }
+    if (same) return true;
+  }
+  return Status::PermissionDenied(fmt::format(
+      "{} holds TCP connections ({}), which CRIU re-creates in TCP repair mode; for uid {} "
+      "gpuckpt does that only for connections its own checkpoint of their process recorded, and "
+      "no checkpoint of theirs in the store has these: restore the checkpoint it was copied from, "
+      "or ask root to restore it",
+      id, network.front(), as.uid));
+}
 
 // A restore as `as` (not root) is allowed only for images whose every task
 // and every thread has `as`'s uids and gids and holds no capability: CRIU
@@ -653,6 +711,8 @@ Result<int> Engine::RestoreSnapshot(const std::string& id, bool shell_job, const
     // credentials were checked to hold no capability at all.
     cmd.run_as = CriuCredentials{as.uid, as.gid, as.groups,
                                  /*keep_sys_ptrace=*/false, /*keep_setpcap=*/true};
+    GPUCKPT_ASSIGN_OR_RETURN(cmd.run_as->keep_net_admin,
+                             MayRestoreTcpConnections(store_, id, images, as));
   }
   cmd.args.insert(cmd.args.end(), gpu.criu_args.begin(), gpu.criu_args.end());
   cmd.path_prepend = gpu.path_prepend;

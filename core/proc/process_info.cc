@@ -203,6 +203,27 @@ Status ParseStatus(std::string_view text, std::string_view what, ProcessCredenti
   return Status::Ok();
 }
 
+std::set<uint64_t> ParseConnectedTcpInodes(std::string_view table) {
+  // "sl local_address rem_address st tx_queue:rx_queue tr:tm->when
+  // retrnsmt uid timeout inode ...": st is the TCP state in hex, 0A
+  // LISTEN and 07 CLOSE (a socket bound or never connected).
+  std::set<uint64_t> inodes;
+  size_t pos = table.find('\n');  // the heading
+  while (pos != std::string_view::npos && pos + 1 < table.size()) {
+    const size_t start = pos + 1;
+    pos = table.find('\n', start);
+    const auto fields = SplitWhitespace(
+        table.substr(start, pos == std::string_view::npos ? std::string_view::npos : pos - start));
+    if (fields.size() < 10) continue;
+    unsigned state = 0;
+    uint64_t inode = 0;
+    if (!ParseNumber(fields[3], &state, 16) || !ParseNumber(fields[9], &inode) || inode == 0)
+      continue;
+    if (state != 0x0A && state != 0x07) inodes.insert(inode);
+  }
+  return inodes;
+}
+
 // --- ProcessHandle ------------------------------------------------------------
 
 Result<ProcessHandle> ProcessHandle::Open(int pid, const std::string& proc_root) {
@@ -325,7 +346,47 @@ Result<std::vector<std::string>> ProcessHandle::ReadGpuDevices(
     const std::vector<std::string>& prefixes) const {
   std::set<std::string> found;
   if (prefixes.empty()) return std::vector<std::string>();
+  GPUCKPT_ASSIGN_OR_RETURN(auto targets, ReadFdTargets());
+  for (auto& target : targets) {
+    if (HasPrefix(target, prefixes)) found.insert(std::move(target));
+  }
 
+  std::string maps;
+  GPUCKPT_RETURN_IF_ERROR(ReadFile("maps", std::numeric_limits<size_t>::max(), &maps));
+  size_t pos = 0;
+  while (pos < maps.size()) {
+    size_t eol = maps.find('\n', pos);
+    if (eol == std::string::npos) eol = maps.size();
+    std::string_view path = MapsPath(std::string_view(maps).substr(pos, eol - pos));
+    pos = eol + 1;
+    if (!path.empty() && path[0] == '/' && HasPrefix(path, prefixes)) found.emplace(path);
+  }
+  return std::vector<std::string>(found.begin(), found.end());
+}
+
+Result<bool> ProcessHandle::HoldsTcpConnection() const {
+  std::set<uint64_t> connected;
+  for (const char* table : {"net/tcp", "net/tcp6"}) {
+    std::string text;
+    // A kernel without IPv6 has no tcp6; the table of a busy host can be
+    // long, but a line is 150 bytes: 256 MiB is over a million sockets.
+    if (!ReadFile(table, 256u << 20, &text).ok()) continue;
+    connected.merge(ParseConnectedTcpInodes(text));
+  }
+  if (connected.empty()) return false;
+  GPUCKPT_ASSIGN_OR_RETURN(auto targets, ReadFdTargets());
+  for (const auto& target : targets) {
+    uint64_t inode = 0;
+    if (target.size() > 9 && target.starts_with("socket:[") && target.back() == ']' &&
+        ParseNumber(std::string_view(target).substr(8, target.size() - 9), &inode) &&
+        connected.count(inode) != 0)
+      return true;
+  }
+  return false;
+}
+
+Result<std::vector<std::string>> ProcessHandle::ReadFdTargets() const {
+  std::vector<std::string> found;
   int fd_dir = openat(dir_fd_, "fd", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (fd_dir < 0) return ProcError(errno, pid_, What("fd"));
   DIR* dir = fdopendir(fd_dir);
@@ -350,23 +411,11 @@ Result<std::vector<std::string>> ProcessHandle::ReadGpuDevices(
     // held any more.
     ssize_t n = readlinkat(dirfd(dir), e->d_name, buf, sizeof(buf));
     if (n <= 0) continue;
-    std::string_view target(buf, static_cast<size_t>(n));
-    if (HasPrefix(target, prefixes)) found.emplace(target);
+    found.emplace_back(buf, static_cast<size_t>(n));
   }
   closedir(dir);
   if (readdir_err != 0) return ProcError(readdir_err, pid_, What("fd"));
-
-  std::string maps;
-  GPUCKPT_RETURN_IF_ERROR(ReadFile("maps", std::numeric_limits<size_t>::max(), &maps));
-  size_t pos = 0;
-  while (pos < maps.size()) {
-    size_t eol = maps.find('\n', pos);
-    if (eol == std::string::npos) eol = maps.size();
-    std::string_view path = MapsPath(std::string_view(maps).substr(pos, eol - pos));
-    pos = eol + 1;
-    if (!path.empty() && path[0] == '/' && HasPrefix(path, prefixes)) found.emplace(path);
-  }
-  return std::vector<std::string>(found.begin(), found.end());
+  return found;
 }
 
 Result<std::vector<int>> ProcessHandle::ReadChildren() const {

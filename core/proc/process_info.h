@@ -19,6 +19,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <set>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -120,6 +121,9 @@ Result<std::vector<int>> ListPids(const std::string& proc_root = "/proc");
 // rss_bytes and kernel_thread from /proc/PID/stat. The comm may hold any
 // bytes, spaces and parentheses included; it ends at the last ')'.
 Status ParseStat(std::string_view text, std::string_view what, ProcessInfo* info);
+// The inodes of the sockets /proc/PID/net/tcp (or tcp6) text lists in a
+// state other than LISTEN or CLOSE; lines that do not parse are skipped.
+std::set<uint64_t> ParseConnectedTcpInodes(std::string_view table);
 // Credentials from /proc/PID/status; Uid: and Gid: are required. *tgid is
 // set from Tgid: (-1 when the line is missing).
 Status ParseStatus(std::string_view text, std::string_view what, ProcessCredentials* creds,
@@ -155,6 +159,11 @@ class ProcessHandle {
   // Distinct paths with one of `prefixes` among the fd links and mapped
   // files, sorted. kPermissionDenied where fd/ or maps may not be read.
   Result<std::vector<std::string>> ReadGpuDevices(const std::vector<std::string>& prefixes) const;
+  // Whether the process holds an established (or closing) TCP connection,
+  // which CRIU dumps and restores in TCP repair mode: a socket among its fd
+  // links that its network namespace's net/tcp or net/tcp6 lists in a
+  // state other than LISTEN or CLOSE.
+  Result<bool> HoldsTcpConnection() const;
   // Direct children, from task/*/children. kUnavailable where the kernel
   // has no children files (CONFIG_PROC_CHILDREN off).
   Result<std::vector<int>> ReadChildren() const;
@@ -166,6 +175,8 @@ class ProcessHandle {
   // null) tells whether there was more.
   Status ReadFile(const char* name, size_t max_bytes, std::string* out,
                   bool* truncated = nullptr) const;
+  // The targets of the fd/ links ("/dev/nvidia0", "socket:[1234]", ...).
+  Result<std::vector<std::string>> ReadFdTargets() const;
   std::string What(const char* name) const { return path_ + "/" + name; }
 
   int pid_ = 0;

@@ -552,3 +552,70 @@ def test_concurrent_reads_during_checkpoints_rm_and_gc_never_see_wrong_bytes(mou
             t.join(timeout=120)
     assert counts["reads"] > 3 * len(files), counts["reads"]
     assert counts["mismatches"] == [], counts["mismatches"][:5]
+
+
+# --- TCP connections: repair mode only for what gpuckpt's own dump recorded ----------
+
+def tree_of_checkpoint(m, checkpoint_id):
+    return manifest_of(m, checkpoint_id)["extra"]["tree"]
+
+
+def kill_tree(wl, pids):
+    """Kills the workload's tree (its members follow their root) and waits
+    until none of `pids` is in use, so that they can be restored."""
+    wl.kill()
+    wait_for(lambda: not any(os.path.exists(f"/proc/{p}") for p in pids), 10,
+             f"the tree {pids} to go")
+
+
+def test_users_tree_with_a_tcp_connection_checkpoints_and_restores_from_mount_and_copy(
+        mount, users):
+    # wl_tree's child 3 talks to the root over an established loopback TCP
+    # connection: CRIU dumps and restores it in TCP repair mode, which an
+    # unprivileged CRIU may use only with CAP_NET_ADMIN.
+    m = mount
+    a, _ = users
+    wl, made, copy = copied_checkpoint(m, a, "wl_tree", "tree-copy")
+    assert glob.glob(os.path.join(copy, "images", "tcp-stream-*.img")), "no TCP connection dumped"
+    pids = tree_of_checkpoint(m, made)
+    for source in (copy, m.path("checkpoints", made)):
+        kill_tree(wl, pids)
+        ok, err, said = restore_as(m, a, source)
+        assert ok, (source, err, said)
+        assert said == f"pid {wl.pid}", said
+        assert os.stat(f"/proc/{wl.pid}").st_uid == a.uid
+        assert wl.verdict() == "PASS", source
+
+
+def test_copy_with_changed_tcp_connections_is_refused_and_leaves_nothing(mount, users):
+    m = mount
+    a, _ = users
+    wl, made, copy = copied_checkpoint(m, a, "wl_tree", "changed-tcp")
+    pids = tree_of_checkpoint(m, made)
+    stream = sorted(glob.glob(os.path.join(copy, "images", "tcp-stream-*.img")))[0]
+    # Another sequence number: what repair mode would let a crafted copy
+    # make up (here the edit only has to differ from what was dumped).
+    edit_as(a, stream, lambda image: image["entries"][0].update(
+        inq_seq=(image["entries"][0]["inq_seq"] + 1) % (1 << 32)))
+    kill_tree(wl, pids)
+    before = ids_of(m, a)
+    ok, err, said = restore_as(m, a, copy)
+    assert not ok and err == os.strerror(13), err  # EACCES
+    assert "holds TCP connections" in said and "tcp-stream-" in said, said
+    assert ids_of(m, a) == before
+    assert not os.path.exists(f"/proc/{wl.pid}")
+    # The unchanged copy restores; once its original checkpoint is gone
+    # from the store, nothing vouches for its connections any more.
+    pristine = copy_as(m, a, made, "pristine")
+    ok, err, said = restore_as(m, a, pristine)
+    assert ok, (err, said)
+    assert wl.verdict() == "PASS"
+    wait_for(lambda: not any(os.path.exists(f"/proc/{p}") for p in pids), 10, "the tree to go")
+    r = a.run(["rm", "-r", m.path("checkpoints", made)])
+    assert r.returncode == 0, r.stderr
+    for imported in ids_of(m, a) - before:
+        r = a.run(["rm", "-r", m.path("checkpoints", imported)])
+        assert r.returncode == 0, r.stderr
+    ok, err, said = restore_as(m, a, pristine)
+    assert not ok and "holds TCP connections" in said, said
+    assert ids_of(m, a) == before - {made}

@@ -1,11 +1,14 @@
 // Tests of core/proc against the real /proc (forked children in known
 // states) and against fabricated /proc trees (malformed files, thousands of
 // processes).
+#include <arpa/inet.h>
 #include <fcntl.h>
 #include <grp.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -17,15 +20,16 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <functional>
 #include <future>
 #include <memory>
+#include <set>
 #include <string>
-#include <fstream>
-#include <future>
 #include <thread>
 #include <vector>
 
+#include "core/base/unique_fd.h"
 #include "core/proc/acting_as.h"
 #include "core/proc/caller.h"
 #include "core/proc/process_info.h"
@@ -1065,6 +1069,55 @@ TEST(FabricatedProcTest, ConcurrentListsShareOneScan) {
   for (auto& th : threads) th.join();
   EXPECT_EQ(bad.load(), 0);
   EXPECT_LE(table.counters().scans, 6u);
+}
+
+// --- TCP connections -------------------------------------------------------------
+
+TEST(TcpConnectionsTest, ParsesTheStatesOfNetTcp) {
+  const std::string table =
+      "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  "
+      "timeout inode\n"
+      "   0: 0100007F:1F90 00000000:0000 0A 00000000:00000000 00:00000000 00000000  1000 "
+      "0 1001 1 0000000000000000 100 0 0 10 0\n"  // LISTEN
+      "   1: 0100007F:A0B2 0100007F:1F90 01 00000000:00000000 00:00000000 00000000  1000 "
+      "0 1002 1 0000000000000000 20 4 30 10 -1\n"  // ESTABLISHED
+      "   2: 0100007F:A0B4 0100007F:1F90 08 00000000:00000000 00:00000000 00000000  1000 "
+      "0 1003 1 0000000000000000 20 4 30 10 -1\n"  // CLOSE_WAIT
+      "   3: 00000000:0000 00000000:0000 07 00000000:00000000 00:00000000 00000000  1000 "
+      "0 1004 1 0000000000000000 20 4 30 10 -1\n"  // CLOSE (bound only)
+      "   4: 0100007F:A0B6 0100007F:1F90 06 00000000:00000000 03:00001000 00000000     0 "
+      "0 0 3 0000000000000000\n"  // TIME_WAIT: no socket, inode 0
+      "   5: garbage\n"
+      "   6: 0100007F:A0B8 0100007F:1F90 zz 00000000:00000000 00:00000000 00000000  1000 "
+      "0 1005 1\n";  // a state that does not parse
+  EXPECT_EQ(ParseConnectedTcpInodes(table), (std::set<uint64_t>{1002, 1003}));
+  EXPECT_TRUE(ParseConnectedTcpInodes("").empty());
+  EXPECT_TRUE(ParseConnectedTcpInodes("heading only\n").empty());
+}
+
+TEST(TcpConnectionsTest, SeesAConnectionOfThisProcessAndNotAListener) {
+  UniqueFd listener(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  ASSERT_GE(listener.get(), 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(bind(listener.get(), reinterpret_cast<sockaddr*>(&address), sizeof(address)), 0);
+  ASSERT_EQ(listen(listener.get(), 1), 0);
+  auto self = ProcessHandle::Open(getpid());
+  ASSERT_TRUE(self.ok());
+  auto holds = self->HoldsTcpConnection();
+  ASSERT_TRUE(holds.ok()) << holds.status().message();
+  EXPECT_FALSE(*holds) << "a listening socket is no connection";
+
+  socklen_t length = sizeof(address);
+  ASSERT_EQ(getsockname(listener.get(), reinterpret_cast<sockaddr*>(&address), &length), 0);
+  UniqueFd client(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  ASSERT_EQ(connect(client.get(), reinterpret_cast<sockaddr*>(&address), sizeof(address)), 0);
+  UniqueFd server(accept4(listener.get(), nullptr, nullptr, SOCK_CLOEXEC));
+  ASSERT_GE(server.get(), 0);
+  holds = self->HoldsTcpConnection();
+  ASSERT_TRUE(holds.ok()) << holds.status().message();
+  EXPECT_TRUE(*holds);
 }
 
 }  // namespace
