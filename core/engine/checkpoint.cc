@@ -153,19 +153,13 @@ Result<SnapshotInfo> Engine::Checkpoint(const CheckpointRequest& request) {
       }
     }
     GPUCKPT_RETURN_IF_ERROR(RefuseIoUring(tree));
-    if (!request.caller.is_root()) {
-      // At worst every byte of the tree's memory and device memory is new.
-      uint64_t worst_case = 0;
-      for (int pid : tree) {
-        auto member = ReadProcess(pid, ProcReadOptions{.read_gpu_devices = false});
-        if (member.ok()) worst_case += member->rss_bytes;
-        if (auto gpu = gpu_->Describe(pid); gpu.ok()) worst_case += gpu->device_memory_bytes;
-      }
-      GPUCKPT_RETURN_IF_ERROR(CheckQuota(request.caller, worst_case,
-                                         "a checkpoint of process " + std::to_string(request.pid)));
-    }
+    const TreeFootprint footprint = MeasureTree(tree);
+    // At worst every byte of the tree's memory and device memory is new.
+    GPUCKPT_RETURN_IF_ERROR(CheckQuota(request.caller,
+                                       footprint.rss_bytes + footprint.device_memory_bytes,
+                                       "a checkpoint of process " + std::to_string(request.pid)));
     GPUCKPT_ASSIGN_OR_RETURN(auto ticket, board_.Begin(request.pid, "checkpoint"));
-    auto info = DumpAndStore(request, process, tree, ticket.get());
+    auto info = DumpAndStore(request, process, tree, footprint, ticket.get());
     if (info.ok()) {
       const std::optional<double> frozen = FrozenSecondsOf(*info);
       ticket->SetResult(fmt::format(
@@ -193,10 +187,11 @@ Result<SnapshotInfo> Engine::Checkpoint(const CheckpointRequest& request) {
 
 Result<SnapshotInfo> Engine::DumpAndStore(const CheckpointRequest& request,
                                           const ProcessInfo& process, const std::vector<int>& tree,
+                                          const TreeFootprint& footprint,
                                           OperationBoard::Ticket* ticket) {
   // Before the work dir (a refusal leaves no log to keep) and before
   // anything is locked or frozen: the process runs on untouched.
-  GPUCKPT_RETURN_IF_ERROR(CheckRoomForCheckpoint(request.pid, tree, request.check_space));
+  GPUCKPT_RETURN_IF_ERROR(CheckRoomForCheckpoint(request.pid, footprint, request.check_space));
   const auto start = std::chrono::steady_clock::now();
   GPUCKPT_ASSIGN_OR_RETURN(auto work_dir, MakeWorkDir("checkpoint-" + std::to_string(request.pid)));
   const std::string& work = work_dir->path();
@@ -212,12 +207,10 @@ Result<SnapshotInfo> Engine::DumpAndStore(const CheckpointRequest& request,
     return StatusFromErrno(errno, gpu_options.scratch_dir);
   std::vector<uint64_t> start_times;
   std::set<uint32_t> owners_in_tree;
-  uint64_t tree_rss = 0;
   for (int pid : tree) {
     auto p = ReadProcess(pid, ProcReadOptions{.read_gpu_devices = false});
     start_times.push_back(p.ok() ? p->start_time : 0);
     if (p.ok()) owners_in_tree.insert(p->creds.ruid);
-    if (p.ok()) tree_rss += p->rss_bytes;
   }
 
   // A `--kill` leaves the tree stopped until it is killed, and a tree of
@@ -319,7 +312,7 @@ Result<SnapshotInfo> Engine::DumpAndStore(const CheckpointRequest& request,
   SnapshotWriterOptions writer_options;
   writer_options.staging_bytes = staging_->capacity();
   writer_options.shared_staging = staging_;
-  writer_options.prefault_bytes = tree_rss + device_memory;
+  writer_options.prefault_bytes = footprint.rss_bytes + device_memory;
   writer_options.background = true;
   GPUCKPT_ASSIGN_OR_RETURN(auto writer, store_->BeginSnapshot(spec, writer_options));
   writer->SetProgress([ticket](uint64_t done, uint64_t) { ticket->SetBytes(done); },

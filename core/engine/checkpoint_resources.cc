@@ -145,26 +145,34 @@ Status CheckStoreSpace(int pid, uint64_t memory_bytes, uint64_t free_bytes) {
       BytesForPeople(free_bytes), pid, BytesForPeople(worst_case)));
 }
 
-Status Engine::CheckRoomForCheckpoint(int pid, const std::vector<int>& tree, bool check_space) {
+Engine::TreeFootprint Engine::MeasureTree(const std::vector<int>& tree) {
+  TreeFootprint footprint;
+  for (int member : tree) {
+    auto process = ReadProcess(member, ProcReadOptions{.read_gpu_devices = false});
+    if (!process.ok()) continue;  // exited meanwhile; CRIU sees the tree anew
+    footprint.rss_bytes += process->rss_bytes;
+    auto gpu = gpu_->Describe(member);
+    if (!gpu.ok() || gpu->device_memory_bytes == 0) continue;
+    footprint.device_memory_bytes += gpu->device_memory_bytes;
+    footprint.device_memory.emplace_back(member, gpu->device_memory_bytes);
+  }
+  return footprint;
+}
+
+Status Engine::CheckRoomForCheckpoint(int pid, const TreeFootprint& footprint, bool check_space) {
   // The mounts are read once for all the processes: the same hierarchy is
   // then seen for each, and a level they share is recognised as one.
   MemoryReadOptions read_options;
   read_options.cgroup_mounts = FindCgroupMounts(read_options.proc_root);
   CheckpointMemoryNeed need;
   need.pid = pid;
-  uint64_t tree_rss = 0;
-  uint64_t device_memory = 0;
-  for (int member : tree) {
-    auto process = ReadProcess(member, ProcReadOptions{.read_gpu_devices = false});
-    if (!process.ok()) continue;  // exited meanwhile; CRIU sees the tree anew
-    tree_rss += process->rss_bytes;
-    auto gpu = gpu_->Describe(member);
-    if (!gpu.ok() || gpu->device_memory_bytes == 0) continue;
-    device_memory += gpu->device_memory_bytes;
-    need.device_memory.push_back({member, gpu->device_memory_bytes,
-                                  ReadProcessMemoryLimits(std::to_string(member), read_options)});
+  for (const auto& [member, bytes] : footprint.device_memory) {
+    need.device_memory.push_back(
+        {member, bytes, ReadProcessMemoryLimits(std::to_string(member), read_options)});
   }
-  need.staging = {0, StagingPrefaultBytes(tree_rss, device_memory, staging_->capacity()),
+  need.staging = {0,
+                  StagingPrefaultBytes(footprint.rss_bytes, footprint.device_memory_bytes,
+                                       staging_->capacity()),
                   ReadProcessMemoryLimits("self", read_options)};
   // Unknown figures are not checked: the checkpoint then goes ahead as it
   // did before these checks.
@@ -173,7 +181,8 @@ Status Engine::CheckRoomForCheckpoint(int pid, const std::vector<int>& tree, boo
   GPUCKPT_RETURN_IF_ERROR(CheckCheckpointMemory(need));
   if (!check_space) return Status::Ok();
   if (auto free = store_->FreeBytes(); free.ok())
-    GPUCKPT_RETURN_IF_ERROR(CheckStoreSpace(pid, tree_rss + device_memory, *free));
+    GPUCKPT_RETURN_IF_ERROR(
+        CheckStoreSpace(pid, footprint.rss_bytes + footprint.device_memory_bytes, *free));
   return Status::Ok();
 }
 

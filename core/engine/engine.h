@@ -255,6 +255,14 @@ class Engine {
   // Refuses (kNoSpace) when `caller` (not root) is limited by a quota that
   // `worst_case_bytes` more could exceed; `what` names the operation.
   Status CheckQuota(const Caller& caller, uint64_t worst_case_bytes, const std::string& what);
+  // What a checkpoint of `tree` may take, read once for the quota and the
+  // room checks: its processes' memory and its GPU processes' device memory.
+  struct TreeFootprint {
+    uint64_t rss_bytes = 0;
+    uint64_t device_memory_bytes = 0;
+    std::vector<std::pair<int, uint64_t>> device_memory;  // (pid, bytes) of its GPU processes
+  };
+  TreeFootprint MeasureTree(const std::vector<int>& tree);
   // Refuses a checkpoint of the tree of `pid` that could not fit, before
   // anything is locked or frozen, for every caller: kNoMemory when the
   // device memory the driver moves into host memory and the staging the
@@ -262,11 +270,12 @@ class Engine {
   // cgroup's headroom, kNoSpace when the tree's memory and device memory,
   // all new, could not fit on the store's disk (checkpoint_resources.h).
   // `check_space` false leaves the store's disk unchecked (memory always is).
-  Status CheckRoomForCheckpoint(int pid, const std::vector<int>& tree, bool check_space);
+  Status CheckRoomForCheckpoint(int pid, const TreeFootprint& footprint, bool check_space);
   // The dedup domain of a checkpoint owned by `owner_uid`.
   std::optional<uint32_t> DedupDomainFor(uint32_t owner_uid) const;
   Result<SnapshotInfo> DumpAndStore(const CheckpointRequest& request, const ProcessInfo& process,
-                                    const std::vector<int>& tree, OperationBoard::Ticket* ticket);
+                                    const std::vector<int>& tree, const TreeFootprint& footprint,
+                                    OperationBoard::Ticket* ticket);
   // The id of the checkpoint a restore names; *imported when it was
   // imported from outside the mount for this restore.
   Result<std::string> ResolveRestoreSource(const RestoreRequest& request, bool* imported);

@@ -182,9 +182,13 @@ Result<bool> MayRestoreTcpConnections(Store* store, const std::string& id,
   for (const auto& name : network) {
     GPUCKPT_ASSIGN_OR_RETURN(wanted[name], ReadStoredFile(store, id, "images/" + name));
   }
+  // Only checkpoints of the same process tree (its root's pid) can hold
+  // the same connections: the others' images are not read.
+  const int root_pid = OwnerOf(info).pid;
   GPUCKPT_ASSIGN_OR_RETURN(auto all, store->List());
   for (const auto& s : all) {
-    if (s.id == id || !IsOwnDump(s) || MakerOf(s).uid != as.uid) continue;
+    if (s.id == id || !IsOwnDump(s) || MakerOf(s).uid != as.uid || OwnerOf(s).pid != root_pid)
+      continue;
     bool same = true;
     for (const auto& [name, bytes] : wanted) {
       auto theirs = ReadStoredFile(store, s.id, "images/" + name);
