@@ -65,8 +65,9 @@ constexpr char kCheckpointSynopsis[] =
     "--no-space-check: go ahead even if the store's disk could not hold all of the process's "
     "memory as new bytes)";
 constexpr char kRestoreSynopsis[] =
-    "PATH [--gpu-map OLD_UUID=NEW_UUID,...] (--gpu-map: restore the checkpoint's GPUs onto "
-    "these)";
+    "PATH [--gpu-map OLD_UUID=NEW_UUID,...] [--root DIR] (--gpu-map: restore the checkpoint's "
+    "GPUs onto these; --root: the directory a process with a mount namespace of its own gets as "
+    "its root, instead of the one it had)";
 
 // Parses `args` (without the command word) with `app`. --help is answered
 // with the synopsis, as an error: what is written to a control file is a
@@ -154,7 +155,7 @@ Status RestoreCommand(Engine& engine, const std::string& line, const Caller& cal
   };
   if (line.empty() || line.size() > kMaxCommand || line.find('\0') != std::string::npos)
     return refuse(Status::InvalidArgument("write the absolute path of a checkpoint to restore"));
-  RestoreRequest request{line, "", caller};
+  RestoreRequest request{line, "", "", caller};
   if (line.find(" --") != std::string::npos) {
     auto words = Words(line);
     if (!words.ok()) return refuse(words.status());
@@ -163,6 +164,8 @@ Status RestoreCommand(Engine& engine, const std::string& line, const Caller& cal
     app.add_option("path", path)->required();
     app.add_option("--gpu-map", request.gpu_map,
                    "OLD_UUID=NEW_UUID,...: restore the checkpoint's GPUs onto these");
+    app.add_option("--root", request.root,
+                   "the root directory of a process with a mount namespace of its own");
     Status parsed = Parse(app, *words, std::string("restore ") + kRestoreSynopsis);
     if (!parsed.ok()) return refuse(parsed);
     request.path = path;

@@ -22,7 +22,7 @@
 #include "fs/commands.h"
 #include "fs/inode_table.h"
 #include "fs/kernel_readahead.h"
-#include "fs/mount_table.h"
+#include "core/proc/mount_table.h"
 #include "fs/store_view.h"
 
 namespace gpuckpt {
@@ -34,22 +34,25 @@ namespace {
 constexpr double kCacheSeconds = 1.0;
 
 // The kernel shares a cached name among all users, and only a lookup sees
-// who asks: checkpoints/<id>, device/<id> and <pid> are never cached, so
-// that every path through them is looked up again as the caller (to whom
-// someone else's is absent).
+// who asks: checkpoints/<id>, device/<id>, archives/<id>.tar and <pid> are
+// never cached, so that every path through them is looked up again as the
+// caller (to whom someone else's is absent).
 double EntrySeconds(const NodeId& node) {
   const bool per_caller = node.kind == NodeKind::kSnapshotDir ||
                           node.kind == NodeKind::kDeviceSnapshotDir ||
-                          node.kind == NodeKind::kPidDir;
+                          node.kind == NodeKind::kArchive || node.kind == NodeKind::kPidDir;
   return per_caller ? 0 : kCacheSeconds;
 }
 
-// What a change to the tree is refused with: inside a checkpoint or its
-// device/<id>, whose contents never change, EROFS; elsewhere, where the
-// names are gpuckpt's (processes, control files, checkpoints made by
-// commands), EPERM. Status has neither, hence errno values here.
+// What a change to the tree is refused with: inside a checkpoint, its
+// device/<id>, or to its archives/<id>.tar, whose contents never change,
+// EROFS; elsewhere, where the names are gpuckpt's (processes, control
+// files, checkpoints made by commands, device/ and archives/ themselves),
+// EPERM. Status has neither, hence errno values here.
 int RefusalErrno(const NodeId& where) {
-  const bool read_only = StoreView::InCheckpoint(where.kind) || StoreView::InDeviceView(where.kind);
+  const bool read_only = StoreView::InCheckpoint(where.kind) ||
+                         StoreView::InDeviceView(where.kind) ||
+                         StoreView::InArchiveView(where.kind);
   return read_only ? EROFS : EPERM;
 }
 
@@ -615,7 +618,7 @@ Status ServeFilesystem(Store* store, Engine* engine, const MountOptions& options
   // max_readahead: 8 MiB, so that a cold sequential reader has eight 1 MiB
   // requests in flight instead of one of 128 KiB.
   Status ra = resolved
-                  ? SetMountReadAhead(resolved_mountpoint, "fuse.gpuckpt", kReadAheadBytes >> 10)
+                  ? SetMountReadAhead(resolved_mountpoint, kGpuckptMountType, kReadAheadBytes >> 10)
                   : StatusFromErrno(resolve_errno, "resolving " + options.mountpoint);
   if (!ra.ok()) {
     std::fprintf(stderr,

@@ -3,13 +3,13 @@
 // Translates between the kernel and the store, nothing more: each operation
 // is a DoX() returning a Result (or, for changes to the tree, which Status
 // has no codes for, the errno itself), and a callback that replies exactly
-// once. Nothing can be changed but by commands: inside a checkpoint or its
-// device/<id> every change is EROFS, elsewhere EPERM; `rmdir
-// checkpoints/<id>` (as `rm -r` does it) removes a checkpoint. Writes to
-// control files are commands, run synchronously on the FUSE thread that
-// received them (a long checkpoint holds one of up to 16 threads, so
-// everyone else's ls and cat go on). Borrows the Store and the Engine,
-// which must outlive it.
+// once. Nothing can be changed but by commands: inside a checkpoint, its
+// device/<id> or its archives/<id>.tar every change is EROFS, elsewhere
+// EPERM; `rmdir checkpoints/<id>` (as `rm -r` does it) removes a
+// checkpoint. Writes to control files are commands, run synchronously on
+// the FUSE thread that received them (a long checkpoint holds one of up to
+// 16 threads, so everyone else's ls and cat go on). Borrows the Store and
+// the Engine, which must outlive it.
 #ifndef GPUCKPT_FS_FILESYSTEM_H_
 #define GPUCKPT_FS_FILESYSTEM_H_
 

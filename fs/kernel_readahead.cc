@@ -6,7 +6,7 @@
 #include <cerrno>
 
 #include "core/base/unique_fd.h"
-#include "fs/mount_table.h"
+#include "core/proc/mount_table.h"
 
 namespace gpuckpt {
 

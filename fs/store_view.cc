@@ -24,6 +24,9 @@ constexpr char kReadme[] =
     "                                   images: the GPU memory CUDA moved to host memory\n"
     "                                   (cuda-*.bin, listed in cuda-ranges.json), AMD\n"
     "                                   plugin files; not part of a `cp -r` of the checkpoint\n"
+    "  archives/<id>.tar                the checkpoint as a Podman/CRI-O checkpoint archive,\n"
+    "                                   made from the store as it is read (takes no space):\n"
+    "                                   podman container restore --import archives/<id>.tar\n"
     "  echo PATH > restore              restore a checkpoint: a directory here, a `cp -r` copy\n"
     "                                   of one, or a CRIU image directory; `cat restore`: the\n"
     "                                   new pid, or why it failed\n"
@@ -207,6 +210,14 @@ Result<std::shared_ptr<const StoreView::SnapshotTree>> StoreView::CurrentTree(
   AddToListing(std::move(shown), *tree, &tree->files);
   tree->has_device = HasDeviceState(tree->info);
   if (tree->has_device) BuildDeviceListing(files, tree.get());
+  // From the listing alone (one libarchive call per member, no reads), so
+  // that a stat of archives/<id>.tar is exact and cheap.
+  auto archive = ArchiveLayout::Build(tree->info, tree->owner, files);
+  if (archive.ok()) {
+    tree->archive = std::move(*archive);
+  } else {
+    tree->archive_status = archive.status();
+  }
   std::lock_guard lock(mu_);
   // Two threads may build the same tree: the first one stays.
   auto& cached = trees_[id];
@@ -262,6 +273,7 @@ Result<NodeId> StoreView::Child(const NodeId& parent, const std::string& name,
       if (name == "metrics") return MakeNode(NodeKind::kMetrics);
       if (name == "checkpoints") return MakeNode(NodeKind::kCheckpointsDir);
       if (name == "device") return MakeNode(NodeKind::kDeviceDir);
+      if (name == "archives") return MakeNode(NodeKind::kArchivesDir);
       int pid = 0;
       if (!ParsePid(name, &pid)) return not_found();
       // Someone else's process is as absent as in the listing: its pid,
@@ -282,6 +294,14 @@ Result<NodeId> StoreView::Child(const NodeId& parent, const std::string& name,
       if (!tree.ok() || !Visible((*tree)->owner, caller) || !(*tree)->has_device)
         return not_found();
       return SnapshotNode(NodeKind::kDeviceSnapshotDir, name, (*tree)->info.key);
+    }
+    case NodeKind::kArchivesDir: {
+      // As checkpoints/<id>.
+      const auto id = ArchiveIdOf(name);
+      if (!id) return not_found();
+      auto tree = CurrentTree(*id);
+      if (!tree.ok() || !Visible((*tree)->owner, caller)) return not_found();
+      return SnapshotNode(NodeKind::kArchive, *id, (*tree)->info.key);
     }
     case NodeKind::kSnapshotDir:
     case NodeKind::kSnapshotEntry:
@@ -320,6 +340,7 @@ Result<std::vector<std::pair<std::string, NodeId>>> StoreView::Children(const No
   switch (dir.kind) {
     case NodeKind::kRoot: {
       out.push_back({"README", MakeNode(NodeKind::kReadme)});
+      out.push_back({"archives", MakeNode(NodeKind::kArchivesDir)});
       out.push_back({"checkpoints", MakeNode(NodeKind::kCheckpointsDir)});
       out.push_back({"ctl", MakeNode(NodeKind::kCtl)});
       out.push_back({"device", MakeNode(NodeKind::kDeviceDir)});
@@ -348,6 +369,15 @@ Result<std::vector<std::pair<std::string, NodeId>>> StoreView::Children(const No
       for (auto& s : list) {
         if (!Visible(OwnerOf(s), caller) || !HasDeviceState(s)) continue;
         out.push_back({s.id, SnapshotNode(NodeKind::kDeviceSnapshotDir, s.id, s.key)});
+      }
+      std::sort(out.begin(), out.end());
+      return out;
+    }
+    case NodeKind::kArchivesDir: {
+      GPUCKPT_ASSIGN_OR_RETURN(auto list, Snapshots());
+      for (auto& s : list) {
+        if (!Visible(OwnerOf(s), caller)) continue;
+        out.push_back({ArchiveFileName(s.id), SnapshotNode(NodeKind::kArchive, s.id, s.key)});
       }
       std::sort(out.begin(), out.end());
       return out;
@@ -403,6 +433,10 @@ Result<struct stat> StoreView::Attributes(const NodeId& node, const Caller& call
       // As checkpoints/, so that the kernel passes an owner's rmdir of
       // device/<id> to us, to be refused as what it is (EROFS), not EACCES.
       return DirStat(01777);
+    case NodeKind::kArchivesDir:
+      // As device/: an owner's rm of archives/<id>.tar reaches us, and is
+      // refused as what it is (EROFS).
+      return DirStat(01777);
     case NodeKind::kReadme:
       return FileStat(0444, sizeof(kReadme) - 1);
     case NodeKind::kMetrics:
@@ -427,6 +461,19 @@ Result<struct stat> StoreView::Attributes(const NodeId& node, const Caller& call
       st.st_uid = tree->owner.uid;
       st.st_gid = tree->owner.gid;
       SetTime(&st, tree->info.created_ns);
+      return st;
+    }
+    case NodeKind::kArchive: {
+      GPUCKPT_ASSIGN_OR_RETURN(auto tree, VisibleTree(node, caller));
+      if (tree->archive == nullptr) return tree->archive_status;
+      const FileEntry& file = tree->archive->file();
+      // Read-only and the owner's alone, like manifest.json.
+      struct stat st = FileStat(file.mode, file.size);
+      // A view: its bytes are the checkpoint's, which du counts already.
+      st.st_blocks = 0;
+      st.st_uid = file.uid;
+      st.st_gid = file.gid;
+      SetTime(&st, file.mtime_ns);
       return st;
     }
     case NodeKind::kSnapshotEntry:
@@ -520,6 +567,10 @@ Result<std::unique_ptr<FileReader>> StoreView::OpenImage(const NodeId& node) {
   // Of this incarnation: the store opens files by id.
   GPUCKPT_ASSIGN_OR_RETURN(auto tree, Tree(node));
   if (node.kind == NodeKind::kSnapshotEntry) return store_->OpenFile(node.snapshot, node.path);
+  if (node.kind == NodeKind::kArchive) {
+    if (tree->archive == nullptr) return tree->archive_status;
+    return OpenArchive(store_, tree->archive);
+  }
   if (auto it = tree->device_files.find(node.path); it != tree->device_files.end())
     return OpenDeviceFile(store_, node.snapshot, it->second);
   // A file of the device/ an older import stored.
@@ -535,7 +586,8 @@ Result<std::string> StoreView::SymlinkTarget(const NodeId& node) {
     if (n < 1 || n > ids.size()) return Status::NotFound("no checkpoint " + node.path);
     return "../../checkpoints/" + ids[n - 1];
   }
-  if (!IsSnapshotFile(node.kind)) return Status::InvalidArgument("not a symlink");
+  if (!IsSnapshotFile(node.kind) || node.kind == NodeKind::kArchive)
+    return Status::InvalidArgument("not a symlink");
   GPUCKPT_ASSIGN_OR_RETURN(auto tree, Tree(node));
   const Listing& listing = ListingOf(*tree, node);
   auto it = listing.entries.find(node.path);

@@ -7,21 +7,27 @@
 //   /checkpoints/<id>/images/...         the snapshot's files, read lazily
 //   /device/<id>/...                     device state, views of the images
 //                                        (fs/device_view.h)
+//   /archives/<id>.tar                   the checkpoint as a Podman/CRI-O
+//                                        checkpoint archive, made on reads
+//                                        (fs/archive_view.h)
 //   /<pid>/{ctl,status}                  one directory per process shown
 //   /<pid>/checkpoints/{1,2,..,latest}   symlinks to ../../checkpoints/<id>
 //
 // checkpoints/<id>/ holds what a restore needs, each byte once, so that a
 // `cp -r` (tar, rsync) of it is its logical size; device/<id>/ shows the
 // device memory again, as slices of the pages image, for whoever wants to
-// look at it (it is never part of a copy). A device/ that older versions
+// look at it (it is never part of a copy); archives/<id>.tar gives it
+// again as one tar, generated from the store on each read (st_blocks 0:
+// `du` of the mount counts no checkpoint twice). A device/ that older versions
 // imported with a copy is shown under device/<id>/ too, never under
 // checkpoints/<id>/.
 //
 // Who sees what: a process's directory and a checkpoint belong to the
 // process's owner (dirs 0700, files 0600; the kernel enforces the modes,
 // default_permissions), and listings show a caller only their own (root
-// all); device/<id> follows its checkpoint. A checkpoint of someone else,
-// and everything below it and below its device/<id>, is also absent
+// all); device/<id> and archives/<id>.tar follow their checkpoint. A
+// checkpoint of someone else, everything below it and below its
+// device/<id>, and its archives/<id>.tar, are also absent
 // (kNotFound) to the caller's lookups and attributes, so that neither its
 // owner nor its time shows. Control files are writable by anyone; the
 // engine checks each request against the caller.
@@ -29,12 +35,12 @@
 // Node identities are (kind, snapshot id and key, path, pid) and stable
 // for the life of the process. The key (SnapshotInfo::key, never reused)
 // tells incarnations of a reused id apart: a node of a removed checkpoint
-// (device/<id> included) stays kNotFound even once a new checkpoint has the
+// (device/<id> and archives/<id>.tar included) stays kNotFound even once a new checkpoint has the
 // same id. Snapshot listings are cached (snapshots never change once
 // published); the list of snapshots is re-read at most once a second, and
 // at once after a change made through the mount; a lookup of
-// checkpoints/<id> or device/<id> asks the store which incarnation is
-// current.
+// checkpoints/<id>, device/<id> or archives/<id>.tar asks the store which
+// incarnation is current.
 //
 // Thread-safe. Borrows the Store and the Engine, which must outlive it.
 #ifndef GPUCKPT_FS_STORE_VIEW_H_
@@ -52,6 +58,7 @@
 #include <vector>
 
 #include "core/engine/engine.h"
+#include "fs/archive_view.h"
 #include "fs/device_view.h"
 #include "gpuckpt/store.h"
 
@@ -70,6 +77,8 @@ enum class NodeKind {
   kDeviceDir,          // device/
   kDeviceSnapshotDir,  // device/<id>
   kDeviceEntry,        // device/<id>/<path>
+  kArchivesDir,        // archives/
+  kArchive,            // archives/<id>.tar
   kPidDir,             // <pid>
   kPidCtl,             // <pid>/ctl
   kPidStatus,          // <pid>/status
@@ -106,7 +115,7 @@ class StoreView {
   // Contents of generated files (README, manifest.json, status, ...), as
   // `caller` sees them.
   Result<std::string> GeneratedContent(const NodeId& node, const Caller& caller);
-  // Opens a snapshot or device entry that is a regular file.
+  // Opens a snapshot or device entry that is a regular file, or an archive.
   Result<std::unique_ptr<FileReader>> OpenImage(const NodeId& node);
   // Target of a snapshot or device entry that is a symlink, or of a
   // checkpoint link.
@@ -125,10 +134,14 @@ class StoreView {
   static bool InDeviceView(NodeKind kind) {
     return kind == NodeKind::kDeviceSnapshotDir || kind == NodeKind::kDeviceEntry;
   }
-  // Whether a node is a file or directory of a checkpoint's, whose reads
-  // go through OpenImage() (never generated).
+  // Whether a node is a checkpoint's archives/<id>.tar (read-only: its
+  // bytes are the checkpoint's).
+  static bool InArchiveView(NodeKind kind) { return kind == NodeKind::kArchive; }
+  // Whether a node is a file or directory of a checkpoint's, or its
+  // archive, whose reads go through OpenImage() (never generated).
   static bool IsSnapshotFile(NodeKind kind) {
-    return kind == NodeKind::kSnapshotEntry || kind == NodeKind::kDeviceEntry;
+    return kind == NodeKind::kSnapshotEntry || kind == NodeKind::kDeviceEntry ||
+           kind == NodeKind::kArchive;
   }
   // Forgets cached listings (after a checkpoint, import or delete).
   void Invalidate();
@@ -152,6 +165,12 @@ class StoreView {
     Listing device;
     // The device files that are views of the images (fs/device_view.h), by path.
     std::map<std::string, std::shared_ptr<const DeviceFile>> device_files;
+    // archives/<id>.tar (fs/archive_view.h): where its members are. Built
+    // with the tree, from the listing alone; a layout that could not be
+    // built (libarchive failed) leaves archives/<id>.tar listed, and its
+    // stat and open fail with `archive_status`.
+    std::shared_ptr<const ArchiveLayout> archive;
+    Status archive_status;
   };
   // Adds `files` to `listing`, with the parents that they lack shown as
   // private directories of the checkpoint's owner.

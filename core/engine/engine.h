@@ -19,6 +19,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -118,6 +119,9 @@ struct CheckpointRequest {
 struct RestoreRequest {
   std::string path;     // a checkpoint dir in the mount, a copy of one, or a CRIU image dir
   std::string gpu_map;  // "OLD_UUID=NEW_UUID,...": restore onto other GPUs
+  // For a tree with a mount namespace of its own: the directory that becomes
+  // its "/" (root only). "": the one the checkpoint recorded.
+  std::string root;
   Caller caller;
 };
 
@@ -279,12 +283,40 @@ class Engine {
   // The id of the checkpoint a restore names; *imported when it was
   // imported from outside the mount for this restore.
   Result<std::string> ResolveRestoreSource(const RestoreRequest& request, bool* imported);
-  Result<SnapshotInfo> ImportImageDir(const std::string& path, const std::string& name,
-                                      const Caller& caller);
+  // Imports what `path` names (import.cc): a directory of images, a copy
+  // of a checkpoint, a container checkpoint archive or its directory.
+  Result<SnapshotInfo> ImportFrom(const std::string& path, const std::string& name,
+                                  const Caller& caller);
+  struct ImportSource {
+    std::string path;   // as given
+    std::string shown;  // for messages
+    std::string name;   // the caller's NAME, or ""
+    Caller caller;
+  };
+  Result<SnapshotInfo> ImportDirectory(int top_fd, const ImportSource& source);
+  Result<SnapshotInfo> ImportContainerArchive(int fd, const ImportSource& source);
+  // The manifest's `extra` of an import of the tree with root `pid`.
+  nlohmann::json ImportExtra(const ImportSource& source, int pid) const;
+  // Adds an import's files to `writer`; may complete `extra`.
+  using ImportFill = std::function<Status(SnapshotWriter* writer, nlohmann::json* extra)>;
+  // Stores one import under the caller's NAME, else `auto_name` (then
+  // "-2", "-3", ... while taken), else the next "<pid>-<n>"; removes it
+  // again when it took the caller beyond their quota.
+  Result<SnapshotInfo> CommitImport(const ImportSource& source, const std::string& auto_name,
+                                    int pid, nlohmann::json extra, const ImportFill& fill);
+  // What CRIU must know of the tree beyond its images: --shell-job (its
+  // session or group leader was outside it), and the directory that becomes
+  // "/" of its own mount namespace (--root; "" when it had none).
+  struct TreeSetup {
+    bool shell_job = false;
+    std::string root_dir;
+  };
   // Restores as `as` (CRIU runs with their credentials unless root); the
-  // tree's root comes back as `root_pid`.
-  Result<int> RestoreSnapshot(const std::string& id, bool shell_job, const CriuGpuSetup& gpu,
-                              const Caller& as, int root_pid, OperationBoard::Ticket* ticket);
+  // tree's root comes back as `root_pid` (1: in a new pid namespace, with a
+  // new pid here).
+  Result<int> RestoreSnapshot(const std::string& id, const TreeSetup& setup,
+                              const CriuGpuSetup& gpu, const Caller& as, int root_pid,
+                              OperationBoard::Ticket* ticket);
   void RecoverInterruptedKills();
   std::string JournalDir() const;
 

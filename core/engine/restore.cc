@@ -1,8 +1,8 @@
-// Engine::Restore and Engine::Import: find the images a path names (a
-// checkpoint in the mount, a `cp -r` copy of one, or a plain CRIU image
-// directory, which is imported first so that it dedups and shows under
-// checkpoints/), check who may restore them, then serve them to
-// `criu restore --stream` from the store.
+// Engine::Restore: find the images a path names (a checkpoint in the
+// mount, or anything Engine::Import takes from outside it, which is
+// imported first so that it dedups and shows under checkpoints/), check who
+// may restore them, then serve them to `criu restore --stream` from the
+// store.
 //
 // Who may do what:
 //  - a checkpoint in the store: only its owner (the checkpointed process's
@@ -53,32 +53,6 @@ namespace {
 
 // Image records gpuckpt parses are small; a bigger one is not CRIU's.
 constexpr uint64_t kMaxParsedImage = 64u << 20;
-// A checkpoint's manifest is a few KiB (a few hundred bytes per GPU and
-// per range of device memory); what a copy brings is read only this far.
-constexpr uint64_t kMaxCopiedManifest = 1u << 20;
-
-// The well-formed device memory ranges of a copied manifest's `extra`
-// (device.cuda_host_ranges: pid, start, end), as the checkpoint recorded
-// them; empty where it has none. Checked for their types only: they name
-// bytes of the copy's own images, which fs/device_view.h reads.
-nlohmann::json CopiedDeviceRanges(const nlohmann::json& extra) {
-  nlohmann::json out = nlohmann::json::array();
-  if (!extra.contains("device") || !extra["device"].is_object()) return out;
-  const auto& device = extra["device"];
-  if (!device.contains("cuda_host_ranges") || !device["cuda_host_ranges"].is_array()) return out;
-  for (const auto& r : device["cuda_host_ranges"]) {
-    if (!r.is_object() || !r.contains("pid") || !r["pid"].is_number_integer() ||
-        !r.contains("start") || !r["start"].is_number_unsigned() || !r.contains("end") ||
-        !r["end"].is_number_unsigned())
-      continue;
-    const int64_t pid = r["pid"];
-    const uint64_t start = r["start"], end = r["end"];
-    if (pid <= 0 || pid > (1 << 22) || end <= start) continue;
-    out.push_back({{"pid", pid}, {"start", start}, {"end", end}});
-  }
-  return out;
-}
-
 // "/a//b/./c/../d/" -> "/a/b/d"; only for recognising paths in the mount.
 std::string Normalize(const std::string& path) {
   std::vector<std::string> parts;
@@ -111,44 +85,17 @@ std::vector<std::string> Split(const std::string& rel) {
   return parts;
 }
 
-// The whole of `name` in `dir_fd`, a file a user handed in: the name is not
-// followed if it is a symlink, a FIFO or device is not opened blocking, and
-// the descriptor must be a regular file of `owner` (when given) no larger
-// than `max_bytes`.
-Result<std::string> ReadWholeFile(int dir_fd, const std::string& name, const std::string& shown,
-                                  std::optional<uint32_t> owner, uint64_t max_bytes) {
-  UniqueFd fd(
-      openat(dir_fd, name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC | O_NOCTTY));
-  if (fd.get() < 0) {
-    if (errno == ELOOP) return Status::InvalidArgument(shown + " is a symlink");
-    return StatusFromErrno(errno, shown);
-  }
-  struct stat st {};
-  if (fstat(fd.get(), &st) != 0) return StatusFromErrno(errno, shown);
-  if (!S_ISREG(st.st_mode)) return Status::InvalidArgument(shown + " is not a regular file");
-  if (owner && st.st_uid != *owner)
-    return Status::PermissionDenied(shown + " belongs to uid " + std::to_string(st.st_uid));
-  if (static_cast<uint64_t>(st.st_size) > max_bytes)
-    return Status::InvalidArgument(fmt::format("{} is too large ({} bytes; at most {} are read)",
-                                               shown, st.st_size, max_bytes));
-  std::string data(static_cast<size_t>(st.st_size), '\0');
-  size_t done = 0;
-  while (done < data.size()) {
-    const ssize_t n = read(fd.get(), data.data() + done, data.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return StatusFromErrno(errno, shown);
-    if (n == 0) break;
-    done += static_cast<size_t>(n);
-  }
-  data.resize(done);
-  return data;
-}
-
 Result<std::string> ReadStoredFile(Store* store, const std::string& id, const std::string& path) {
   return ReadSmallStoredFile(*store, id, path, kMaxParsedImage);
 }
 
 bool IsRootPid(const CriuTask& t) { return t.ppid == 0; }
+
+// A tree dumped with a pid namespace of its own (a container's init,
+// `unshare -p`) has pid 1 at its root, and its pids are those inside the
+// namespace: CRIU restores it in a new pid namespace, where they are free
+// whatever runs here, and its root gets a new pid outside.
+bool HasOwnPidNamespace(const CriuTask& root) { return root.pid == 1; }
 
 // The images that say which TCP connections CRIU re-creates in repair mode:
 // the sockets (addresses, ports, options: files.img) and each connection's
@@ -272,6 +219,36 @@ Status CheckIdsFree(const std::vector<CriuTask>& tasks) {
     }
   }
   return Status::Ok();
+}
+
+// The root directory of a tree with a mount namespace of its own, which
+// CRIU's restore mounts as the new namespace's "/" (--root): the caller's
+// --root, else the one the checkpoint recorded (checkpoint.cc); "" for a
+// tree without one (CRIU then needs none). Only root restores into a
+// directory of their choosing; CRIU, as root, mounts it.
+Result<std::string> RootDirFor(const RestoreRequest& request, const nlohmann::json& extra) {
+  if (!request.root.empty() && !request.caller.is_root())
+    return Status::PermissionDenied("restore --root is root's: it makes a mount namespace");
+  std::string root = request.root;
+  if (root.empty() && extra.is_object() && extra.contains("mount_namespace") &&
+      extra["mount_namespace"].is_object()) {
+    const auto& ns = extra["mount_namespace"];
+    if (ns.contains("root") && ns["root"].is_string()) root = ns["root"];
+    if (root.empty())
+      return Status::InvalidArgument(
+          "the checkpoint's process had a mount namespace of its own whose root directory is "
+          "not known here: restore it with --root DIR");
+  }
+  if (root.empty()) return root;
+  if (root[0] != '/')
+    return Status::InvalidArgument("--root " + DisplayText(root) + " is not absolute");
+  struct stat st {};
+  if (stat(root.c_str(), &st) != 0)
+    return StatusFromErrno(errno, "the root directory " + DisplayText(root));
+  if (!S_ISDIR(st.st_mode))
+    return Status::InvalidArgument("the root directory " + DisplayText(root) +
+                                   " is not a directory");
+  return root;
 }
 
 // Stored images go to CRIU in blocks of kStreamBlock, StreamAhead() of them
@@ -469,147 +446,9 @@ Result<std::string> Engine::ResolveRestoreSource(const RestoreRequest& request, 
     }
     return id;
   }
-  GPUCKPT_ASSIGN_OR_RETURN(SnapshotInfo info, ImportImageDir(path, "", request.caller));
+  GPUCKPT_ASSIGN_OR_RETURN(SnapshotInfo info, ImportFrom(path, "", request.caller));
   *imported = true;
   return info.id;
-}
-
-Result<SnapshotInfo> Engine::Import(const std::string& path, const std::string& name,
-                                    const Caller& caller) {
-  if (path.empty() || path[0] != '/')
-    return Status::InvalidArgument("import needs an absolute path");
-  auto info = ImportImageDir(path, name, caller);
-  metrics_.CountOperation("import", info.ok() ? "ok" : ResultLabel(info.status().code()));
-  return info;
-}
-
-Result<SnapshotInfo> Engine::ImportImageDir(const std::string& path, const std::string& name,
-                                            const Caller& caller) {
-  if (!name.empty()) GPUCKPT_RETURN_IF_ERROR(CheckCheckpointName(name));
-  GPUCKPT_RETURN_IF_ERROR(CheckQuota(caller, 0, "an import"));
-  // The path is the caller's to resolve: with their rights, so that it
-  // reaches nothing they could not, and its error says no more than theirs
-  // would. Below it, every entry must be the caller's own.
-  UniqueFd top;
-  {
-    GPUCKPT_ASSIGN_OR_RETURN(auto as_caller, ActingAs::Begin(caller));
-    top = UniqueFd(open(path.c_str(), O_RDONLY | O_DIRECTORY | O_NONBLOCK | O_CLOEXEC));
-  }
-  const std::string shown = DisplayText(path);
-  if (top.get() < 0) {
-    if (errno == ENOTDIR) return Status::InvalidArgument(shown + " is not a directory");
-    return StatusFromErrno(errno, shown);
-  }
-  std::optional<uint32_t> owner;
-  if (!caller.is_root()) owner = caller.uid;
-  // A copy of a checkpoint (manifest.json, images/; older versions' copies
-  // also hold device/) or CRIU's own directory of images.
-  UniqueFd images_fd;
-  std::string images_shown;
-  bool is_copy = false;  // of a checkpoint, with images/ below it
-  struct stat st {};
-  if (fstatat(top.get(), "images/pstree.img", &st, AT_SYMLINK_NOFOLLOW) == 0) {
-    images_fd = UniqueFd(
-        openat(top.get(), "images", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
-    images_shown = shown + "/images";
-    is_copy = true;
-  } else if (fstatat(top.get(), "pstree.img", &st, AT_SYMLINK_NOFOLLOW) == 0) {
-    images_fd = UniqueFd(dup(top.get()));
-    images_shown = shown;
-  } else {
-    return Status::InvalidArgument(shown +
-                                   " is not a checkpoint: it has no pstree.img (nor "
-                                   "images/pstree.img)");
-  }
-  if (images_fd.get() < 0) return StatusFromErrno(errno, images_shown);
-  GPUCKPT_ASSIGN_OR_RETURN(
-      std::string pstree, ReadWholeFile(images_fd.get(), "pstree.img", images_shown + "/pstree.img",
-                                        owner, kMaxParsedImage));
-  GPUCKPT_ASSIGN_OR_RETURN(auto tasks, ParsePstreeImage(pstree));
-  auto root = std::find_if(tasks.begin(), tasks.end(), IsRootPid);
-  if (tasks.empty() || root == tasks.end())
-    return Status::InvalidArgument(images_shown + "/pstree.img names no process");
-  const int pid = static_cast<int>(root->pid);
-
-  nlohmann::json extra = {{"pid", pid},
-                          {"owner", {{"uid", caller.uid}, {"gid", caller.gid}}},
-                          {"made_by", MadeByJson(caller)},
-                          {"imported_from", DisplayText(path)}};
-  // A copy of a checkpoint brings its manifest: what a restore needs to
-  // know of it (the GPU stack, its GPUs, --shell-job) is taken over, each
-  // field checked for its type; the rest (owner, sizes) is this import's.
-  if (is_copy) {
-    auto manifest = ReadWholeFile(top.get(), "manifest.json", shown + "/manifest.json", owner,
-                                  kMaxCopiedManifest);
-    // A copy may lack its manifest (it is advisory: CRIU's images are
-    // the checkpoint), but one that is there must be a plain, small file
-    // of the caller's that parses.
-    if (!manifest.ok() && manifest.status().code() != StatusCode::kNotFound)
-      return manifest.status();
-    if (manifest.ok()) {
-      auto copied = nlohmann::json::parse(*manifest, nullptr, false);
-      if (copied.is_discarded())
-        return Status::InvalidArgument(shown + "/manifest.json is not JSON");
-      const nlohmann::json* from = nullptr;
-      if (copied.is_object() && copied.contains("extra") && copied["extra"].is_object())
-        from = &copied["extra"];
-      else if (copied.is_object())
-        from = &copied;
-      if (from != nullptr) {
-        for (const char* key : {"gpu_backend", "driver_version"})
-          if (from->contains(key) && (*from)[key].is_string()) extra[key] = (*from)[key];
-        if (from->contains("shell_job") && (*from)["shell_job"].is_boolean())
-          extra["shell_job"] = (*from)["shell_job"];
-        if (from->contains("gpus") && (*from)["gpus"].is_array()) {
-          nlohmann::json gpus = nlohmann::json::array();
-          for (const auto& g : (*from)["gpus"]) {
-            if (!g.is_object() || !g.contains("uuid") || !g["uuid"].is_string()) continue;
-            nlohmann::json gpu = {{"uuid", g["uuid"]}};
-            if (g.contains("name") && g["name"].is_string()) gpu["name"] = g["name"];
-            if (g.contains("memory_bytes") && g["memory_bytes"].is_number_unsigned())
-              gpu["memory_bytes"] = g["memory_bytes"];
-            gpus.push_back(gpu);
-          }
-          extra["gpus"] = gpus;
-        }
-        // The device memory ranges, from which the mount shows device/<id>
-        // again (a copy's own device/ is never imported: it is the same
-        // bytes as its pages image).
-        if (auto ranges = CopiedDeviceRanges(*from); !ranges.empty())
-          extra["device"] = {{"cuda_host_ranges", ranges}};
-      }
-    }
-  }
-  for (int attempt = 0;; ++attempt) {
-    std::string id;
-    if (name.empty()) {
-      GPUCKPT_ASSIGN_OR_RETURN(id, NextCheckpointName(pid));
-    } else {
-      id = CheckpointIdForName(name, caller);
-    }
-    auto writer =
-        store_->BeginSnapshot({id, shown, extra.dump(), /*base=*/"", DedupDomainFor(caller.uid)});
-    if (!writer.ok()) {
-      // Another checkpoint of this pid took the number meanwhile.
-      if (writer.status().code() == StatusCode::kAlreadyExists && name.empty() && attempt < 8)
-        continue;
-      return writer.status();
-    }
-    // Only images/: a copy's device/ (made by older versions) is views of
-    // its pages image, derived again from the images and the ranges above;
-    // it is not even read, so an import costs the checkpoint's logical size.
-    GPUCKPT_RETURN_IF_ERROR(
-        AddDirectoryToSnapshot(writer->get(), images_fd.get(), images_shown, {"images", owner}));
-    GPUCKPT_ASSIGN_OR_RETURN(SnapshotInfo info, (*writer)->Commit());
-    // What an import adds is known only once it is stored: one that took
-    // its user beyond their quota is removed again (the directory it came
-    // from is where it was).
-    if (Status quota = CheckQuota(caller, 0, "the import of " + shown); !quota.ok()) {
-      store_->Remove(info.id).PermitUnchecked();
-      return quota;
-    }
-    return info;
-  }
 }
 
 Result<int> Engine::Restore(const RestoreRequest& request) {
@@ -632,7 +471,7 @@ Result<int> Engine::Restore(const RestoreRequest& request) {
     if (root == tasks.end())
       return Status::InvalidArgument("checkpoint " + id + " names no root process");
     GPUCKPT_RETURN_IF_ERROR(CheckImageCredentials(store_, id, tasks, as));
-    GPUCKPT_RETURN_IF_ERROR(CheckIdsFree(tasks));
+    if (!HasOwnPidNamespace(*root)) GPUCKPT_RETURN_IF_ERROR(CheckIdsFree(tasks));
     // What the manifest says of how to restore it: whether CRIU needed
     // --shell-job (an imported plain image dir is tried as a standalone
     // tree), and its GPU stack and GPUs.
@@ -651,9 +490,11 @@ Result<int> Engine::Restore(const RestoreRequest& request) {
             gpu_options.checkpoint_gpus.push_back(g["uuid"]);
       }
     }
+    GPUCKPT_ASSIGN_OR_RETURN(std::string root_dir, RootDirFor(request, extra));
     GPUCKPT_ASSIGN_OR_RETURN(CriuGpuSetup gpu, gpu_->SetupForRestore(gpu_options));
     GPUCKPT_ASSIGN_OR_RETURN(auto ticket, board_.Begin(static_cast<int>(root->pid), "restore"));
-    auto pid = RestoreSnapshot(id, shell_job, gpu, as, static_cast<int>(root->pid), ticket.get());
+    auto pid = RestoreSnapshot(id, {shell_job, root_dir}, gpu, as, static_cast<int>(root->pid),
+                               ticket.get());
     ticket->SetResult(pid.ok() ? fmt::format("restore of {} ok as pid {}", id, *pid)
                                : "restore of " + id + " failed: " + pid.status().message());
     return pid;
@@ -670,8 +511,8 @@ Result<int> Engine::Restore(const RestoreRequest& request) {
   return pid;
 }
 
-Result<int> Engine::RestoreSnapshot(const std::string& id, bool shell_job, const CriuGpuSetup& gpu,
-                                    const Caller& as, int root_pid,
+Result<int> Engine::RestoreSnapshot(const std::string& id, const TreeSetup& setup,
+                                    const CriuGpuSetup& gpu, const Caller& as, int root_pid,
                                     OperationBoard::Ticket* ticket) {
   const auto start = std::chrono::steady_clock::now();
   GPUCKPT_ASSIGN_OR_RETURN(auto files, store_->ListFiles(id));
@@ -705,7 +546,11 @@ Result<int> Engine::RestoreSnapshot(const std::string& id, bool shell_job, const
               "restore.log", "-v4",
               "--pidfile",   pidfile,
               "--libdir",    gpu.plugin_dir.empty() ? empty_plugin_dir_ : gpu.plugin_dir};
-  if (shell_job) cmd.args.push_back("--shell-job");
+  if (setup.shell_job) cmd.args.push_back("--shell-job");
+  // A mount namespace's bind mounts of the host's files (checkpoint.cc)
+  // come from where the dump found them (mnt[]).
+  if (!setup.root_dir.empty())
+    cmd.args.insert(cmd.args.end(), {"--root", setup.root_dir, "--external", "mnt[]"});
   // The TCP connections the dump took (checkpoint.cc) are restored too.
   cmd.args.push_back("--tcp-established");
   if (!as.is_root()) {
@@ -759,7 +604,16 @@ Result<int> Engine::RestoreSnapshot(const std::string& id, bool shell_job, const
   auto pid_text = ReadSmallFileNoFollow(pidfile, 32);
   const int pid = pid_text.ok() ? std::atoi(pid_text->c_str()) : 0;
   if (pid <= 0) return Status::IOError("criu restored " + id + " but wrote no pid");
-  if (pid != root_pid)
+  if (root_pid == 1) {
+    // In a new pid namespace the root's pid here is new: believed when that
+    // process is the init of a namespace below ours.
+    auto handle = ProcessHandle::Open(pid);
+    auto ns_pids = handle.ok() ? handle->ReadNamespacePids() : handle.status();
+    if (!ns_pids.ok() || ns_pids->size() < 2 || ns_pids->back() != 1)
+      return Status::IOError(fmt::format(
+          "criu restored {} but says its root is pid {}, which is no pid namespace's init", id,
+          pid));
+  } else if (pid != root_pid)
     return Status::IOError(
         fmt::format("criu restored {} but says its root is pid {}, not {}", id, pid, root_pid));
   work_dir->MarkSucceeded();

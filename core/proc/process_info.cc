@@ -418,6 +418,26 @@ Result<std::vector<std::string>> ProcessHandle::ReadFdTargets() const {
   return found;
 }
 
+Result<std::vector<int>> ProcessHandle::ReadNamespacePids() const {
+  std::string text;
+  GPUCKPT_RETURN_IF_ERROR(ReadFile("status", 1 << 20, &text));
+  for (std::string_view rest = text; !rest.empty();) {
+    const size_t eol = std::min(rest.find('\n'), rest.size());
+    const std::string_view line = rest.substr(0, eol);
+    rest.remove_prefix(std::min(eol + 1, rest.size()));
+    if (line.substr(0, 6) != "NSpid:") continue;
+    std::vector<int> pids;
+    for (std::string_view field : SplitWhitespace(line.substr(6))) {
+      int pid = 0;
+      if (!ParseNumber(field, &pid) || pid <= 0) return Malformed(What("status"), Quote(line));
+      pids.push_back(pid);
+    }
+    if (pids.empty()) return Malformed(What("status"), "empty NSpid: line");
+    return pids;
+  }
+  return Malformed(What("status"), "no NSpid: line");
+}
+
 Result<std::vector<int>> ProcessHandle::ReadChildren() const {
   int task_fd = openat(dir_fd_, "task", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (task_fd < 0) {

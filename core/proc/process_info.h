@@ -164,6 +164,10 @@ class ProcessHandle {
   // links that its network namespace's net/tcp or net/tcp6 lists in a
   // state other than LISTEN or CLOSE.
   Result<bool> HoldsTcpConnection() const;
+  // The process's pid in each pid namespace it is in, outermost first
+  // (status's NSpid: line): {1234, 1} for the init of a namespace made
+  // below ours. kIOError where the line is missing.
+  Result<std::vector<int>> ReadNamespacePids() const;
   // Direct children, from task/*/children. kUnavailable where the kernel
   // has no children files (CONFIG_PROC_CHILDREN off).
   Result<std::vector<int>> ReadChildren() const;

@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <climits>
 #include <cstdlib>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -88,8 +89,9 @@ struct Walk {
   const std::string& root;
   const ProgressFn& progress;
   uint64_t total;
-  std::string dest_prefix;        // prepended to every stored path
-  std::optional<uint32_t> owner;  // every entry must belong to this uid
+  std::string dest_prefix;                              // prepended to every stored path
+  std::optional<uint32_t> owner;                        // every entry must belong to this uid
+  std::function<bool(const std::string&)> include_top;  // empty: all
 
   Status CheckOwner(const std::string& shown, const struct stat& st) const {
     if (!owner || st.st_uid == *owner) return Status::Ok();
@@ -102,6 +104,7 @@ struct Walk {
       return Status::InvalidArgument("directory tree under " + root + " is too deep");
     GPUCKPT_ASSIGN_OR_RETURN(auto names, ReadNames(dir_fd, Join(root, rel)));
     for (const auto& name : names) {
+      if (depth == 0 && include_top && !include_top(name)) continue;
       const std::string path = Join(rel, name);
       const std::string shown = root + "/" + path;
       struct stat st {};
@@ -190,7 +193,13 @@ Status AddDirectoryToSnapshot(SnapshotWriter* writer, int dir_fd, const std::str
   struct stat st {};
   if (fstat(dir_fd, &st) != 0) return StatusFromErrno(errno, shown_root);
   if (!S_ISDIR(st.st_mode)) return Status::InvalidArgument(shown_root + " is not a directory");
-  Walk walk{writer, shown_root, nullptr, 0, options.dest_prefix, options.required_owner};
+  Walk walk{writer,
+            shown_root,
+            nullptr,
+            0,
+            options.dest_prefix,
+            options.required_owner,
+            options.include_top};
   GPUCKPT_RETURN_IF_ERROR(walk.CheckOwner(shown_root, st));
   if (!options.dest_prefix.empty()) {
     FileEntry e = EntryFromStat(options.dest_prefix, st);
@@ -220,7 +229,7 @@ Result<SnapshotInfo> StoreImpl::ImportDirectory(const std::string& src_dir,
   const uint64_t total = progress ? TotalBytes(root.get(), src_dir, 0) : 0;
   GPUCKPT_ASSIGN_OR_RETURN(auto writer, BeginSnapshot(spec));
   if (progress) writer->SetProgress(progress, total);
-  Walk walk{writer.get(), src_dir, progress, total, "", std::nullopt};
+  Walk walk{writer.get(), src_dir, progress, total, "", std::nullopt, nullptr};
   GPUCKPT_RETURN_IF_ERROR(walk.Dir(root.get(), "", 0));
   return writer->Commit();
 }

@@ -130,6 +130,16 @@ Status SnapshotWriterImpl::AddEntry(const FileEntry& meta) {
 }
 
 Status SnapshotWriterImpl::AddFile(const FileEntry& meta, int fd) {
+  return AddStream(meta, [fd, &meta](char* buf, size_t len) -> Result<size_t> {
+    for (;;) {
+      const ssize_t n = read(fd, buf, len);
+      if (n >= 0) return static_cast<size_t>(n);
+      if (errno != EINTR) return StatusFromErrno(errno, "reading '" + meta.path + "'");
+    }
+  });
+}
+
+Status SnapshotWriterImpl::AddStream(const FileEntry& meta, const ReadFn& read) {
   if (committed_) return Status::InvalidArgument("snapshot already committed");
   FileEntry e = meta;
   e.type = FileType::kRegular;
@@ -161,13 +171,11 @@ Status SnapshotWriterImpl::AddFile(const FileEntry& meta, int fd) {
         begin = 0;
         block = std::move(next);
       }
-      const ssize_t n = read(fd, block.get() + end, block_size - end);
-      if (n < 0) {
-        if (errno == EINTR) continue;
-        return Fail(StatusFromErrno(errno, "reading '" + e.path + "'"));
-      }
+      Result<size_t> got = read(reinterpret_cast<char*>(block.get()) + end, block_size - end);
+      if (!got.ok()) return Fail(got.status());
+      const size_t n = std::min(*got, block_size - end);
       if (n == 0) eof = true;
-      end += static_cast<size_t>(n);
+      end += n;
       const uint64_t total_read =
           bytes_read_.fetch_add(static_cast<uint64_t>(n)) + static_cast<uint64_t>(n);
       uint64_t reported = progress_reported_.load(std::memory_order_relaxed);

@@ -49,6 +49,7 @@ class SnapshotWriterImpl final : public SnapshotWriter {
   Status LoadBase();
 
   Status AddFile(const FileEntry& meta, int fd) override;
+  Status AddStream(const FileEntry& meta, const ReadFn& read) override;
   Status AddEntry(const FileEntry& meta) override;
   void SetExtraJson(std::string extra_json) override {
     std::lock_guard lock(entries_mu_);

@@ -9,7 +9,7 @@
 // Commit() — or a process killed at any point — leaves only unreferenced
 // records that Gc() removes.
 //
-// AddFile() and AddEntry() may be called from several threads at once (a
+// AddFile(), AddStream() and AddEntry() may be called from several threads at once (a
 // CRIU dump streams several image files at a time); the other members are
 // called by one thread while no AddFile() runs. Several writers of one Store
 // may run at once. Borrows the Store, which must outlive it.
@@ -17,6 +17,7 @@
 #define GPUCKPT_SNAPSHOT_WRITER_H_
 
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "gpuckpt/status.h"
@@ -32,6 +33,13 @@ class SnapshotWriter {
   // file `meta.path` (meta.size is ignored; the bytes read decide). Does not
   // close `fd`. Works on pipes and sockets as well as files.
   virtual Status AddFile(const FileEntry& meta, int fd) = 0;
+
+  // Reads the contents of regular file `meta.path` from `read`, which fills
+  // up to `len` bytes of `buf` and returns how many (0 at the end), until
+  // it returns 0; an error it returns fails the file. For sources that are
+  // no descriptor, such as a member of an archive being decompressed.
+  using ReadFn = std::function<Result<size_t>(char* buf, size_t len)>;
+  virtual Status AddStream(const FileEntry& meta, const ReadFn& read) = 0;
 
   // Adds a directory or symlink entry (no data).
   virtual Status AddEntry(const FileEntry& meta) = 0;

@@ -176,6 +176,9 @@ struct AddDirectoryOptions {
   // this uid, else kPermissionDenied: the daemon reads as root on behalf of a
   // user, who must not get other people's files into a snapshot of theirs.
   std::optional<uint32_t> required_owner;
+  // When set, only the top-level names of the tree it returns true for are
+  // added (and what is below them). Default: all.
+  std::function<bool(const std::string& name)> include_top;
 };
 
 // Adds the tree under the directory `dir_fd` (regular files, directories,

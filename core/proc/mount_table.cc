@@ -1,4 +1,4 @@
-#include "fs/mount_table.h"
+#include "core/proc/mount_table.h"
 
 #include <cstdlib>
 #include <fstream>
@@ -39,6 +39,7 @@ Result<std::vector<MountEntry>> ReadMountTable(const std::string& path) {
     if (before_dash.size() < 5) continue;
     MountEntry m;
     m.device = before_dash[2];
+    m.root = Unescape(before_dash[3]);
     m.mountpoint = Unescape(before_dash[4]);
     std::string source;
     fields >> m.type >> source;

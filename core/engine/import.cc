@@ -1,0 +1,410 @@
+// Engine::Import: a checkpoint from outside the mount into the store, as a
+// checkpoint of its own (deduplication makes that cost only what is new).
+// What it takes:
+//  - a copy of a checkpoint (manifest.json, images/), as `cp -r` of
+//    checkpoints/<id> makes it;
+//  - CRIU's own directory of images (pstree.img at its top);
+//  - a container checkpoint as Podman and CRI-O write it: the archive (tar,
+//    tar.gz, tar.zst) or its extracted directory (checkpoint/pstree.img),
+//    stored as images/ and container/ (core/snapshot/container_archive.h);
+//    the mount's own archives/<id>.tar are such archives.
+//
+// The path is the caller's to resolve, with their rights (ActingAs), so it
+// tells nobody what lies in directories they cannot read; what it names
+// (the archive, or every directory, file and symlink below the directory)
+// must belong to the caller, and nothing is followed or opened blocking. A
+// copied manifest is believed only for how to restore (the GPU stack, its
+// GPUs, --shell-job; the root directory of a mount namespace from root's
+// copies only), never for owners or sizes.
+#include <dirent.h>
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <initializer_list>
+#include <nlohmann/json.hpp>
+#include <optional>
+
+#include "core/base/display_text.h"
+#include "core/base/unique_fd.h"
+#include "core/criu/images.h"
+#include "core/engine/engine.h"
+#include "core/proc/acting_as.h"
+#include "core/snapshot/container_archive.h"
+
+namespace gpuckpt {
+namespace {
+
+// Image records gpuckpt parses are small; a bigger one is not CRIU's.
+constexpr uint64_t kMaxParsedImage = 64u << 20;
+// A checkpoint's manifest is a few KiB (a few hundred bytes per GPU and
+// per range of device memory); what a copy brings is read only this far.
+constexpr uint64_t kMaxCopiedManifest = 1u << 20;
+// How many "-2", "-3", ... an import named after its file tries.
+constexpr int kNameAttempts = 100;
+
+// The well-formed device memory ranges of a copied manifest's `extra`
+// (device.cuda_host_ranges: pid, start, end), as the checkpoint recorded
+// them; empty where it has none. Checked for their types only: they name
+// bytes of the copy's own images, which fs/device_view.h reads.
+nlohmann::json CopiedDeviceRanges(const nlohmann::json& extra) {
+  nlohmann::json out = nlohmann::json::array();
+  if (!extra.contains("device") || !extra["device"].is_object()) return out;
+  const auto& device = extra["device"];
+  if (!device.contains("cuda_host_ranges") || !device["cuda_host_ranges"].is_array()) return out;
+  for (const auto& r : device["cuda_host_ranges"]) {
+    if (!r.is_object() || !r.contains("pid") || !r["pid"].is_number_integer() ||
+        !r.contains("start") || !r["start"].is_number_unsigned() || !r.contains("end") ||
+        !r["end"].is_number_unsigned())
+      continue;
+    const int64_t pid = r["pid"];
+    const uint64_t start = r["start"], end = r["end"];
+    if (pid <= 0 || pid > (1 << 22) || end <= start) continue;
+    out.push_back({{"pid", pid}, {"start", start}, {"end", end}});
+  }
+  return out;
+}
+
+// Takes over into `extra` what a copied manifest (its text) says of how to
+// restore the checkpoint, each field checked for its type; the rest
+// (owner, sizes) is the import's own.
+Status TakeOverManifest(const std::string& text, const std::string& shown, const Caller& caller,
+                        nlohmann::json* extra) {
+  auto copied = nlohmann::json::parse(text, nullptr, false);
+  if (copied.is_discarded()) return Status::InvalidArgument(shown + " is not JSON");
+  const nlohmann::json* from = nullptr;
+  if (copied.is_object() && copied.contains("extra") && copied["extra"].is_object())
+    from = &copied["extra"];
+  else if (copied.is_object())
+    from = &copied;
+  if (from == nullptr) return Status::Ok();
+  for (const char* key : {"gpu_backend", "driver_version"})
+    if (from->contains(key) && (*from)[key].is_string()) (*extra)[key] = (*from)[key];
+  if (from->contains("shell_job") && (*from)["shell_job"].is_boolean())
+    (*extra)["shell_job"] = (*from)["shell_job"];
+  if (from->contains("gpus") && (*from)["gpus"].is_array()) {
+    nlohmann::json gpus = nlohmann::json::array();
+    for (const auto& g : (*from)["gpus"]) {
+      if (!g.is_object() || !g.contains("uuid") || !g["uuid"].is_string()) continue;
+      nlohmann::json gpu = {{"uuid", g["uuid"]}};
+      if (g.contains("name") && g["name"].is_string()) gpu["name"] = g["name"];
+      if (g.contains("memory_bytes") && g["memory_bytes"].is_number_unsigned())
+        gpu["memory_bytes"] = g["memory_bytes"];
+      gpus.push_back(gpu);
+    }
+    (*extra)["gpus"] = gpus;
+  }
+  // Where a tree with a mount namespace of its own had its root: a
+  // directory that root's restore mounts, so taken over from root's copies
+  // only (anyone else's restore cannot make a mount namespace anyway).
+  if (from->contains("mount_namespace") && (*from)["mount_namespace"].is_object()) {
+    const auto& ns = (*from)["mount_namespace"];
+    const bool known = caller.is_root() && ns.contains("root") && ns["root"].is_string();
+    (*extra)["mount_namespace"] = {{"root", known ? ns["root"] : nlohmann::json()}};
+  }
+  // The device memory ranges, from which the mount shows device/<id> again
+  // (a copy's own device/ is never imported: it is the same bytes as its
+  // pages image).
+  if (auto ranges = CopiedDeviceRanges(*from); !ranges.empty())
+    (*extra)["device"] = {{"cuda_host_ranges", ranges}};
+  return Status::Ok();
+}
+
+// What Podman's config.dump says of the container, for people reading the
+// manifest: its name, id and image, strings only, each cut short.
+nlohmann::json ContainerSummary(const std::optional<std::string>& config) {
+  nlohmann::json out = nlohmann::json::object();
+  if (!config) return out;
+  auto parsed = nlohmann::json::parse(*config, nullptr, false);
+  if (!parsed.is_object()) return out;
+  for (auto [key, field] :
+       {std::pair{"name", "name"}, std::pair{"id", "id"}, std::pair{"image", "rootfsImageName"}}) {
+    if (parsed.contains(field) && parsed[field].is_string())
+      out[key] = DisplayText(parsed[field].get<std::string>().substr(0, 256));
+  }
+  return out;
+}
+
+// The whole of `name` in `dir_fd`, a file a user handed in: the name is not
+// followed if it is a symlink, a FIFO or device is not opened blocking, and
+// the descriptor must be a regular file of `owner` (when given) no larger
+// than `max_bytes`.
+Result<std::string> ReadWholeFile(int dir_fd, const std::string& name, const std::string& shown,
+                                  std::optional<uint32_t> owner, uint64_t max_bytes) {
+  UniqueFd fd(
+      openat(dir_fd, name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC | O_NOCTTY));
+  if (fd.get() < 0) {
+    if (errno == ELOOP) return Status::InvalidArgument(shown + " is a symlink");
+    return StatusFromErrno(errno, shown);
+  }
+  struct stat st {};
+  if (fstat(fd.get(), &st) != 0) return StatusFromErrno(errno, shown);
+  if (!S_ISREG(st.st_mode)) return Status::InvalidArgument(shown + " is not a regular file");
+  if (owner && st.st_uid != *owner)
+    return Status::PermissionDenied(shown + " belongs to uid " + std::to_string(st.st_uid));
+  if (static_cast<uint64_t>(st.st_size) > max_bytes)
+    return Status::InvalidArgument(fmt::format("{} is too large ({} bytes; at most {} are read)",
+                                               shown, st.st_size, max_bytes));
+  std::string data(static_cast<size_t>(st.st_size), '\0');
+  size_t done = 0;
+  while (done < data.size()) {
+    const ssize_t n = read(fd.get(), data.data() + done, data.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return StatusFromErrno(errno, shown);
+    if (n == 0) break;
+    done += static_cast<size_t>(n);
+  }
+  data.resize(done);
+  return data;
+}
+
+// The root task's pid of CRIU's pstree.img.
+Result<int> RootPidOf(const std::string& pstree, const std::string& shown) {
+  GPUCKPT_ASSIGN_OR_RETURN(auto tasks, ParsePstreeImage(pstree));
+  auto root =
+      std::find_if(tasks.begin(), tasks.end(), [](const CriuTask& t) { return t.ppid == 0; });
+  if (root == tasks.end()) return Status::InvalidArgument(shown + " names no process");
+  return static_cast<int>(root->pid);
+}
+
+// The name a container checkpoint gets when the caller gives none: its
+// file's name without the archive's extensions ("ctr.tar.zst" -> "ctr"),
+// other characters than a name may hold replaced by '_'; "container" when
+// nothing is left that a name may be.
+std::string NameFromPath(const std::string& path) {
+  std::string base = path.substr(path.find_last_of('/') + 1);
+  for (const char* ext : {".tar.gz", ".tar.zst", ".tar.xz", ".tgz", ".tzst", ".tar"}) {
+    const std::string e = ext;
+    if (base.size() > e.size() && base.compare(base.size() - e.size(), e.size(), e) == 0) {
+      base.resize(base.size() - e.size());
+      break;
+    }
+  }
+  for (char& c : base)
+    if (!isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '_' && c != '-') c = '_';
+  base = base.substr(0, 100);
+  if (base.empty() || base[0] == '.' || !CheckCheckpointName(base).ok()) return "container";
+  return base;
+}
+
+// Whether the file starts as a tar archive (ustar or GNU magic), or as
+// gzip, zstd or xz data (libarchive then tells whether a tar is inside):
+// anything else is refused before its owner is even looked at.
+bool LooksLikeArchive(int fd) {
+  unsigned char head[512] = {};
+  const ssize_t n = pread(fd, head, sizeof head, 0);
+  if (n < 6) return false;
+  auto starts = [&](std::initializer_list<unsigned char> magic) {
+    return std::equal(magic.begin(), magic.end(), head);
+  };
+  if (starts({0x1f, 0x8b}) || starts({0x28, 0xb5, 0x2f, 0xfd}) ||
+      starts({0xfd, '7', 'z', 'X', 'Z', 0x00}))
+    return true;
+  return n == sizeof head && std::memcmp(head + 257, "ustar", 5) == 0;
+}
+
+// Whether CRIU dumped a mount namespace into the directory of images
+// (mountpoints-<id>.img).
+bool HasMountpointsImage(int images_fd) {
+  const int fd = dup(images_fd);
+  if (fd < 0) return false;
+  DIR* dir = fdopendir(fd);
+  if (dir == nullptr) {
+    close(fd);
+    return false;
+  }
+  rewinddir(dir);
+  bool found = false;
+  while (dirent* e = readdir(dir))
+    if (std::strncmp(e->d_name, "mountpoints-", 12) == 0) found = true;
+  closedir(dir);
+  return found;
+}
+
+}  // namespace
+
+Result<SnapshotInfo> Engine::Import(const std::string& path, const std::string& name,
+                                    const Caller& caller) {
+  if (path.empty() || path[0] != '/')
+    return Status::InvalidArgument("import needs an absolute path");
+  auto info = ImportFrom(path, name, caller);
+  metrics_.CountOperation("import", info.ok() ? "ok" : ResultLabel(info.status().code()));
+  return info;
+}
+
+Result<SnapshotInfo> Engine::ImportFrom(const std::string& path, const std::string& name,
+                                        const Caller& caller) {
+  if (!name.empty()) GPUCKPT_RETURN_IF_ERROR(CheckCheckpointName(name));
+  GPUCKPT_RETURN_IF_ERROR(CheckQuota(caller, 0, "an import"));
+  // The path is the caller's to resolve: with their rights, so that it
+  // reaches nothing they could not, and its error says no more than theirs
+  // would.
+  UniqueFd top;
+  {
+    GPUCKPT_ASSIGN_OR_RETURN(auto as_caller, ActingAs::Begin(caller));
+    top = UniqueFd(open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY));
+  }
+  const std::string shown = DisplayText(path);
+  if (top.get() < 0) return StatusFromErrno(errno, shown);
+  struct stat st {};
+  if (fstat(top.get(), &st) != 0) return StatusFromErrno(errno, shown);
+  if (!S_ISDIR(st.st_mode) && !(S_ISREG(st.st_mode) && LooksLikeArchive(top.get())))
+    return Status::InvalidArgument(shown +
+                                   " is neither a directory of images nor a container checkpoint "
+                                   "archive (tar, tar.gz, tar.zst)");
+  const ImportSource source{path, shown, name, caller};
+  // A directory's entries are checked as they are read, each its caller's.
+  if (S_ISDIR(st.st_mode)) return ImportDirectory(top.get(), source);
+  if (!caller.is_root() && st.st_uid != caller.uid)
+    return Status::PermissionDenied(shown + " belongs to uid " + std::to_string(st.st_uid) +
+                                    ", not to uid " + std::to_string(caller.uid));
+  return ImportContainerArchive(top.get(), source);
+}
+
+Result<SnapshotInfo> Engine::ImportDirectory(int top_fd, const ImportSource& source) {
+  const std::string& shown = source.shown;
+  std::optional<uint32_t> owner;
+  if (!source.caller.is_root()) owner = source.caller.uid;
+  // A copy of a checkpoint (images/; older versions' copies also hold
+  // device/, never read: the same bytes as its pages image), an extracted
+  // container checkpoint (checkpoint/), or CRIU's own directory of images.
+  struct stat st {};
+  std::string images_name;  // "" for the top itself
+  bool container = false;
+  if (fstatat(top_fd, "images/pstree.img", &st, AT_SYMLINK_NOFOLLOW) == 0) {
+    images_name = "images";
+  } else if (fstatat(top_fd, "checkpoint/pstree.img", &st, AT_SYMLINK_NOFOLLOW) == 0) {
+    images_name = kContainerImagesDir;
+    container = true;
+  } else if (fstatat(top_fd, "pstree.img", &st, AT_SYMLINK_NOFOLLOW) != 0) {
+    return Status::InvalidArgument(shown +
+                                   " is not a checkpoint: it has no pstree.img (nor "
+                                   "images/pstree.img, nor a container checkpoint's "
+                                   "checkpoint/pstree.img)");
+  }
+  UniqueFd images_fd(images_name.empty()
+                         ? dup(top_fd)
+                         : openat(top_fd, images_name.c_str(),
+                                  O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
+  const std::string images_shown = images_name.empty() ? shown : shown + "/" + images_name;
+  if (images_fd.get() < 0) return StatusFromErrno(errno, images_shown);
+  GPUCKPT_ASSIGN_OR_RETURN(
+      std::string pstree, ReadWholeFile(images_fd.get(), "pstree.img", images_shown + "/pstree.img",
+                                        owner, kMaxParsedImage));
+  GPUCKPT_ASSIGN_OR_RETURN(const int pid, RootPidOf(pstree, images_shown + "/pstree.img"));
+
+  nlohmann::json extra = ImportExtra(source, pid);
+  std::optional<std::string> config;
+  if (container) {
+    auto text =
+        ReadWholeFile(top_fd, "config.dump", shown + "/config.dump", owner, kMaxCopiedManifest);
+    if (text.ok()) config = std::move(*text);
+    extra["container"] = ContainerSummary(config);
+  }
+  if (!images_name.empty()) {
+    auto manifest =
+        ReadWholeFile(top_fd, "manifest.json", shown + "/manifest.json", owner, kMaxCopiedManifest);
+    // A copy may lack its manifest (it is advisory: CRIU's images are the
+    // checkpoint), but one that is there must be a plain, small file of the
+    // caller's that parses.
+    if (!manifest.ok() && manifest.status().code() != StatusCode::kNotFound)
+      return manifest.status();
+    if (manifest.ok())
+      GPUCKPT_RETURN_IF_ERROR(
+          TakeOverManifest(*manifest, shown + "/manifest.json", source.caller, &extra));
+  }
+  // A tree with a mount namespace of its own needs its root directory to
+  // be restored, which CRIU's images do not say (nor a container engine's
+  // files): a restore then asks for --root.
+  if (HasMountpointsImage(images_fd.get()) && !extra.contains("mount_namespace"))
+    extra["mount_namespace"] = {{"root", nullptr}};
+  const std::string auto_name = container ? NameFromPath(source.path) : "";
+  return CommitImport(source, auto_name, pid, extra,
+                      [&](SnapshotWriter* writer, nlohmann::json*) -> Status {
+                        GPUCKPT_RETURN_IF_ERROR(AddDirectoryToSnapshot(
+                            writer, images_fd.get(), images_shown, {"images", owner, nullptr}));
+                        if (!container) return Status::Ok();
+                        AddDirectoryOptions rest{kContainerFilesDir, owner, IsContainerFile};
+                        return AddDirectoryToSnapshot(writer, top_fd, shown, rest);
+                      });
+}
+
+Result<SnapshotInfo> Engine::ImportContainerArchive(int fd, const ImportSource& source) {
+  ContainerImportOptions options;
+  options.uid = source.caller.uid;
+  options.gid = source.caller.gid;
+  options.max_parsed_bytes = kMaxParsedImage;
+  // The archive is read once, as it comes: its root task (for the
+  // manifest) is known only once its pstree.img has gone by.
+  return CommitImport(
+      source, NameFromPath(source.path), /*pid=*/0, ImportExtra(source, 0),
+      [&](SnapshotWriter* writer, nlohmann::json* extra) -> Status {
+        posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
+        GPUCKPT_ASSIGN_OR_RETURN(ContainerImport found,
+                                 AddContainerArchiveToSnapshot(writer, fd, source.shown, options));
+        GPUCKPT_ASSIGN_OR_RETURN(const int pid,
+                                 RootPidOf(found.pstree, source.shown + ": checkpoint/pstree.img"));
+        (*extra)["pid"] = pid;
+        if (found.manifest) {
+          GPUCKPT_RETURN_IF_ERROR(TakeOverManifest(
+              *found.manifest, source.shown + ": manifest.json", source.caller, extra));
+        }
+        // One of the mount's own archives of a checkpoint made through
+        // `ctl` holds no container files: it is a plain checkpoint again.
+        if (found.config || !found.manifest) (*extra)["container"] = ContainerSummary(found.config);
+        if (found.mount_namespace && !extra->contains("mount_namespace"))
+          (*extra)["mount_namespace"] = {{"root", nullptr}};
+        return Status::Ok();
+      });
+}
+
+nlohmann::json Engine::ImportExtra(const ImportSource& source, int pid) const {
+  return {{"pid", pid},
+          {"owner", {{"uid", source.caller.uid}, {"gid", source.caller.gid}}},
+          {"made_by", MadeByJson(source.caller)},
+          {"imported_from", source.shown}};
+}
+
+Result<SnapshotInfo> Engine::CommitImport(const ImportSource& source, const std::string& auto_name,
+                                          int pid, nlohmann::json extra, const ImportFill& fill) {
+  const Caller& caller = source.caller;
+  for (int attempt = 0;; ++attempt) {
+    std::string id;
+    if (!source.name.empty()) {
+      id = CheckpointIdForName(source.name, caller);
+    } else if (!auto_name.empty()) {
+      id = CheckpointIdForName(
+          attempt == 0 ? auto_name : auto_name + "-" + std::to_string(attempt + 1), caller);
+    } else {
+      GPUCKPT_ASSIGN_OR_RETURN(id, NextCheckpointName(pid));
+    }
+    auto writer = store_->BeginSnapshot(
+        {id, source.shown, extra.dump(), /*base=*/"", DedupDomainFor(caller.uid)});
+    if (!writer.ok()) {
+      // The name is taken (by another checkpoint of this pid meanwhile, or
+      // by an earlier import of a file of the same name): the next one.
+      const int attempts = auto_name.empty() ? 8 : kNameAttempts;
+      if (writer.status().code() == StatusCode::kAlreadyExists && source.name.empty() &&
+          attempt < attempts)
+        continue;
+      return writer.status();
+    }
+    GPUCKPT_RETURN_IF_ERROR(fill(writer->get(), &extra));
+    (*writer)->SetExtraJson(extra.dump());
+    GPUCKPT_ASSIGN_OR_RETURN(SnapshotInfo info, (*writer)->Commit());
+    // What an import adds is known only once it is stored: one that took
+    // its user beyond their quota is removed again (what it came from is
+    // where it was).
+    if (Status quota = CheckQuota(caller, 0, "the import of " + source.shown); !quota.ok()) {
+      store_->Remove(info.id).PermitUnchecked();
+      return quota;
+    }
+    return info;
+  }
+}
+
+}  // namespace gpuckpt

@@ -1,0 +1,34 @@
+// The mounts a process sees, from /proc/PID/mountinfo: where gpuckptfs
+// checks that nothing is mounted where it would mount and finds its own
+// mount's device, and which of a checkpointed process's mounts CRIU must
+// leave out (gpuckpt's own FUSE mounts, which no dump can take).
+//
+// Stateless; safe from any thread.
+#ifndef GPUCKPT_CORE_PROC_MOUNT_TABLE_H_
+#define GPUCKPT_CORE_PROC_MOUNT_TABLE_H_
+
+#include <string>
+#include <vector>
+
+#include "gpuckpt/status.h"
+
+namespace gpuckpt {
+
+// The type of gpuckptfs's mounts in mountinfo ("fuse." and its subtype).
+inline constexpr char kGpuckptMountType[] = "fuse.gpuckpt";
+
+struct MountEntry {
+  std::string device;      // "major:minor"
+  std::string root;        // unescaped: the directory of the filesystem mounted here
+  std::string mountpoint;  // unescaped: an absolute path without symlinks
+  std::string type;        // e.g. "fuse.gpuckpt"
+  std::string source;      // unescaped
+};
+
+// Every mount, in mountinfo's order (a mount stacked on an older one at the
+// same place comes after it). kIOError when the file cannot be read.
+Result<std::vector<MountEntry>> ReadMountTable(const std::string& path = "/proc/self/mountinfo");
+
+}  // namespace gpuckpt
+
+#endif  // GPUCKPT_CORE_PROC_MOUNT_TABLE_H_
