@@ -143,7 +143,7 @@ Status GlobalCommand(Engine& engine, const std::string& line, const Caller& call
   }
   if (verb == "gc" && words.size() == 1) return engine.Gc(caller).status();
   return Status::InvalidArgument("unknown command '" + line +
-                                 "': expected track PID | import DIR [NAME] | gc");
+                                 "': expected track PID | import PATH [NAME] | gc");
 }
 
 // `PATH` alone is taken as it is (spaces and all); `PATH --option ...` is

@@ -4,7 +4,7 @@
 // the Engine.
 //
 //   <pid>/ctl   checkpoint [--kill] [--name NAME] [--lock-timeout MS] [--no-space-check]
-//   ctl         track PID | import DIR [NAME] | gc
+//   ctl         track PID | import PATH [NAME] | gc
 //   restore     PATH [--gpu-map OLD_UUID=NEW_UUID,...]
 //
 // Every input is untrusted: anything unknown (an unterminated quote, an

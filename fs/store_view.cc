@@ -20,6 +20,7 @@ constexpr char kReadme[] =
     "  <pid>/checkpoints/{1,2,...,latest}  its checkpoints\n"
     "  checkpoints/<id>/manifest.json   what a checkpoint is (JSON)\n"
     "  checkpoints/<id>/images/         CRIU's image files, read lazily from the store\n"
+    "  checkpoints/<id>/container/      a container engine's files (an imported archive)\n"
     "  device/<id>/                     a GPU checkpoint's device state, read from its\n"
     "                                   images: the GPU memory CUDA moved to host memory\n"
     "                                   (cuda-*.bin, listed in cuda-ranges.json), AMD\n"
@@ -28,11 +29,15 @@ constexpr char kReadme[] =
     "                                   made from the store as it is read (takes no space):\n"
     "                                   podman container restore --import archives/<id>.tar\n"
     "  echo PATH > restore              restore a checkpoint: a directory here, a `cp -r` copy\n"
-    "                                   of one, or a CRIU image directory; `cat restore`: the\n"
-    "                                   new pid, or why it failed\n"
+    "                                   of one, a CRIU image directory, or a container\n"
+    "                                   checkpoint archive; `cat restore`: the new pid, or why\n"
+    "                                   it failed\n"
     "       options: PATH --gpu-map OLD_UUID=NEW_UUID,...  restore onto other GPUs\n"
+    "                PATH --root DIR    the root directory of a tree with its own mount\n"
+    "                                   namespace (root only)\n"
     "  echo track PID > ctl             show a process that uses no GPU\n"
-    "  echo 'import DIR [NAME]' > ctl   import an image directory as a checkpoint\n"
+    "  echo 'import PATH [NAME]' > ctl  import an image directory or a container checkpoint\n"
+    "                                   archive (tar, tar.gz, tar.zst) as a checkpoint\n"
     "  echo gc > ctl                    reclaim chunks of deleted checkpoints (root)\n"
     "  rm -r checkpoints/<id>           delete a checkpoint\n"
     "  metrics                          Prometheus text format\n"
@@ -40,7 +45,7 @@ constexpr char kReadme[] =
     "A failed write says why in <pid>/status (or restore). `ls -l` shows logical\n"
     "sizes; `du` shows what each checkpoint added to the deduplicated store.\n";
 
-constexpr char kCtlHelp[] = "commands: track PID | import DIR [NAME] | gc\n";
+constexpr char kCtlHelp[] = "commands: track PID | import PATH [NAME] | gc\n";
 constexpr char kPidCtlHelp[] =
     "commands: checkpoint [--kill] [--name NAME] [--lock-timeout MS] [--no-space-check]\n";
 

@@ -197,7 +197,7 @@ nlohmann::json MadeByJson(const Caller& caller);
 // claiming the pid of another user's job) is never among them.
 bool IsCheckpointOfProcess(const SnapshotInfo& info, int pid, uint32_t owner_uid);
 
-// A name given with `checkpoint --name` or `import DIR NAME` must not have
+// A name given with `checkpoint --name` or `import PATH NAME` must not have
 // the form "<digits>-<digits>" that the automatic names ("<pid>-<n>") take;
 // the store checks the rest (letters, digits, '.', '_', '-'; 1 to 128).
 Status CheckCheckpointName(const std::string& name);
@@ -219,8 +219,9 @@ class Engine {
   Result<SnapshotInfo> Checkpoint(const CheckpointRequest& request);
   // Restores; returns the pid of the restored process (the tree's root).
   Result<int> Restore(const RestoreRequest& request);
-  // Imports an image directory (a copy of a checkpoint, or CRIU's files) as
-  // a checkpoint of its own.
+  // Imports what `path` names as a checkpoint of its own: a directory of
+  // images (a copy of a checkpoint, or CRIU's files), or a container
+  // checkpoint archive or its directory (import.cc).
   Result<SnapshotInfo> Import(const std::string& path, const std::string& name,
                               const Caller& caller);
   Status Track(int pid, const Caller& caller);

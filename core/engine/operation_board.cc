@@ -20,6 +20,10 @@ Result<std::unique_ptr<OperationBoard::Ticket>> OperationBoard::Begin(int pid, s
   return ticket;
 }
 
+std::unique_ptr<OperationBoard::Ticket> OperationBoard::Unlisted() {
+  return std::unique_ptr<Ticket>(new Ticket(nullptr, 0));
+}
+
 std::string OperationBoard::InFlight(int pid) const {
   std::lock_guard lock(mu_);
   auto it = entries_.find(pid);
@@ -41,6 +45,7 @@ std::string OperationBoard::Last(int pid) const {
 }
 
 OperationBoard::Ticket::~Ticket() {
+  if (board_ == nullptr) return;
   std::lock_guard lock(board_->mu_);
   Entry& e = board_->entries_[pid_];
   e.in_flight = false;
@@ -48,11 +53,13 @@ OperationBoard::Ticket::~Ticket() {
 }
 
 void OperationBoard::Ticket::SetStage(std::string stage) {
+  if (board_ == nullptr) return;
   std::lock_guard lock(board_->mu_);
   board_->entries_[pid_].stage = std::move(stage);
 }
 
 void OperationBoard::Ticket::SetResult(std::string result) {
+  if (board_ == nullptr) return;
   std::lock_guard lock(board_->mu_);
   board_->entries_[pid_].last = std::move(result);
 }

@@ -26,6 +26,11 @@ class OperationBoard {
 
   // Marks an operation of `kind` ("checkpoint") on `pid` in flight.
   Result<std::unique_ptr<Ticket>> Begin(int pid, std::string kind);
+  // A ticket for an operation no process's status shows and nothing needs
+  // to keep off others: the restore of a tree with a pid namespace of its
+  // own, whose pids (1 at its root) are no process's here until it is
+  // back, under a new pid. Its calls do nothing.
+  static std::unique_ptr<Ticket> Unlisted();
 
   // "idle", or "checkpoint (stage dump, 1.2 GB read, 3.4 s)".
   std::string InFlight(int pid) const;

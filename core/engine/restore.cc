@@ -492,7 +492,12 @@ Result<int> Engine::Restore(const RestoreRequest& request) {
     }
     GPUCKPT_ASSIGN_OR_RETURN(std::string root_dir, RootDirFor(request, extra));
     GPUCKPT_ASSIGN_OR_RETURN(CriuGpuSetup gpu, gpu_->SetupForRestore(gpu_options));
-    GPUCKPT_ASSIGN_OR_RETURN(auto ticket, board_.Begin(static_cast<int>(root->pid), "restore"));
+    // A tree with its own pid namespace gets new pids outside, so no
+    // process here is its: no status shows its restore, nothing waits.
+    std::unique_ptr<OperationBoard::Ticket> ticket = OperationBoard::Unlisted();
+    if (!HasOwnPidNamespace(*root)) {
+      GPUCKPT_ASSIGN_OR_RETURN(ticket, board_.Begin(static_cast<int>(root->pid), "restore"));
+    }
     auto pid = RestoreSnapshot(id, {shell_job, root_dir}, gpu, as, static_cast<int>(root->pid),
                                ticket.get());
     ticket->SetResult(pid.ok() ? fmt::format("restore of {} ok as pid {}", id, *pid)

@@ -32,6 +32,7 @@
 #include "core/base/unique_fd.h"
 #include "core/proc/acting_as.h"
 #include "core/proc/caller.h"
+#include "core/proc/mount_table.h"
 #include "core/proc/process_info.h"
 #include "core/proc/process_table.h"
 #include "tests/unit/test_util.h"
@@ -1118,6 +1119,71 @@ TEST(TcpConnectionsTest, SeesAConnectionOfThisProcessAndNotAListener) {
   holds = self->HoldsTcpConnection();
   ASSERT_TRUE(holds.ok()) << holds.status().message();
   EXPECT_TRUE(*holds);
+}
+
+}  // namespace
+}  // namespace gpuckpt
+
+namespace gpuckpt {
+namespace {
+
+// A fabricated /proc/<pid>/status, read through a ProcessHandle.
+std::string FakeProcWithStatus(const TempDir& tmp, int pid, const std::string& status) {
+  const std::string dir = tmp.Sub(std::to_string(pid));
+  MakeDirs(dir);
+  WriteFile(dir + "/status", status);
+  return tmp.path();
+}
+
+TEST(NamespacePidsTest, InitOfANamespaceBelowOurs) {
+  TempDir tmp("gpuckpt-proc");
+  const std::string root =
+      FakeProcWithStatus(tmp, 4321, "Name:\tsh\nNSpid:\t4321\t1\nUid:\t0 0 0 0\n");
+  auto handle = ProcessHandle::Open(4321, root);
+  ASSERT_TRUE(handle.ok()) << handle.status().ToString();
+  auto pids = handle->ReadNamespacePids();
+  ASSERT_TRUE(pids.ok()) << pids.status().ToString();
+  EXPECT_EQ(*pids, (std::vector<int>{4321, 1}));
+}
+
+TEST(NamespacePidsTest, MissingOrMalformedLineIsAnError) {
+  for (const std::string& status : {std::string("Name:\tsh\n"), std::string("NSpid:\t12\tx\n"),
+                                    std::string("NSpid:\n"), std::string("NSpid:\t0\n")}) {
+    TempDir tmp("gpuckpt-proc");
+    auto handle = ProcessHandle::Open(77, FakeProcWithStatus(tmp, 77, status));
+    ASSERT_TRUE(handle.ok());
+    EXPECT_FALSE(handle->ReadNamespacePids().ok()) << status;
+  }
+}
+
+TEST(NamespacePidsTest, OwnProcessEndsWithItsPidHere) {
+  auto handle = ProcessHandle::Open(getpid());
+  ASSERT_TRUE(handle.ok());
+  auto pids = handle->ReadNamespacePids();
+  ASSERT_TRUE(pids.ok()) << pids.status().ToString();
+  ASSERT_FALSE(pids->empty());
+  // /proc here is this pid namespace's: the first pid is ours in it.
+  EXPECT_EQ(pids->front(), getpid());
+}
+
+TEST(MountTableTest, RootsMountpointsAndEscapes) {
+  TempDir tmp("gpuckpt-proc");
+  WriteFile(tmp.Sub("mountinfo"),
+            "48 47 254:0 / / rw,relatime - ext4 /dev/vda rw\n"
+            "70 48 0:41 / /tmp/a\\040b rw,nosuid shared:5 - fuse.gpuckpt gpuckpt rw\n"
+            "90 48 254:0 /run/x/hosts /etc/hosts rw - ext4 /dev/vda rw\n"
+            "garbage\n");
+  auto mounts = ReadMountTable(tmp.Sub("mountinfo"));
+  ASSERT_TRUE(mounts.ok()) << mounts.status().ToString();
+  ASSERT_EQ(mounts->size(), 3u);
+  EXPECT_EQ((*mounts)[0].root, "/");
+  EXPECT_EQ((*mounts)[0].mountpoint, "/");
+  EXPECT_EQ((*mounts)[1].mountpoint, "/tmp/a b");
+  EXPECT_EQ((*mounts)[1].type, kGpuckptMountType);
+  EXPECT_EQ((*mounts)[2].device, "254:0");
+  EXPECT_EQ((*mounts)[2].root, "/run/x/hosts");
+  EXPECT_EQ((*mounts)[2].mountpoint, "/etc/hosts");
+  EXPECT_FALSE(ReadMountTable(tmp.Sub("missing")).ok());
 }
 
 }  // namespace
