@@ -225,8 +225,10 @@ Status CheckIdsFree(const std::vector<CriuTask>& tasks) {
 // CRIU's restore mounts as the new namespace's "/" (--root): the caller's
 // --root, else the one the checkpoint recorded (checkpoint.cc); "" for a
 // tree without one (CRIU then needs none). Only root restores into a
-// directory of their choosing; CRIU, as root, mounts it.
-Result<std::string> RootDirFor(const RestoreRequest& request, const nlohmann::json& extra) {
+// directory of their choosing, and only a CRIU that runs as root (`as`:
+// what root made) can make a mount namespace and mount it.
+Result<std::string> RootDirFor(const RestoreRequest& request, const nlohmann::json& extra,
+                               const Caller& as) {
   if (!request.root.empty() && !request.caller.is_root())
     return Status::PermissionDenied("restore --root is root's: it makes a mount namespace");
   std::string root = request.root;
@@ -242,6 +244,10 @@ Result<std::string> RootDirFor(const RestoreRequest& request, const nlohmann::js
   if (root.empty()) return root;
   if (root[0] != '/')
     return Status::InvalidArgument("--root " + DisplayText(root) + " is not absolute");
+  if (!as.is_root())
+    return Status::PermissionDenied(
+        "the checkpoint's process had a mount namespace of its own, which only a checkpoint "
+        "root made can bring back (CRIU makes namespaces as root only)");
   struct stat st {};
   if (stat(root.c_str(), &st) != 0)
     return StatusFromErrno(errno, "the root directory " + DisplayText(root));
@@ -490,7 +496,7 @@ Result<int> Engine::Restore(const RestoreRequest& request) {
             gpu_options.checkpoint_gpus.push_back(g["uuid"]);
       }
     }
-    GPUCKPT_ASSIGN_OR_RETURN(std::string root_dir, RootDirFor(request, extra));
+    GPUCKPT_ASSIGN_OR_RETURN(std::string root_dir, RootDirFor(request, extra, as));
     GPUCKPT_ASSIGN_OR_RETURN(CriuGpuSetup gpu, gpu_->SetupForRestore(gpu_options));
     // A tree with its own pid namespace gets new pids outside, so no
     // process here is its: no status shows its restore, nothing waits.

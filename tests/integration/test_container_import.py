@@ -112,7 +112,10 @@ def test_archives_and_directories_in_podman_layout(mount, made, tmp_path):
     # A name of its own when none is given: the file's, without extensions.
     ctl(mount.path("ctl"), f"import {gz}")
     assert "gz-2" in ids(mount)
-    ctl(mount.path("restore"), mount.path("checkpoints", "zst"))
+    # Handed to restore, an archive is imported and restored in one step.
+    ctl(mount.path("restore"), zst)
+    assert read(mount.path("restore")).strip() == f"pid {wl.pid}"
+    assert "zst-2" in ids(mount)
     assert wl.verdict() == "PASS"
 
 

@@ -148,7 +148,12 @@ def test_restore_root_is_roots_alone(mount, users):
     ok, err = user.write(mount.path("restore"), ckpt)
     assert ok, err
     assert wl.verdict() == "PASS"
-    # And root's --root must name a directory.
+    # Root's --root must be absolute, and names a directory that only a
+    # CRIU running as root could mount: not for a checkpoint a user made.
     ok, err = Root().write(mount.path("restore"), f"{ckpt} --root relative/dir")
     assert not ok
     assert "is not absolute" in read(mount.path("restore"))
+    wl.kill()
+    ok, err = Root().write(mount.path("restore"), f"{ckpt} --root /")
+    assert not ok and "Permission denied" in err, err
+    assert "only a checkpoint root made" in read(mount.path("restore"))
