@@ -397,6 +397,19 @@ TEST(OperationBoardTest, OneOperationPerProcess) {
   EXPECT_EQ(board.Last(42), "restore failed: x");
 }
 
+TEST(OperationBoardTest, UnlistedTicketsShowNowhereAndBlockNothing) {
+  OperationBoard board;
+  auto first = OperationBoard::Unlisted();
+  auto second = OperationBoard::Unlisted();  // two at once
+  first->SetStage("restore");
+  first->SetBytes(10);
+  first->SetResult("restore of x ok as pid 1234");
+  EXPECT_EQ(board.InFlight(1), "idle");
+  EXPECT_EQ(board.Last(1), "none");
+  ASSERT_OK_AND_ASSIGN(auto listed, board.Begin(1, "checkpoint"));
+  EXPECT_TRUE(Contains(board.InFlight(1), "checkpoint")) << board.InFlight(1);
+}
+
 TEST(OperationBoardTest, ConcurrentBeginHasOneWinner) {
   OperationBoard board;
   constexpr int kThreads = 8;
