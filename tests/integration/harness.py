@@ -9,6 +9,7 @@ skips, saying why, where one of them is missing (`why_not_runnable`).
 """
 
 import contextlib
+import json
 import os
 import pwd
 import shutil
@@ -229,6 +230,14 @@ def ctl(path, command):
 def read(path):
     with open(path) as f:
         return f.read()
+
+
+def listdir_as(user, path):
+    """Sorted names of `path` as `user` lists them."""
+    r = user.run([PYTHON, "-c", "import json, os, sys; print(json.dumps(os.listdir(sys.argv[1])))",
+                  path])
+    assert r.returncode == 0, r.stderr
+    return sorted(json.loads(r.stdout))
 
 
 def status_line(mnt, pid, key):

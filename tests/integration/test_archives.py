@@ -30,7 +30,7 @@ import tempfile
 
 import pytest
 
-from harness import PYTHON, WORKLOAD_BIN, Mount, read, why_not_runnable
+from harness import WORKLOAD_BIN, Mount, listdir_as, read, why_not_runnable
 # The one-call probe and the checkpoint helper of the mount's other rules.
 from test_mount_rules import checkpoint, probe
 
@@ -39,14 +39,6 @@ pytestmark = pytest.mark.skipif(why_not_runnable() is not None,
 
 MIB = "16"
 GPUCKPT_CLI = os.path.join(WORKLOAD_BIN, "tools", "gpuckpt", "gpuckpt")
-
-
-def listdir_as(user, path):
-    """Sorted names of `path` as `user` lists them."""
-    r = user.run([PYTHON, "-c", "import json, os, sys; print(json.dumps(os.listdir(sys.argv[1])))",
-                  path])
-    assert r.returncode == 0, r.stderr
-    return sorted(json.loads(r.stdout))
 
 
 def read_sequentially(path):

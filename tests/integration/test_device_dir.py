@@ -23,7 +23,7 @@ import subprocess
 
 import pytest
 
-from harness import PYTHON, Root, ctl, read, why_not_runnable
+from harness import PYTHON, Root, ctl, listdir_as, read, why_not_runnable
 # The one-call probe and the checkpoint helper of the mount's other rules.
 from test_mount_rules import checkpoint, probe
 
@@ -32,14 +32,6 @@ pytestmark = pytest.mark.skipif(why_not_runnable() is not None,
 
 MIB = 16
 SHA256 = "import hashlib, sys; print(hashlib.sha256(open(sys.argv[1], 'rb').read()).hexdigest())"
-
-
-def listdir_as(user, path):
-    """Sorted names of `path` as `user` lists them."""
-    r = user.run([PYTHON, "-c", "import json, os, sys; print(json.dumps(os.listdir(sys.argv[1])))",
-                  path])
-    assert r.returncode == 0, r.stderr
-    return sorted(json.loads(r.stdout))
 
 
 def private_mapping(pid):
