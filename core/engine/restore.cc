@@ -232,8 +232,16 @@ Result<std::string> RootDirFor(const RestoreRequest& request, const nlohmann::js
   if (!request.root.empty() && !request.caller.is_root())
     return Status::PermissionDenied("restore --root is root's: it makes a mount namespace");
   std::string root = request.root;
-  if (root.empty() && extra.is_object() && extra.contains("mount_namespace") &&
-      extra["mount_namespace"].is_object()) {
+  const bool mount_namespace = extra.is_object() && extra.contains("mount_namespace") &&
+                               extra["mount_namespace"].is_object();
+  // A container engine's checkpoint (runc's, under Podman or CRI-O) names
+  // the container's bind mounts for the engine's restore, which maps each
+  // to a path of the new container: CRIU alone cannot place them.
+  if (mount_namespace && extra.contains("container"))
+    return Status::InvalidArgument(
+        "this is a container engine's checkpoint: restore it with the engine, e.g. podman "
+        "container restore --import <mount>/archives/<id>.tar");
+  if (root.empty() && mount_namespace) {
     const auto& ns = extra["mount_namespace"];
     if (ns.contains("root") && ns["root"].is_string()) root = ns["root"];
     if (root.empty())

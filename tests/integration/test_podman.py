@@ -11,6 +11,7 @@ directory of the workloads. Needs root, /dev/fuse, CRIU, Podman, runc and
 busybox-static; the tests are skipped, saying why, where one is missing.
 """
 
+import errno
 import filecmp
 import json
 import os
@@ -151,6 +152,13 @@ def test_podman_archive_imported_and_restored_by_podman_from_the_mount(mount, po
     for name in ("config.dump", "spec.dump"):
         with open(os.path.join(out_of_mount, name)) as f:
             assert isinstance(json.load(f), dict), name
+
+    # Its bind mounts are named for the engine's restore: the mount's own
+    # restore refuses it, saying what to do instead.
+    with pytest.raises(OSError) as refused:
+        ctl(mount.path("restore"), ckpt)
+    assert refused.value.errno == errno.EINVAL
+    assert "podman container restore --import" in read(mount.path("restore"))
 
     # Podman restores it straight from the mount; the counter goes on.
     podman.run("rm", "-f", "archive")
