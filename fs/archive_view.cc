@@ -56,21 +56,32 @@ FileEntry OwnerDirectory(const std::string& name, const SnapshotInfo& info,
   return e;
 }
 
-// libarchive's output, appended to a std::string: no fixed buffer to size
-// for a header whose length (long names go into a pax header) is not known
-// in advance.
-la_ssize_t AppendToString(struct archive*, void* client, const void* buf, size_t n) {
-  static_cast<std::string*>(client)->append(static_cast<const char*>(buf), n);
+// libarchive's output for one header, appended to a std::string: no fixed
+// buffer to size for a header whose length (long names go into a pax
+// header) is not known in advance.
+struct HeaderOutput {
+  std::string bytes;
+  // Set once the header is written: what libarchive writes after it (the
+  // entry's data as zeros, gigabytes for a pages image, then the end of
+  // the archive) is refused, so that closing the writer ends at once.
+  bool header_done = false;
+};
+
+la_ssize_t AppendHeader(struct archive*, void* client, const void* buf, size_t n) {
+  auto* out = static_cast<HeaderOutput*>(client);
+  if (out->header_done) return -1;
+  out->bytes.append(static_cast<const char*>(buf), n);
   return static_cast<la_ssize_t>(n);
 }
 
-// Frees a writer without closing it: closing would finish the entry, whose
-// data was never written, with its size in zeros (gigabytes for a pages
-// image), then write the end of the archive. archive_write_fail() makes
-// archive_write_free() skip the close.
-struct ArchiveWriterFree {
+// Closes the writer, whose output refuses everything after the header
+// (its close stops at the first write), then frees it. Freeing without a
+// close (archive_write_fail) would skip freeing the writer's output state.
+struct ArchiveWriterClose {
+  HeaderOutput* out;
   void operator()(struct archive* a) const {
-    archive_write_fail(a);
+    out->header_done = true;
+    archive_write_close(a);
     archive_write_free(a);
   }
 };
@@ -149,9 +160,10 @@ class ArchiveReader final : public FileReader {
 }  // namespace
 
 Result<std::string> TarHeader(const FileEntry& e) {
-  std::unique_ptr<struct archive, ArchiveWriterFree> a(archive_write_new());
+  HeaderOutput out;
+  std::unique_ptr<struct archive, ArchiveWriterClose> a(archive_write_new(),
+                                                        ArchiveWriterClose{&out});
   if (a == nullptr) return Status::NoMemory("libarchive: no memory for a writer");
-  std::string out;
   auto failed = [&](const char* what) {
     const char* why = archive_error_string(a.get());
     return Status::Internal(std::string("libarchive: ") + what + " of '" + e.path +
@@ -159,11 +171,11 @@ Result<std::string> TarHeader(const FileEntry& e) {
   };
   if (archive_write_set_format_pax_restricted(a.get()) != ARCHIVE_OK)
     return failed("setting the format");
-  // Unblocked: every byte reaches AppendToString() as it is written,
+  // Unblocked: every byte reaches AppendHeader() as it is written,
   // nothing is held back in a 10 KiB block, and nothing pads the output.
   if (archive_write_set_bytes_per_block(a.get(), 0) != ARCHIVE_OK)
     return failed("setting the block size");
-  if (archive_write_open2(a.get(), &out, nullptr, AppendToString, nullptr, nullptr) != ARCHIVE_OK)
+  if (archive_write_open2(a.get(), &out, nullptr, AppendHeader, nullptr, nullptr) != ARCHIVE_OK)
     return failed("opening");
 
   std::unique_ptr<struct archive_entry, decltype(&archive_entry_free)> entry(archive_entry_new(),
@@ -204,10 +216,10 @@ Result<std::string> TarHeader(const FileEntry& e) {
   // ARCHIVE_WARN: written, with a name that could not be converted to
   // UTF-8 kept as its bytes (hdrcharset=BINARY).
   if (archive_write_header(a.get(), en) < ARCHIVE_WARN) return failed("writing the header");
-  if (out.empty() || out.size() % kBlock != 0)
-    return Status::Internal("libarchive wrote a header of " + std::to_string(out.size()) +
+  if (out.bytes.empty() || out.bytes.size() % kBlock != 0)
+    return Status::Internal("libarchive wrote a header of " + std::to_string(out.bytes.size()) +
                             " bytes for '" + e.path + "'");
-  return out;
+  return std::move(out.bytes);
 }
 
 Result<std::shared_ptr<const ArchiveLayout>> ArchiveLayout::Build(
