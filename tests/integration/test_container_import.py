@@ -219,3 +219,28 @@ def test_users_import_their_own_archives_only(mount, made, users):
         st = os.stat(os.path.join(ckpt, sub))
         assert (st.st_uid, st.st_gid) == (a.uid, a.gid), sub
     assert Root().read(os.path.join(ckpt, "container", "config.dump"))[0]
+
+
+def test_archive_of_a_ctl_checkpoint_imports_as_the_same_checkpoint(mount, made, tmp_path):
+    wl, images = made
+    copy = str(tmp_path / "made.tar")
+    shutil.copyfile(mount.path("archives", "made.tar"), copy)
+    ctl(mount.path("ctl"), f"import {copy} again")
+    again = mount.path("checkpoints", "again")
+    # No container files: a plain checkpoint again, images byte for byte.
+    assert sorted(os.listdir(again)) == ["images", "manifest.json"]
+    for image in os.listdir(images):
+        with open(os.path.join(images, image), "rb") as a, \
+                open(os.path.join(again, "images", image), "rb") as b:
+            assert a.read() == b.read(), image
+    original = json.loads(read(mount.path("checkpoints", "made", "manifest.json")))["extra"]
+    manifest = json.loads(read(os.path.join(again, "manifest.json")))
+    extra = manifest["extra"]
+    assert "container" not in extra and extra["pid"] == wl.pid
+    # What a restore needs was taken over from the archive's manifest.json.
+    for key in ("gpu_backend", "shell_job"):
+        assert extra[key] == original[key], key
+    # Stored once: the import adds next to nothing.
+    assert manifest["new_bytes"] < manifest["logical_bytes"] / 100, manifest
+    ctl(mount.path("restore"), again)
+    assert wl.verdict() == "PASS"
