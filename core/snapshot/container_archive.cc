@@ -50,6 +50,15 @@ std::optional<std::string> CleanName(const char* raw) {
   return out;
 }
 
+// 'name', for messages. (Appended piece by piece: GCC 12 at -O3 warns,
+// wrongly, that "'" + std::string(...) may overlap itself.)
+std::string Quoted(const std::string& name) {
+  std::string out = "'";
+  out += name;
+  out += '\'';
+  return out;
+}
+
 // Where a member of the archive goes in the snapshot ("" for
 // manifest.json, which is not stored).
 std::string StoredPath(const std::string& name) {
@@ -70,7 +79,7 @@ class Importer {
   Status Member(archive_entry* entry) {
     const std::optional<std::string> name = CleanName(archive_entry_pathname(entry));
     const char* raw = archive_entry_pathname(entry);
-    const std::string quoted = "'" + std::string(raw != nullptr ? raw : "") + "'";
+    const std::string quoted = Quoted(raw != nullptr ? raw : "");
     if (!name) return Refuse(quoted + " is a name outside the archive's tree");
     if (name->empty()) return Status::Ok();  // "./"
     if (archive_entry_hardlink(entry) != nullptr)
@@ -123,7 +132,7 @@ class Importer {
          slash = path.find('/', slash + 1)) {
       const std::string dir = path.substr(0, slash);
       if (dirs_.count(dir) > 0) continue;
-      if (paths_.count(dir) > 0) return Refuse("'" + dir + "' is a file and a directory");
+      if (paths_.count(dir) > 0) return Refuse(Quoted(dir) + " is a file and a directory");
       FileEntry e;
       e.path = dir;
       e.type = FileType::kDirectory;
