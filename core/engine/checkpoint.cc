@@ -87,55 +87,16 @@ bool TreeHoldsTcpConnection(const std::vector<int>& tree) {
   return false;
 }
 
-// Whether `pid` has a mount namespace other than the daemon's (a
-// container, `unshare -m`): CRIU then dumps its mounts.
-bool HasOwnMountNamespace(int pid) {
-  struct stat own {};
-  struct stat its {};
-  const std::string ns = "/proc/" + std::to_string(pid) + "/ns/mnt";
-  return stat("/proc/self/ns/mnt", &own) == 0 && stat(ns.c_str(), &its) == 0 &&
-         own.st_ino != its.st_ino;
-}
-
-// What CRIU needs to dump a process's mount namespace. CRIU cannot dump a
-// FUSE mount and fails the whole dump on one: gpuckpt's own mounts (this
-// daemon's, which a namespace made by copying ours holds, and those of
-// other gpuckptfs instances) are no state of the process, so CRIU leaves
-// them out, and the restored namespace has their empty directories. So are
-// bind mounts of namespace files (nsfs: `ip netns`' /run/netns/*, a
-// container engine's), which name namespaces of this host that a restore
-// could not bring back. Paths as the process sees them, as CRIU matches
-// them.
-std::vector<std::string> MountNamespaceArgs(int pid) {
-  if (!HasOwnMountNamespace(pid)) return {};
-  // Bind mounts of the host's files and directories (a container's
-  // /etc/hosts, its cgroup directories) show only part of a filesystem
-  // whose "/" the namespace lacks: CRIU finds them among its own mounts
-  // (mnt[], auto-detection) and records where they came from.
-  std::vector<std::string> args = {"--external", "mnt[]"};
-  auto mounts = ReadMountTable("/proc/" + std::to_string(pid) + "/mountinfo");
-  if (!mounts.ok()) return args;  // CRIU then says what it could not dump
-  for (const MountEntry& m : *mounts) {
-    if (m.type != kGpuckptMountType && m.type != "nsfs") continue;
-    args.push_back("--skip-mnt");
-    args.push_back(m.mountpoint);
-  }
-  return args;
-}
-
-// Where the root of a process with a mount namespace of its own is, as the
-// daemon sees it: a restore in a new mount namespace needs it again (CRIU's
-// --root). Its "/" mount is found among the daemon's mounts by device and
-// by the directory of the filesystem it shows: "/" for `unshare -m`, a
-// container's root filesystem (e.g. Podman's overlay, mounted on the host
-// while the container runs) for a container. nullopt where no mount of
-// the daemon's shows it.
-std::optional<std::string> HostPathOfRoot(int pid) {
-  auto theirs = ReadMountTable("/proc/" + std::to_string(pid) + "/mountinfo");
-  auto ours = ReadMountTable("/proc/self/mountinfo");
-  if (!theirs.ok() || !ours.ok()) return std::nullopt;
+// Where the root of a process's mount namespace is, as the daemon sees it:
+// its "/" mount (`theirs`) found among the daemon's mounts (`ours`) by
+// device and by the directory of the filesystem it shows: "/" for
+// `unshare -m`, a container's root filesystem (e.g. Podman's overlay,
+// mounted on the host while the container runs) for a container. nullopt
+// where no mount of the daemon's shows it.
+std::optional<std::string> HostPathOfRoot(const std::vector<MountEntry>& theirs,
+                                          const std::vector<MountEntry>& ours) {
   const MountEntry* root = nullptr;
-  for (const MountEntry& m : *theirs)  // the last: a mount stacked on "/" hides the older one
+  for (const MountEntry& m : theirs)  // the last: a mount stacked on "/" hides the older one
     if (m.mountpoint == "/") root = &m;
   if (root == nullptr) return std::nullopt;
   auto at_or_below = [](const std::string& path, const std::string& dir) {
@@ -143,7 +104,7 @@ std::optional<std::string> HostPathOfRoot(int pid) {
                           (path.size() == dir.size() || path[dir.size()] == '/'));
   };
   // The first mount that shows it: the host's own, not a later bind mount.
-  for (const MountEntry& m : *ours) {
+  for (const MountEntry& m : ours) {
     if (m.device != root->device || !at_or_below(root->root, m.root)) continue;
     // m shows the directory m.root of the filesystem at m.mountpoint.
     const std::string rest = m.root == "/" ? root->root : root->root.substr(m.root.size());
@@ -151,6 +112,48 @@ std::optional<std::string> HostPathOfRoot(int pid) {
     return path.empty() ? "/" : path;
   }
   return std::nullopt;
+}
+
+// A process's mount namespace other than the daemon's (a container,
+// `unshare -m`), which CRIU dumps with it: where its root is on the host
+// (a restore in a new mount namespace needs it again: CRIU's --root), and
+// what CRIU needs to dump it.
+struct OwnMountNamespace {
+  std::optional<std::string> root;
+  std::vector<std::string> criu_args;
+};
+
+// nullopt when `pid` shares the daemon's mount namespace. CRIU cannot dump
+// a FUSE mount and fails the whole dump on one: gpuckpt's own mounts (this
+// daemon's, which a namespace made by copying ours holds, and those of
+// other gpuckptfs instances) are no state of the process, so CRIU leaves
+// them out, and the restored namespace has their empty directories. So are
+// bind mounts of namespace files (nsfs: `ip netns`' /run/netns/*, a
+// container engine's), which name namespaces of this host that a restore
+// could not bring back. Paths as the process sees them, as CRIU matches
+// them.
+std::optional<OwnMountNamespace> ReadOwnMountNamespace(int pid) {
+  const std::string proc = "/proc/" + std::to_string(pid);
+  struct stat own {};
+  struct stat its {};
+  if (stat("/proc/self/ns/mnt", &own) != 0 || stat((proc + "/ns/mnt").c_str(), &its) != 0 ||
+      own.st_ino == its.st_ino)
+    return std::nullopt;
+  // Bind mounts of the host's files and directories (a container's
+  // /etc/hosts, its cgroup directories) show only part of a filesystem
+  // whose "/" the namespace lacks: CRIU finds them among its own mounts
+  // (mnt[], auto-detection) and records where they came from.
+  OwnMountNamespace ns{std::nullopt, {"--external", "mnt[]"}};
+  auto theirs = ReadMountTable(proc + "/mountinfo");
+  if (!theirs.ok()) return ns;  // CRIU then says what it could not dump
+  for (const MountEntry& m : *theirs) {
+    if (m.type != kGpuckptMountType && m.type != "nsfs") continue;
+    ns.criu_args.push_back("--skip-mnt");
+    ns.criu_args.push_back(m.mountpoint);
+  }
+  if (auto ours = ReadMountTable("/proc/self/mountinfo"); ours.ok())
+    ns.root = HostPathOfRoot(*theirs, *ours);
+  return ns;
 }
 
 // CRIU's own account of the dump (stats-dump, in its work directory), or
@@ -329,8 +332,9 @@ Result<SnapshotInfo> Engine::DumpAndStore(const CheckpointRequest& request,
       {"driver_version", gpu.kind == "none" ? "" : gpu_->driver_version()},
   };
   if (gpu.kind != "none") extra["lock_timeout_ms"] = gpu_options.lock_timeout_ms;
-  if (HasOwnMountNamespace(request.pid)) {
-    const std::optional<std::string> root = HostPathOfRoot(request.pid);
+  const std::optional<OwnMountNamespace> mount_namespace = ReadOwnMountNamespace(request.pid);
+  if (mount_namespace) {
+    const auto& root = mount_namespace->root;
     extra["mount_namespace"] = {{"root", root ? nlohmann::json(*root) : nlohmann::json()}};
   }
   // The GPUs of the whole tree (a launcher's child may be the GPU user),
@@ -417,8 +421,9 @@ Result<SnapshotInfo> Engine::DumpAndStore(const CheckpointRequest& request,
   // limit (1 MiB) would refuse the checkpoint.
   cmd.args.insert(cmd.args.end(), {"--ghost-limit", kGhostLimit});
   if (NeedsShellJob(process, tree)) cmd.args.push_back("--shell-job");
-  const std::vector<std::string> mount_args = MountNamespaceArgs(request.pid);
-  cmd.args.insert(cmd.args.end(), mount_args.begin(), mount_args.end());
+  if (mount_namespace)
+    cmd.args.insert(cmd.args.end(), mount_namespace->criu_args.begin(),
+                    mount_namespace->criu_args.end());
   cmd.args.insert(cmd.args.end(), gpu.criu_args.begin(), gpu.criu_args.end());
   cmd.path_prepend = gpu.path_prepend;
   cmd.environment = gpu.environment;
