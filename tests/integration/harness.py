@@ -144,8 +144,7 @@ class Workload:
         return os.path.exists(f"/proc/{self.pid}")
 
     def kill(self):
-        if self.alive():
-            os.kill(self.pid, signal.SIGKILL)
+        kill_if_alive(self.pid)
         wait_for(lambda: not self.alive(), 10, f"pid {self.pid} to go")
 
     def verdict(self):
@@ -155,6 +154,16 @@ class Workload:
         wait_for(lambda: os.path.exists(self.result), 120, "the workload's verdict")
         with open(self.result) as f:
             return f.read().strip()
+
+
+def kill_if_alive(pid):
+    """SIGKILL to `pid` unless it is gone. A check of /proc/<pid> first
+    would race: a process that exits (or a zombie the subreaper reaps)
+    between the check and the kill raises ProcessLookupError."""
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
 
 
 class Mount:
@@ -190,8 +199,7 @@ class Mount:
 
     def close(self):
         for w in self.workloads:
-            if w.alive():
-                os.kill(w.pid, signal.SIGKILL)
+            kill_if_alive(w.pid)
         fusermount = shutil.which("fusermount3")
         if fusermount is None or subprocess.run([fusermount, "-u", self.mnt]).returncode != 0:
             subprocess.run(["umount", "-l", self.mnt])

@@ -21,7 +21,7 @@ import time
 
 import pytest
 
-from harness import PYTHON, Mount, Root, ctl, read, status_line, wait_for, why_not_runnable
+from harness import PYTHON, Mount, Root, ctl, kill_if_alive, read, status_line, wait_for, why_not_runnable
 
 CRIT = shutil.which("crit") or "/usr/local/bin/crit"
 
@@ -390,8 +390,7 @@ def test_latin1_arguments_and_paths_checkpoint_and_restore(mount, users):
         wait_for(lambda: os.path.exists(result), 60, "the verdict")
         assert read(result).strip() == "PASS"
     finally:
-        if os.path.exists(f"/proc/{pid}"):
-            os.kill(pid, signal.SIGKILL)
+        kill_if_alive(pid)
 
 
 # --- Dedup domains and quotas -------------------------------------------------------------

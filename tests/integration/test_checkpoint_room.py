@@ -261,7 +261,7 @@ def daemon_cgroup():
             wait_for(lambda: not members(), 30, f"the processes of {cgroup} to exit")
         finally:
             for pid in members():  # only the daemon this test started can be here
-                os.kill(pid, 9)
+                harness.kill_if_alive(pid)
             wait_for(lambda: not members(), 10, f"{cgroup} to empty")
             os.rmdir(cgroup)
 

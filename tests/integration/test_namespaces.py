@@ -23,7 +23,7 @@ import tempfile
 
 import pytest
 
-from harness import Root, ctl, read, status_line, wait_for, why_not_runnable, WORKLOAD_BIN
+from harness import Root, ctl, kill_if_alive, read, status_line, wait_for, why_not_runnable, WORKLOAD_BIN
 
 pytestmark = pytest.mark.skipif(why_not_runnable() is not None,
                                 reason=str(why_not_runnable()))
@@ -129,8 +129,8 @@ def test_unshare_namespaces_checkpoint_and_restore_through_the_mount(mount):
                        for line in read(f"/proc/{restored}/mountinfo").splitlines())
         assert verdict(restored, wl.result) == "PASS"
     finally:
-        if restored is not None and os.path.exists(f"/proc/{restored}"):
-            os.kill(restored, signal.SIGKILL)
+        if restored is not None:
+            kill_if_alive(restored)
         wl.close()
 
 

@@ -16,12 +16,11 @@ import filecmp
 import json
 import os
 import shutil
-import signal
 import subprocess
 
 import pytest
 
-from harness import ctl, read, wait_for, why_not_runnable
+from harness import ctl, kill_if_alive, read, wait_for, why_not_runnable
 from podman import Podman, last_count, why_podman_cannot_run
 
 pytestmark = [
@@ -73,8 +72,7 @@ def test_container_checkpointed_and_restored_through_the_mount(mount, podman):
         inside, outside = os.stat(f"/proc/{restored}/root/tmp/out"), os.stat(out)
         assert (inside.st_dev, inside.st_ino) == (outside.st_dev, outside.st_ino)
     finally:
-        if os.path.exists(f"/proc/{restored}"):
-            os.kill(restored, signal.SIGKILL)
+        kill_if_alive(restored)
 
 
 def export(podman, container, path, compress="none", leave_running=True):
