@@ -88,7 +88,10 @@ Result<std::unique_ptr<Store>> Store::Open(const std::string& dir, const StoreOp
   if (options.zstd_level < -100 || options.zstd_level > 22) {
     return Status::InvalidArgument("zstd level must be between -100 and 22");
   }
-  GPUCKPT_ASSIGN_OR_RETURN(auto db, StoreDb::Open(dir, options.create_if_missing, 32u << 20));
+  constexpr size_t kBlockCacheBytes = 32u << 20;
+  GPUCKPT_ASSIGN_OR_RETURN(
+      auto db, options.read_only ? StoreDb::OpenReadOnly(dir, kBlockCacheBytes)
+                                 : StoreDb::Open(dir, options.create_if_missing, kBlockCacheBytes));
   auto cache = std::make_unique<ChunkCache>(options.chunk_cache_bytes);
   GPUCKPT_ASSIGN_OR_RETURN(auto chunks,
                            ChunkStore::Open(db.get(), cache.get(), options.verify_on_read));
@@ -441,6 +444,16 @@ Result<GcReport> StoreImpl::GcLocked() {
 }
 
 Result<FsckReport> StoreImpl::Fsck() {
+  GPUCKPT_ASSIGN_OR_RETURN(FsckReport report, FsckOnce());
+  if (report.clean() || !db_->read_only()) return report;
+  // A reader beside a running gpuckptfs: what it found may be the holder's
+  // gc at work (a pack removed, records punched out) after this view was
+  // taken. Findings count once they are there in the holder's view too.
+  GPUCKPT_RETURN_IF_ERROR(db_->CatchUp());
+  return FsckOnce();
+}
+
+Result<FsckReport> StoreImpl::FsckOnce() {
   FsckReport report;
   // Every chunk is named by its meta record (hash -> seq): a damaged record
   // is reported under that name, the one its extents use, not under

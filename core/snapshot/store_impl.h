@@ -119,6 +119,8 @@ class StoreImpl final : public Store {
   Result<uint64_t> AllocateSnapshotKey();
   Status RemoveOnce(const std::string& id);
   Result<GcReport> GcLocked();
+  // One pass of Fsck() over the database as this Store sees it now.
+  Result<FsckReport> FsckOnce();
 
   std::unique_ptr<StoreDb> db_;
   StoreOptions options_;

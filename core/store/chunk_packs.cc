@@ -87,6 +87,10 @@ Result<std::unique_ptr<ChunkPacks>> ChunkPacks::Open(const std::string& dir) {
   if (mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
     return StatusFromErrno(errno, "creating " + dir);
   }
+  return OpenExisting(dir);
+}
+
+Result<std::unique_ptr<ChunkPacks>> ChunkPacks::OpenExisting(const std::string& dir) {
   UniqueFd dir_fd(open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW));
   if (dir_fd.get() < 0) return StatusFromErrno(errno, "opening " + dir);
   std::unique_ptr<ChunkPacks> packs(new ChunkPacks(dir, std::move(dir_fd), 1));

@@ -59,6 +59,9 @@ class ChunkPacks {
   // Opens (creating) the packs directory `dir`. Packs are created with
   // mode 0600.
   static Result<std::unique_ptr<ChunkPacks>> Open(const std::string& dir);
+  // Opens the packs directory `dir` for reading only, without creating it
+  // (kNotFound when it is not there).
+  static Result<std::unique_ptr<ChunkPacks>> OpenExisting(const std::string& dir);
   ~ChunkPacks();
 
   ChunkPacks(const ChunkPacks&) = delete;

@@ -24,6 +24,14 @@ Status WrongLength(const ChunkHash& hash, uint64_t got, uint64_t expected) {
                             " bytes, its extent says " + std::to_string(expected));
 }
 
+// A reader beside the store's holder found a chunk gone after catching up:
+// the holder removed the snapshots naming it and collected it meanwhile.
+Status CollectedWhileRead(const ChunkHash& hash) {
+  return Status::Aborted("chunk " + hash.Hex() +
+                         " was collected while it was read: the store's holder (a running "
+                         "gpuckptfs) removed what named it; list again and read what is there");
+}
+
 }  // namespace
 
 std::string ChunkSeqKey(uint64_t seq) {
@@ -118,6 +126,20 @@ Result<std::shared_ptr<const std::string>> ChunkStore::Read(const ChunkHash& has
     }
   }
   std::string record;
+  GPUCKPT_RETURN_IF_ERROR(LoadRecord(hash, seq, &record));
+  auto decoded = DecodeChecked(hash, seq, expected_len, record, domain, use_cache);
+  if (decoded.ok() || decoded.status().code() != StatusCode::kCorruption || !db_->read_only()) {
+    return decoded;
+  }
+  // A reader beside the holder: the holder's gc may have punched this
+  // record out of its pack (its snapshots removed) after we looked it up.
+  // Damage is what remains once our view is the holder's.
+  GPUCKPT_RETURN_IF_ERROR(db_->CatchUp());
+  rocksdb::PinnableSlice value;
+  rocksdb::Status s =
+      db_->db()->Get(rocksdb::ReadOptions(), db_->chunks(), ChunkSeqKey(seq), &value);
+  if (s.IsNotFound()) return CollectedWhileRead(hash);
+  GPUCKPT_RETURN_IF_ERROR(FromRocks(s, "reading chunk " + hash.Hex()));
   GPUCKPT_RETURN_IF_ERROR(LoadRecord(hash, seq, &record));
   return DecodeChecked(hash, seq, expected_len, record, domain, use_cache);
 }
@@ -257,9 +279,13 @@ Status ChunkStore::ReadMany(const std::vector<ChunkRef>& refs, const ChunkDomain
       GPUCKPT_RETURN_IF_ERROR(read);
       const std::string_view record(buffer + (packed[j].location.offset - first.offset),
                                     packed[j].location.length);
-      GPUCKPT_ASSIGN_OR_RETURN(
-          (*out)[packed[j].index],
-          DecodeChecked(ref.hash, ref.seq, ref.expected_len, record, domain, ref.use_cache));
+      auto decoded =
+          DecodeChecked(ref.hash, ref.seq, ref.expected_len, record, domain, ref.use_cache);
+      if (!decoded.ok() && decoded.status().code() == StatusCode::kCorruption && db_->read_only()) {
+        // Perhaps punched out by the holder's gc: Read() looks again.
+        decoded = Read(ref.hash, ref.seq, ref.expected_len, domain, ref.use_cache);
+      }
+      GPUCKPT_ASSIGN_OR_RETURN((*out)[packed[j].index], std::move(decoded));
     }
     begin = end;
   }
@@ -276,6 +302,7 @@ Status ChunkStore::LoadRecord(const ChunkHash& hash, uint64_t seq, std::string* 
     // content ourselves; it is still checked when verification is off.
     r.verify_checksums = verify_ == ReadVerification::kNone;
     rocksdb::Status s = db_->db()->Get(r, db_->chunks(), ChunkSeqKey(seq), &value);
+    if (s.IsNotFound() && attempt > 0 && db_->read_only()) return CollectedWhileRead(hash);
     if (s.IsNotFound())
       return Status::Corruption("chunk " + hash.Hex() + " is missing from the store");
     if (!s.ok()) return FromRocks(s, "reading chunk " + hash.Hex());
@@ -289,7 +316,11 @@ Status ChunkStore::LoadRecord(const ChunkHash& hash, uint64_t seq, std::string* 
       return Status::Corruption("chunk " + hash.Hex() + ": " + location.status().message());
     }
     Status read = db_->packs().Read(*location, storage);
-    if (read.code() == StatusCode::kNotFound && attempt == 0) continue;
+    if (read.code() == StatusCode::kNotFound && attempt == 0) {
+      // A reader beside the holder learns where its gc moved the record.
+      GPUCKPT_RETURN_IF_ERROR(db_->CatchUp());
+      continue;
+    }
     if (read.code() == StatusCode::kNotFound) {
       return Status::Corruption("chunk " + hash.Hex() + ": " + read.message());
     }

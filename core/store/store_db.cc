@@ -167,6 +167,47 @@ rocksdb::ColumnFamilyOptions IndexFamilyOptions(const std::shared_ptr<rocksdb::C
   return o;
 }
 
+// The store's column families, in the order of StoreDb's handles.
+std::vector<rocksdb::ColumnFamilyDescriptor> Families(
+    const std::shared_ptr<rocksdb::Cache>& cache) {
+  return {
+      {format::kMetaFamily, IndexFamilyOptions(cache)},
+      {format::kChunksFamily, ChunkFamilyOptions(cache)},
+      {format::kChunkMetaFamily, ChunkMetaFamilyOptions(cache)},
+      {format::kSnapshotsFamily, IndexFamilyOptions(cache)},
+      {format::kFilesFamily, IndexFamilyOptions(cache)},
+      {format::kExtentsFamily, IndexFamilyOptions(cache)},
+  };
+}
+
+// Removes a read-only opener's own directory (RocksDB's info log of it; no
+// subdirectories).
+void RemoveReaderDirectory(const std::string& dir) {
+  if (DIR* d = opendir(dir.c_str())) {
+    while (dirent* e = readdir(d)) {
+      const std::string name = e->d_name;
+      if (name != "." && name != "..") unlinkat(dirfd(d), name.c_str(), 0);
+    }
+    closedir(d);
+  }
+  rmdir(dir.c_str());
+}
+
+// The format version recorded in store `dir`, if this build reads it.
+Result<unsigned long> ReadableVersion(const std::string& dir, const std::string& version) {
+  char* end = nullptr;
+  const unsigned long v = std::strtoul(version.c_str(), &end, 10);
+  if (version.empty() || *end != '\0') {
+    return Status::Corruption("store " + dir + " has an unreadable version '" + version + "'");
+  }
+  if (v > format::kStoreVersion) {
+    return Status::Unavailable("store " + dir + " has format version " + version +
+                               ", newer than this gpuckpt supports (" +
+                               std::to_string(format::kStoreVersion) + ")");
+  }
+  return v;
+}
+
 }  // namespace
 
 Status FromRocks(const rocksdb::Status& s, std::string_view context) {
@@ -277,14 +318,7 @@ Result<std::unique_ptr<StoreDb>> StoreDb::Open(const std::string& dir, bool crea
   db_options.listeners.push_back(std::make_shared<SyncPacksBeforeFlush>(store->packs_.get()));
   db_options.listeners.push_back(std::make_shared<ResumeOnlyWhenAsked>());
 
-  std::vector<rocksdb::ColumnFamilyDescriptor> families = {
-      {format::kMetaFamily, IndexFamilyOptions(cache)},
-      {format::kChunksFamily, ChunkFamilyOptions(cache)},
-      {format::kChunkMetaFamily, ChunkMetaFamilyOptions(cache)},
-      {format::kSnapshotsFamily, IndexFamilyOptions(cache)},
-      {format::kFilesFamily, IndexFamilyOptions(cache)},
-      {format::kExtentsFamily, IndexFamilyOptions(cache)},
-  };
+  std::vector<rocksdb::ColumnFamilyDescriptor> families = Families(cache);
   rocksdb::DB* raw = nullptr;
   rocksdb::Status s = rocksdb::DB::Open(db_options, db_dir, families, &store->handles_, &raw);
   if (!s.ok()) return FromRocks(s, "opening the database of store " + dir);
@@ -304,16 +338,7 @@ Result<std::unique_ptr<StoreDb>> StoreDb::Open(const std::string& dir, bool crea
   } else if (!s.ok()) {
     return FromRocks(s, "reading the version of store " + dir);
   } else {
-    char* end = nullptr;
-    const unsigned long v = std::strtoul(version.c_str(), &end, 10);
-    if (version.empty() || *end != '\0') {
-      return Status::Corruption("store " + dir + " has an unreadable version '" + version + "'");
-    }
-    if (v > format::kStoreVersion) {
-      return Status::Unavailable("store " + dir + " has format version " + version +
-                                 ", newer than this gpuckpt supports (" +
-                                 std::to_string(format::kStoreVersion) + ")");
-    }
+    GPUCKPT_ASSIGN_OR_RETURN(const unsigned long v, ReadableVersion(dir, version));
     if (v < format::kStoreVersion) {
       // Version 1 differs only in keeping records inline, which version 2
       // still reads: new chunks go to packs, and an older gpuckpt must not
@@ -351,6 +376,61 @@ Result<std::unique_ptr<StoreDb>> StoreDb::Open(const std::string& dir, bool crea
     store->MakeReserveLocked().PermitUnchecked();
   }
   return store;
+}
+
+Result<std::unique_ptr<StoreDb>> StoreDb::OpenReadOnly(const std::string& dir,
+                                                       size_t block_cache_bytes) {
+  std::unique_ptr<StoreDb> store(new StoreDb());
+  store->dir_ = dir;
+  store->read_only_ = true;
+  const std::string db_dir = dir + "/" + format::kDbDirName;
+  struct stat st {};
+  if (stat(dir.c_str(), &st) != 0) return StatusFromErrno(errno, "store " + dir);
+  if (!S_ISDIR(st.st_mode)) return Status::InvalidArgument("store " + dir + " is not a directory");
+  if (stat(db_dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+    return Status::NotFound("no gpuckpt store in " + dir);
+  }
+  // No lock: the holder, if any, goes on writing. RocksDB's secondary mode
+  // reads its files as they were when opened (and when caught up), and
+  // keeps its own info log in a directory of ours, outside the store.
+  char secondary[] = "/tmp/gpuckpt-reader.XXXXXX";
+  if (mkdtemp(secondary) == nullptr) return StatusFromErrno(errno, "creating a reader directory");
+  store->secondary_dir_ = secondary;
+  GPUCKPT_ASSIGN_OR_RETURN(store->packs_,
+                           ChunkPacks::OpenExisting(dir + "/" + format::kPacksDirName));
+
+  rocksdb::DBOptions db_options;
+  db_options.max_open_files = -1;  // what secondary mode requires
+  db_options.info_log = std::make_shared<InfoLog>(store->secondary_dir_ + "/LOG");
+  rocksdb::DB* raw = nullptr;
+  rocksdb::Status s = rocksdb::DB::OpenAsSecondary(
+      db_options, db_dir, store->secondary_dir_, Families(rocksdb::NewLRUCache(block_cache_bytes)),
+      &store->handles_, &raw);
+  if (!s.ok()) return FromRocks(s, "opening the database of store " + dir + " for reading");
+  store->db_.reset(raw);
+
+  std::string version;
+  s = raw->Get(rocksdb::ReadOptions(), store->meta(), format::kMetaStoreVersionKey, &version);
+  if (s.IsNotFound()) return Status::NotFound("store " + dir + " is not initialised yet");
+  if (!s.ok()) return FromRocks(s, "reading the version of store " + dir);
+  GPUCKPT_RETURN_IF_ERROR(ReadableVersion(dir, version).status());
+  std::string seed;
+  s = raw->Get(rocksdb::ReadOptions(), store->meta(), format::kMetaFingerprintSeedKey, &seed);
+  if (s.IsNotFound()) {
+    return Status::Unavailable("store " + dir +
+                               " has no fingerprint seed yet: open it once for writing");
+  }
+  if (!s.ok()) return FromRocks(s, "reading the fingerprint seed of store " + dir);
+  auto key = FingerprintKey::FromSeed(seed);
+  if (!key.ok()) return Status::Corruption("store " + dir + ": " + key.status().message());
+  store->fingerprint_key_.emplace(*key);
+  store->seed_ = std::move(seed);
+  return store;
+}
+
+Status StoreDb::CatchUp() {
+  if (!read_only_) return Status::Ok();
+  return FromRocks(db_->TryCatchUpWithPrimary(), "catching up with store " + dir_);
 }
 
 Status StoreDb::MakeReserveLocked() {
@@ -413,6 +493,7 @@ Status StoreDb::Resume() {
 }
 
 Status StoreDb::PrepareWrite(Purpose purpose) {
+  if (read_only_) return Status::PermissionDenied("store " + dir_ + " is open for reading only");
   if (purpose == Purpose::kIngest) {
     std::lock_guard lock(reserve_mu_);
     Status made = MakeReserveLocked();
@@ -435,7 +516,12 @@ Status StoreDb::PrepareWrite(Purpose purpose) {
 }
 
 StoreDb::~StoreDb() {
-  if (db_) {
+  if (db_ && read_only_) {
+    for (auto* h : handles_) db_->DestroyColumnFamilyHandle(h);
+    handles_.clear();
+    db_->Close().PermitUncheckedError();
+    db_.reset();
+  } else if (db_) {
     // RocksDB flushes what the WAL does not hold when it closes; make the
     // packs durable first, and flush while the listener still runs (RocksDB
     // skips listeners once it is shutting down).
@@ -446,6 +532,7 @@ StoreDb::~StoreDb() {
     db_.reset();
   }
   if (lock_fd_ >= 0) close(lock_fd_);  // releases the flock
+  if (!secondary_dir_.empty()) RemoveReaderDirectory(secondary_dir_);
 }
 
 Status StoreDb::SyncWal() {

@@ -58,6 +58,13 @@ class StoreDb {
   // format (kUnavailable).
   static Result<std::unique_ptr<StoreDb>> Open(const std::string& dir, bool create_if_missing,
                                                size_t block_cache_bytes);
+  // Opens the store in `dir` for reading, beside whoever holds it (a running
+  // gpuckptfs): no lock is taken and nothing in `dir` is written. RocksDB's
+  // secondary mode shows the database as it was when opened, until
+  // CatchUp(); its own files go to a private directory under /tmp, removed
+  // again on close. PrepareWrite() fails with kPermissionDenied.
+  static Result<std::unique_ptr<StoreDb>> OpenReadOnly(const std::string& dir,
+                                                       size_t block_cache_bytes);
   ~StoreDb();
 
   StoreDb(const StoreDb&) = delete;
@@ -87,6 +94,13 @@ class StoreDb {
   }
 
   const std::string& dir() const { return dir_; }
+
+  // Whether this is a reader beside the store's holder (OpenReadOnly()).
+  bool read_only() const { return read_only_; }
+  // A reader: brings its view up to what the holder has written since it
+  // opened (or caught up last), so that records the holder's gc moved are
+  // found where they are now. A no-op for the holder itself.
+  Status CatchUp();
 
   // Makes everything written so far durable: syncs the packs, then flushes
   // the memtables of every family (which writes and syncs their files).
@@ -136,6 +150,8 @@ class StoreDb {
   Status MakeReserveLocked();
 
   std::string dir_;
+  bool read_only_ = false;
+  std::string secondary_dir_;  // a reader's own directory, removed on close
   int lock_fd_ = -1;
   uint64_t reserve_bytes_ = 0;  // set by Open()
   std::mutex reserve_mu_;

@@ -3,8 +3,9 @@
 // RocksDB. Start here; the formats are in core/store/FORMAT.md.
 //
 // A Store is opened on one directory by one process at a time (an flock()ed
-// lock file; a second opener gets kBusy naming the holder's pid). Within that
-// process a Store is safe for concurrent use from any number of threads:
+// lock file; a second opener gets kBusy naming the holder's pid); any number
+// of others may open it for reading beside it (StoreOptions::read_only).
+// Within a process a Store is safe for concurrent use from any number of threads:
 // readers, imports, deletions, garbage collection and fsck may overlap
 // (collection waits for imports in flight and vice versa; see Gc()).
 //
@@ -31,6 +32,17 @@ struct StoreOptions {
   // Create the store directory (mode 0700: images hold process memory) when
   // it does not exist. Default: true.
   bool create_if_missing = true;
+
+  // Open for reading only, beside the process that holds the store (a
+  // running gpuckptfs) or while none does: no lock is taken and nothing in
+  // the store directory is written (create_if_missing is ignored). The
+  // Store shows the snapshots committed when it was opened; reads of their
+  // chunks follow records the holder's gc moves meanwhile, and a chunk the
+  // holder collected (its snapshots removed) reads as kAborted. Fsck()
+  // counts what it finds only if it is still there once this view has
+  // caught up with the holder's. BeginSnapshot(), ImportDirectory(),
+  // Remove() and Gc() fail with kPermissionDenied. Default: false.
+  bool read_only = false;
 
   // How data is cut into chunks; see ChunkingOptions. Default: as there.
   ChunkingOptions chunking;

@@ -73,9 +73,17 @@ struct Globals {
   bool no_sync = false;
 };
 
-Result<std::unique_ptr<Store>> OpenStore(const Globals& g, bool create) {
+// How a command opens the store.
+enum class Access {
+  kCreate,    // import: makes the store where there is none
+  kWrite,     // rm, gc: takes the store's lock (refused while gpuckptfs runs)
+  kReadOnly,  // ls, stats, export, fsck: beside a running gpuckptfs too
+};
+
+Result<std::unique_ptr<Store>> OpenStore(const Globals& g, Access access) {
   StoreOptions o;
-  o.create_if_missing = create;
+  o.create_if_missing = access == Access::kCreate;
+  o.read_only = access == Access::kReadOnly;
   o.zstd_level = g.zstd_level;
   o.worker_threads = g.threads;
   if (g.generic_sizes.size() == 3) {
@@ -149,8 +157,12 @@ int Main(int argc, char** argv) {
   }
 
   // Only import creates a store; everything else on a missing store is an
-  // error, not a new empty store.
-  auto store_or = OpenStore(g, /*create=*/import->parsed());
+  // error, not a new empty store. What only reads works while gpuckptfs
+  // holds the store.
+  const Access access = import->parsed()               ? Access::kCreate
+                        : rm->parsed() || gc->parsed() ? Access::kWrite
+                                                       : Access::kReadOnly;
+  auto store_or = OpenStore(g, access);
   if (!store_or.ok()) return Fail(store_or.status());
   Store& store = **store_or;
 

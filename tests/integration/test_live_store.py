@@ -1,0 +1,87 @@
+"""The store command beside a running gpuckptfs (README.md, "The store
+command"): `gpuckpt ls`, `stats`, `export` and `fsck` read the store while
+the daemon holds it, see what it committed and change nothing; `rm`, `gc`
+and `import` are still refused, naming the daemon.
+
+Run by ctest under wl_reaper:
+    wl_reaper python3 -m pytest tests/integration/test_live_store.py
+with GPUCKPTFS and WORKLOAD_BIN pointing at the built gpuckptfs and the
+build directory. Needs root, /dev/fuse and CRIU; skipped, saying why, where
+one of them is missing.
+"""
+
+import filecmp
+import json
+import os
+import subprocess
+import tempfile
+
+import pytest
+
+from harness import WORKLOAD_BIN, ctl, read, wait_for, why_not_runnable
+
+pytestmark = pytest.mark.skipif(why_not_runnable() is not None,
+                                reason=str(why_not_runnable()))
+
+GPUCKPT_CLI = os.path.join(WORKLOAD_BIN, "tools", "gpuckpt", "gpuckpt")
+
+
+def cli(store, *args):
+    if not os.access(GPUCKPT_CLI, os.X_OK):
+        pytest.skip(f"no gpuckpt CLI at {GPUCKPT_CLI}")
+    return subprocess.run([GPUCKPT_CLI, "--store", store, *args],
+                          capture_output=True, text=True, timeout=300)
+
+
+def same_tree(a, b):
+    """Whether the trees under `a` and `b` hold the same names and bytes."""
+    cmp = filecmp.dircmp(a, b)
+    if cmp.left_only or cmp.right_only or cmp.funny_files:
+        return False
+    _, mismatch, errors = filecmp.cmpfiles(a, b, cmp.common_files, shallow=False)
+    if mismatch or errors:
+        return False
+    return all(same_tree(os.path.join(a, d), os.path.join(b, d)) for d in cmp.common_dirs)
+
+
+def test_read_commands_work_beside_the_daemon_and_writes_are_refused(mount):
+    wl = mount.start("wl_memory", "--mib", "16")
+    ctl(mount.path(str(wl.pid), "ctl"), "checkpoint")
+    ckpt_id = f"{wl.pid}-1"
+    wait_for(lambda: os.path.isdir(mount.path("checkpoints", ckpt_id)), 10, "the checkpoint")
+    daemon_pid = read(os.path.join(mount.store, "LOCK.gpuckpt")).strip()
+
+    r = cli(mount.store, "ls", "--json")
+    assert r.returncode == 0, r.stderr
+    listed = {s["id"]: s for s in json.loads(r.stdout)}
+    assert ckpt_id in listed
+    manifest = json.loads(read(mount.path("checkpoints", ckpt_id, "manifest.json")))
+    assert listed[ckpt_id]["logical_bytes"] == manifest["logical_bytes"]
+
+    r = cli(mount.store, "stats", "--json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["snapshot_count"] == 1
+
+    r = cli(mount.store, "fsck")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "clean" in r.stderr
+
+    # The export holds the same bytes as the mount shows.
+    out = tempfile.mkdtemp(prefix="gpuckpt-live-export.", dir=mount.work)
+    dest = os.path.join(out, "copy")
+    r = cli(mount.store, "export", ckpt_id, dest)
+    assert r.returncode == 0, r.stderr
+    assert same_tree(os.path.join(dest, "images"), mount.path("checkpoints", ckpt_id, "images"))
+
+    # What would change the store is still the daemon's alone.
+    for args in (["rm", ckpt_id], ["gc"], ["import", out, "--name", "x"]):
+        r = cli(mount.store, *args)
+        assert r.returncode == 1, (args, r.stdout, r.stderr)
+        assert f"in use by process {daemon_pid}" in r.stderr, (args, r.stderr)
+
+    # The daemon went on serving: a second checkpoint, then the reader sees it.
+    ctl(mount.path(str(wl.pid), "ctl"), "checkpoint")
+    r = cli(mount.store, "ls", "--json")
+    assert r.returncode == 0, r.stderr
+    assert {f"{wl.pid}-1", f"{wl.pid}-2"} <= {s["id"] for s in json.loads(r.stdout)}
+    assert wl.verdict() == "PASS"
