@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "gpuckpt/store.h"
+#include "gpuckpt/version.h"
 #include "tools/gpuckpt/progress.h"
 
 namespace gpuckpt {
@@ -91,7 +92,7 @@ Result<std::unique_ptr<Store>> OpenStore(const Globals& g, bool create) {
 
 int Main(int argc, char** argv) {
   CLI::App app{"gpuckpt: the deduplicated checkpoint store of gpuckptfs"};
-  app.set_version_flag("--version", GPUCKPT_VERSION);
+  app.set_version_flag("--version", "gpuckpt " GPUCKPT_VERSION_STRING);
   app.require_subcommand(1);
   Globals g;
   app.add_option("--store", g.store_dir, "Store directory")->capture_default_str();
