@@ -52,6 +52,7 @@ json InfoToJson(const SnapshotInfo& i) {
     out["base"] = i.base;
     out["base_chunks"] = i.base_chunks;
   }
+  if (!i.written_by.empty()) out["written_by"] = i.written_by;
   return out;
 }
 
