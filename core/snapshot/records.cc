@@ -138,6 +138,7 @@ std::string SnapshotInfoToJson(const SnapshotInfo& info, int indent) {
   // Only when set: records without it (all those written before domains
   // existed) are in the shared domain.
   if (info.dedup_domain) j["dedup_domain"] = *info.dedup_domain;
+  if (!info.written_by.empty()) j["written_by"] = info.written_by;
   return j.dump(indent);
 }
 
@@ -179,6 +180,7 @@ Result<SnapshotInfo> DecodeSnapshotRecord(std::string_view id, std::string_view 
     info.sync_s = j.value("sync_s", 0.0);
     info.base = j.value("base", std::string());
     info.base_chunks = j.value("base_chunks", uint64_t{0});
+    info.written_by = j.value("written_by", std::string());
     if (j.contains("dedup_domain")) {
       // A wrapped uid would name chunks in someone else's domain.
       const uint64_t uid = j.at("dedup_domain").get<uint64_t>();

@@ -10,6 +10,7 @@
 
 #include "core/snapshot/records.h"
 #include "core/store/keys.h"
+#include "gpuckpt/version.h"
 
 namespace gpuckpt {
 namespace {
@@ -307,6 +308,7 @@ Result<SnapshotInfo> SnapshotWriterImpl::Commit() {
   info.chunking = store_->options().chunking;
   if (base_) info.base = base_->id();
   info.dedup_domain = spec_.dedup_domain;
+  info.written_by = "gpuckpt " GPUCKPT_VERSION_STRING;
   rocksdb::WriteBatch files;
   for (size_t i = 0; i < entries_.size(); ++i) {
     FileEntry& e = entries_[i];

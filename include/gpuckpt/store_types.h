@@ -178,6 +178,9 @@ struct SnapshotInfo {
   double commit_s = 0;
   double sync_s = 0;
   ChunkingOptions chunking;  // what it was cut with (informational)
+  // The gpuckpt that wrote the snapshot, as its --version says ("gpuckpt
+  // 0.1.0 (commit 9bb0662)"); "" for snapshots written before it was kept.
+  std::string written_by;
 };
 
 struct GcReport {

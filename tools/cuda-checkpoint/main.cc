@@ -35,6 +35,7 @@
 #include "core/gpu/gpu_uuid.h"
 #include "core/gpu/lock_events.h"
 #include "gpuckpt/status.h"
+#include "gpuckpt/version.h"
 
 namespace gpuckpt {
 namespace {
@@ -206,6 +207,7 @@ int Main(int argc, char** argv) {
       "API (gpuckpt's implementation of the command CRIU's cuda_plugin runs).",
       "cuda-checkpoint");
   app.footer(kEnvironmentHelp);
+  app.set_version_flag("--version", "cuda-checkpoint (gpuckpt) " GPUCKPT_VERSION_STRING);
   std::string action, pid_text, timeout_text, device_map_text;
   bool toggle = false, get_state = false, get_restore_tid = false;
   app.add_option("--action", action,
@@ -229,6 +231,8 @@ int Main(int argc, char** argv) {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e);  // prints the help on stdout, 0
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);  // prints the version on stdout, 0
   } catch (const CLI::ParseError& e) {
     return UsageError(e.what());
   }

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "gpuckpt/store.h"
+#include "gpuckpt/version.h"
 #include "tools/gpuckpt/progress.h"
 
 namespace gpuckpt {
@@ -51,6 +52,7 @@ json InfoToJson(const SnapshotInfo& i) {
     out["base"] = i.base;
     out["base_chunks"] = i.base_chunks;
   }
+  if (!i.written_by.empty()) out["written_by"] = i.written_by;
   return out;
 }
 
@@ -99,7 +101,7 @@ Result<std::unique_ptr<Store>> OpenStore(const Globals& g, Access access) {
 
 int Main(int argc, char** argv) {
   CLI::App app{"gpuckpt: the deduplicated checkpoint store of gpuckptfs"};
-  app.set_version_flag("--version", GPUCKPT_VERSION);
+  app.set_version_flag("--version", "gpuckpt " GPUCKPT_VERSION_STRING);
   app.require_subcommand(1);
   Globals g;
   app.add_option("--store", g.store_dir, "Store directory")->capture_default_str();

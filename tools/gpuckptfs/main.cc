@@ -25,6 +25,7 @@
 #include "fs/filesystem.h"
 #include "gpuckpt/gpu_backend.h"
 #include "gpuckpt/store.h"
+#include "gpuckpt/version.h"
 
 namespace gpuckpt {
 namespace {
@@ -140,7 +141,7 @@ int Serve(const std::string& store_dir, EngineOptions engine_options, const Moun
 
 int Main(int argc, char** argv) {
   CLI::App app{"gpuckptfs: checkpoints of processes as files"};
-  app.set_version_flag("--version", GPUCKPT_VERSION);
+  app.set_version_flag("--version", "gpuckptfs " GPUCKPT_VERSION_STRING);
   std::string store_dir = "/var/lib/gpuckpt";
   MountOptions mount;
   EngineOptions engine_options;
