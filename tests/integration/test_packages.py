@@ -69,7 +69,18 @@ def why_not():
             return f"{tool} is not installed (tools/setup installs it)"
     if not os.path.isfile(os.path.join(BUILD, "CPackConfig.cmake")):
         return f"WORKLOAD_BIN={BUILD!r} is no configured build directory (no CPackConfig.cmake)"
+    if sanitized_build():
+        return ("a sanitizer build (GPUCKPT_SANITIZE) is not what is packaged; "
+                "the normal build's packages are the ones tested")
     return None
+
+
+def sanitized_build():
+    try:
+        with open(os.path.join(BUILD, "CMakeCache.txt")) as f:
+            return any(line.strip() == "GPUCKPT_SANITIZE:BOOL=ON" for line in f)
+    except OSError:
+        return False
 
 
 pytestmark = pytest.mark.skipif(why_not() is not None, reason=str(why_not()))
