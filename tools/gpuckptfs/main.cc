@@ -133,7 +133,7 @@ int Serve(const std::string& store_dir, EngineOptions engine_options, const Moun
     if (!reported)
       ready(s.ToString());
     else
-      std::fprintf(stderr, "gpuckptfs: %s\n", s.ToString().c_str());
+      spdlog::error("serving the mount failed: {}", LogValue(s.ToString()));
     return 1;
   }
   return 0;
