@@ -246,6 +246,19 @@ def test_operations_logged_counted_and_shown(mount, traced):
     assert big == "0", manifest
 
 
+def test_status_json_is_its_owners_alone(mount, users):
+    m = mount
+    a, b = users
+    wl = m.start("wl_memory", "--mib", "4", user=a)
+    path = m.path(str(wl.pid), "status.json")
+    ok, text = a.read(path)
+    assert ok and json.loads(text)["owner"]["uid"] == a.uid, text
+    # Another user's process is absent, as its status is.
+    for name in ("status", "status.json"):
+        ok, err = b.read(m.path(str(wl.pid), name))
+        assert not ok and "No such file" in err, err
+
+
 def test_kept_criu_logs_are_bounded(mount, traced):
     m = mount
     for _ in range(34):
