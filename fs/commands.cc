@@ -122,7 +122,7 @@ Status ProcessCommand(Engine& engine, int pid, const std::string& line, const Ca
   // The engine records what it ran; a line that never became a request is
   // recorded here.
   if (!request.ok()) {
-    engine.RecordFailure(pid, "command", request.status());
+    engine.RecordFailure(pid, "command", request.status(), caller);
     return request.status();
   }
   return engine.Checkpoint(*request).status();

@@ -4,6 +4,10 @@
 
 #include <algorithm>
 #include <cstring>
+#include <nlohmann/json.hpp>
+
+#include "core/base/log.h"
+#include "core/base/time_text.h"
 
 namespace gpuckpt {
 namespace {
@@ -13,6 +17,7 @@ constexpr char kReadme[] =
     "\n"
     "  <pid>/status                     the process, its GPUs, the operation in flight, the last "
     "result\n"
+    "  <pid>/status.json                the same as JSON\n"
     "  echo checkpoint > <pid>/ctl      checkpoint it; it keeps running (blocks until done)\n"
     "  echo 'checkpoint --kill' > <pid>/ctl   checkpoint it, then stop it\n"
     "       options: --name NAME, --lock-timeout MS (how long the GPU driver may take\n"
@@ -259,7 +264,15 @@ Result<std::shared_ptr<const StoreView::SnapshotTree>> StoreView::VisibleTree(
 Status StoreView::RemoveSnapshot(const NodeId& node, const Caller& caller) {
   if (node.kind != NodeKind::kSnapshotDir) return Status::InvalidArgument("not a checkpoint");
   GPUCKPT_ASSIGN_OR_RETURN(auto tree, VisibleTree(node, caller));
-  GPUCKPT_RETURN_IF_ERROR(store_->Remove(node.snapshot));
+  if (Status s = store_->Remove(node.snapshot); !s.ok()) {
+    LogOperationEnd(s, "rm uid={} id={} result={} error={}", caller.uid, LogValue(node.snapshot),
+                    ResultLabel(s.code()), LogValue(s.message()));
+    return s;
+  }
+  // (Tests of the checkpoint tree alone run without an engine.)
+  if (engine_ != nullptr) engine_->NoteStoreChanged();
+  spdlog::info("rm uid={} id={} result=ok logical_bytes={} stored_bytes={}", caller.uid,
+               LogValue(node.snapshot), tree->info.logical_bytes, tree->info.stored_bytes);
   std::lock_guard lock(mu_);
   if (auto it = trees_.find(node.snapshot); it != trees_.end() && it->second == tree)
     trees_.erase(it);
@@ -324,6 +337,7 @@ Result<NodeId> StoreView::Child(const NodeId& parent, const std::string& name,
     case NodeKind::kPidDir:
       if (name == "ctl") return MakeNode(NodeKind::kPidCtl, "", "", parent.pid);
       if (name == "status") return MakeNode(NodeKind::kPidStatus, "", "", parent.pid);
+      if (name == "status.json") return MakeNode(NodeKind::kPidStatusJson, "", "", parent.pid);
       if (name == "checkpoints") return MakeNode(NodeKind::kPidCheckpoints, "", "", parent.pid);
       return not_found();
     case NodeKind::kPidCheckpoints: {
@@ -409,6 +423,7 @@ Result<std::vector<std::pair<std::string, NodeId>>> StoreView::Children(const No
       out.push_back({"checkpoints", MakeNode(NodeKind::kPidCheckpoints, "", "", dir.pid)});
       out.push_back({"ctl", MakeNode(NodeKind::kPidCtl, "", "", dir.pid)});
       out.push_back({"status", MakeNode(NodeKind::kPidStatus, "", "", dir.pid)});
+      out.push_back({"status.json", MakeNode(NodeKind::kPidStatusJson, "", "", dir.pid)});
       return out;
     case NodeKind::kPidCheckpoints: {
       GPUCKPT_ASSIGN_OR_RETURN(auto ids, CheckpointsOf(dir.pid));
@@ -442,14 +457,29 @@ Result<struct stat> StoreView::Attributes(const NodeId& node, const Caller& call
       // As device/: an owner's rm of archives/<id>.tar reaches us, and is
       // refused as what it is (EROFS).
       return DirStat(01777);
-    case NodeKind::kReadme:
-      return FileStat(0444, sizeof(kReadme) - 1);
-    case NodeKind::kMetrics:
-      return FileStat(0444, 0);
+    // Generated files carry the time of their content (the node_exporter
+    // textfile collector and other readers judge staleness by it):
+    // README and ctl's help never change while the daemon runs; `restore`
+    // changes with the caller's last result; metrics are of the moment
+    // they are read.
+    case NodeKind::kReadme: {
+      struct stat st = FileStat(0444, sizeof(kReadme) - 1);
+      SetTime(&st, engine_->started_ns());
+      return st;
+    }
+    case NodeKind::kMetrics: {
+      struct stat st = FileStat(0444, 0);
+      SetTime(&st, UnixNowNs());
+      return st;
+    }
     case NodeKind::kCtl:
-    case NodeKind::kRestore:
+    case NodeKind::kRestore: {
       // Anyone may write a command; the engine decides what the caller may do.
-      return FileStat(0666, 0);
+      struct stat st = FileStat(0666, 0);
+      SetTime(&st, node.kind == NodeKind::kRestore ? engine_->RestoreResultTime(caller.uid)
+                                                   : engine_->started_ns());
+      return st;
+    }
     case NodeKind::kSnapshotDir:
     case NodeKind::kDeviceSnapshotDir: {
       // Images hold a process's whole memory: only its owner and root.
@@ -513,6 +543,7 @@ Result<struct stat> StoreView::Attributes(const NodeId& node, const Caller& call
     case NodeKind::kPidDir:
     case NodeKind::kPidCtl:
     case NodeKind::kPidStatus:
+    case NodeKind::kPidStatusJson:
     case NodeKind::kPidCheckpoints:
     case NodeKind::kPidCheckpointLink: {
       GPUCKPT_ASSIGN_OR_RETURN(ProcessInfo p, Process(node.pid));
@@ -522,7 +553,8 @@ Result<struct stat> StoreView::Attributes(const NodeId& node, const Caller& call
       if (node.kind == NodeKind::kPidDir) st = DirStat(0700);
       if (node.kind == NodeKind::kPidCheckpoints) st = DirStat(0500);
       if (node.kind == NodeKind::kPidCtl) st = FileStat(0600, 0);
-      if (node.kind == NodeKind::kPidStatus) st = FileStat(0400, 0);
+      if (node.kind == NodeKind::kPidStatus || node.kind == NodeKind::kPidStatusJson)
+        st = FileStat(0400, 0);
       if (node.kind == NodeKind::kPidCheckpointLink) {
         GPUCKPT_ASSIGN_OR_RETURN(std::string target, SymlinkTarget(node));
         st.st_mode = S_IFLNK | 0777;
@@ -531,6 +563,9 @@ Result<struct stat> StoreView::Attributes(const NodeId& node, const Caller& call
       }
       st.st_uid = p.creds.ruid;
       st.st_gid = p.creds.rgid;
+      // A process's files are of the moment they are read (its state,
+      // memory, the operation in flight).
+      SetTime(&st, UnixNowNs());
       return st;
     }
   }
@@ -561,6 +596,16 @@ Result<std::string> StoreView::GeneratedContent(const NodeId& node, const Caller
         text += "checkpoints: " + std::to_string(ids->size()) +
                 (ids->empty() ? "" : " (latest " + ids->back() + ")") + "\n";
       return text;
+    }
+    case NodeKind::kPidStatusJson: {
+      GPUCKPT_ASSIGN_OR_RETURN(ProcessInfo p, Process(node.pid));
+      nlohmann::json j = engine_->ProcessStatusJson(p);
+      auto ids = CheckpointsOf(node.pid);
+      if (ids.ok())
+        j["checkpoints"] = {
+            {"count", ids->size()},
+            {"latest", ids->empty() ? nlohmann::json() : nlohmann::json(ids->back())}};
+      return j.dump(2) + "\n";
     }
     default:
       return Status::InvalidArgument("not a generated file");

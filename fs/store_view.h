@@ -10,7 +10,7 @@
 //   /archives/<id>.tar                   the checkpoint as a Podman/CRI-O
 //                                        checkpoint archive, made on reads
 //                                        (fs/archive_view.h)
-//   /<pid>/{ctl,status}                  one directory per process shown
+//   /<pid>/{ctl,status,status.json}      one directory per process shown
 //   /<pid>/checkpoints/{1,2,..,latest}   symlinks to ../../checkpoints/<id>
 //
 // checkpoints/<id>/ holds what a restore needs, each byte once, so that a
@@ -82,6 +82,7 @@ enum class NodeKind {
   kPidDir,             // <pid>
   kPidCtl,             // <pid>/ctl
   kPidStatus,          // <pid>/status
+  kPidStatusJson,      // <pid>/status.json
   kPidCheckpoints,     // <pid>/checkpoints
   kPidCheckpointLink,  // <pid>/checkpoints/<n|latest>
 };

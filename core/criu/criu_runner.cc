@@ -389,6 +389,43 @@ std::string SummarizeCriuLog(int fd, size_t max_lines) {
   return out;
 }
 
+namespace {
+
+// "(00.607428) Error (criu/util.c:1533): rlimit: ..." -> "rlimit: ...".
+std::string WithoutCriuPrefix(const std::string& line) {
+  std::string rest = line;
+  if (!rest.empty() && rest[0] == '(') {
+    const size_t close = rest.find(") ");
+    if (close != std::string::npos) rest = rest.substr(close + 2);
+  }
+  for (const char* level : {"Error (", "Warn  (", "Warn ("}) {
+    if (rest.compare(0, std::strlen(level), level) != 0) continue;
+    const size_t close = rest.find("): ");
+    if (close != std::string::npos) rest = rest.substr(close + 3);
+    break;
+  }
+  return rest;
+}
+
+bool IsHarmlessCriuError(const std::string& line) {
+  return line.find("RLIMIT_NOFILE") != std::string::npos ||
+         line.find("Dumping FAILED") != std::string::npos ||
+         line.find("Restoring FAILED") != std::string::npos;
+}
+
+}  // namespace
+
+std::string CriuFailureCause(const std::string& summary) {
+  std::istringstream in(summary);
+  std::string line, last;
+  while (std::getline(in, line)) {
+    if (line.find("Error (") != std::string::npos && !IsHarmlessCriuError(line))
+      return WithoutCriuPrefix(line);
+    if (line.find_first_not_of(" \t\r") != std::string::npos) last = line;
+  }
+  return WithoutCriuPrefix(last);
+}
+
 std::string SummarizeCriuLog(const std::string& log_path, size_t max_lines) {
   const int fd = open(log_path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
   if (fd < 0) return "";

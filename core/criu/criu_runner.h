@@ -137,6 +137,14 @@ class Criu {
 std::string SummarizeCriuLog(int fd, size_t max_lines = 4);
 std::string SummarizeCriuLog(const std::string& log_path, size_t max_lines = 4);
 
+// The one line that says why CRIU failed, from the lines SummarizeCriuLog
+// picked: the first "Error (" line that is not one of CRIU's harmless ones
+// (a failed raise of its own RLIMIT_NOFILE, which it survives) nor its
+// closing "Dumping FAILED." / "Restoring FAILED.", without CRIU's time
+// stamp and source position; else the last line that is not empty. ""
+// when there is none.
+std::string CriuFailureCause(const std::string& summary);
+
 // "4.1.1" from `criu --version` output ("Version: 4.1.1\nGitID: ..."), or
 // "" when there is no version line. Exposed for tests.
 std::string ParseCriuVersion(const std::string& output);

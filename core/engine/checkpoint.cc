@@ -23,6 +23,7 @@
 #include <set>
 
 #include "core/base/display_text.h"
+#include "core/base/log.h"
 #include "core/base/mono_clock.h"
 #include "core/base/small_file.h"
 #include "core/criu/image_streamer.h"
@@ -188,29 +189,35 @@ FrozenTime MeasureFrozenTime(const GpuBackend::LockSpan& gpu, int64_t dump_end_n
 }
 
 Status CriuFailure(const std::string& what, const CriuLogs& logs, const Status& served,
-                   Result<int>& exit) {
+                   Result<int>& exit, std::vector<std::string>* detail) {
+  const std::string summary = logs.Summary();
+  if (detail != nullptr) *detail = SplitLines(summary);
   // The store ran out of space: CRIU then fails only because its pipe was
   // closed ("Broken pipe"), so the store's error is the one that says what
   // happened and what to do.
   if (served.code() == StatusCode::kNoSpace) {
     return Status::NoSpace(what + " failed: " + served.message());
   }
-  const std::string summary = logs.Summary();
   if (summary.find("No space left") != std::string::npos) {
-    return Status::NoSpace(what + " failed: " + summary);
+    return Status::NoSpace(what + " failed: no space left on a disk CRIU wrote to (" +
+                           CriuFailureCause(summary) + ")");
   }
+  // One line, for `last:` and `cat restore`; the other lines of the log
+  // that say more are `detail`.
   std::string message = what + " failed";
   if (!exit.ok()) {
     message += ": " + exit.status().message();
   } else if (*exit != 0) {
     message += " (criu exit " + std::to_string(*exit) + ")";
   }
-  if (!summary.empty()) message += ": " + summary;
+  if (const std::string cause = CriuFailureCause(summary); !cause.empty()) message += ": " + cause;
   if (!served.ok() && (exit.ok() && *exit == 0)) message += ": " + served.message();
-  return Status::IOError(message + " (log: " + logs.log_path() + ")");
+  return Status::IOError(message);
 }
 
 Result<SnapshotInfo> Engine::Checkpoint(const CheckpointRequest& request) {
+  std::string kept_log;   // the CRIU log of a failed dump
+  bool on_board = false;  // the ticket recorded the outcome
   auto run = [&]() -> Result<SnapshotInfo> {
     GPUCKPT_ASSIGN_OR_RETURN(ProcessInfo process, processes_->Get(request.pid));
     GPUCKPT_RETURN_IF_ERROR(MayCheckpoint(request.caller, process));
@@ -230,36 +237,54 @@ Result<SnapshotInfo> Engine::Checkpoint(const CheckpointRequest& request) {
                                        footprint.rss_bytes + footprint.device_memory_bytes,
                                        "a checkpoint of process " + std::to_string(request.pid)));
     GPUCKPT_ASSIGN_OR_RETURN(auto ticket, board_.Begin(request.pid, "checkpoint"));
-    auto info = DumpAndStore(request, process, tree, footprint, ticket.get());
+    on_board = true;
+    auto info = DumpAndStore(request, process, tree, footprint, ticket.get(), &kept_log);
     if (info.ok()) {
       const std::optional<double> frozen = FrozenSecondsOf(*info);
       ticket->SetResult(fmt::format(
           "checkpoint {} ok ({}durable after {:.2f} s, {:.1f} MB logical, {:.1f} MB new)", info->id,
           frozen ? fmt::format("frozen {:.2f} s, ", *frozen) : "", info->duration_s,
           info->logical_bytes / 1e6, info->new_bytes / 1e6));
+      ticket->SetCheckpoint(info->id);
     } else {
-      ticket->SetResult("checkpoint failed: " + info.status().message());
+      ticket->SetFailure(info.status());
     }
     return info;
   };
   auto result = run();
   ReleaseFreeMemory();
+  NoteStoreChanged();
   if (result.ok()) {
     metrics_.CountOperation("checkpoint", "ok");
     metrics_.AddCheckpointBytes(result->logical_bytes, result->new_bytes, result->stored_bytes);
-    if (auto frozen = FrozenSecondsOf(*result)) metrics_.ObserveFrozen(*frozen);
-  } else if (result.status().code() != StatusCode::kBusy) {
-    RecordFailure(request.pid, "checkpoint", result.status());
-  } else {
-    metrics_.CountOperation("checkpoint", "busy");
+    const std::optional<double> frozen = FrozenSecondsOf(*result);
+    if (frozen) metrics_.ObserveFrozen(*frozen);
+    spdlog::info(
+        "checkpoint uid={} pid={} id={} result=ok logical_bytes={} new_bytes={} stored_bytes={} "
+        "frozen_s={} total_s={:.3f}",
+        request.caller.uid, request.pid, LogValue(result->id), result->logical_bytes,
+        result->new_bytes, result->stored_bytes, frozen ? fmt::format("{:.3f}", *frozen) : "-",
+        result->duration_s);
+    return result;
   }
+  const Status& failure = result.status();
+  metrics_.CountOperation("checkpoint", ResultLabel(failure.code()));
+  // A refusal before the operation began (not found, denied, no room) is
+  // shown too; a busy process's status shows the operation in its way.
+  if (!on_board && failure.code() != StatusCode::kBusy) {
+    auto ticket = board_.Begin(request.pid, "checkpoint");
+    if (ticket.ok()) (*ticket)->SetFailure(failure);
+  }
+  LogOperationEnd(failure, "checkpoint uid={} pid={} result={} error={}{}", request.caller.uid,
+                  request.pid, ResultLabel(failure.code()), LogValue(failure.message()),
+                  kept_log.empty() ? "" : " criu_log=" + LogValue(kept_log));
   return result;
 }
 
 Result<SnapshotInfo> Engine::DumpAndStore(const CheckpointRequest& request,
                                           const ProcessInfo& process, const std::vector<int>& tree,
                                           const TreeFootprint& footprint,
-                                          OperationBoard::Ticket* ticket) {
+                                          OperationBoard::Ticket* ticket, std::string* kept_log) {
   // Before the work dir (a refusal leaves no log to keep) and before
   // anything is locked or frozen: the process runs on untouched.
   GPUCKPT_RETURN_IF_ERROR(CheckRoomForCheckpoint(request.pid, footprint, request.check_space));
@@ -307,7 +332,7 @@ Result<SnapshotInfo> Engine::DumpAndStore(const CheckpointRequest& request,
   if (holding_locks) group_lock.first_lock_ns = setup_start_ns;
   auto release_locks = [&] {
     if (!holding_locks) return;
-    gpu_->Release(gpu.locked_pids).PermitUnchecked();
+    ReleaseGpusOrLog(*gpu_, gpu.locked_pids, "checkpoint of " + std::to_string(request.pid));
     group_lock.last_unlock_ns = MonotonicNowNs();
     holding_locks = false;
   };
@@ -457,7 +482,8 @@ Result<SnapshotInfo> Engine::DumpAndStore(const CheckpointRequest& request,
   // bring their GPU state back.
   auto resume_on_failure = [&] {
     if (!request.kill) return;
-    gpu_->Release(ResumeProcesses(tree, start_times)).PermitUnchecked();
+    ReleaseGpusOrLog(*gpu_, ResumeProcesses(tree, start_times),
+                     "failed checkpoint --kill of " + std::to_string(request.pid));
     journal.Remove(tree, start_times);
   };
 
@@ -506,16 +532,23 @@ Result<SnapshotInfo> Engine::DumpAndStore(const CheckpointRequest& request,
   metrics_.ObserveStage("checkpoint", "dump", dump_s);
   if (!served.ok() || !exit.ok() || *exit != 0) {
     resume_on_failure();
+    std::vector<std::string> detail;
     Status failure = CriuFailure("criu dump of process " + std::to_string(request.pid), *criu_logs,
-                                 served, exit);
+                                 served, exit, &detail);
+    *kept_log = KeepCriuLog(*criu_logs, "checkpoint-" + std::to_string(request.pid));
+    ticket->AddDetail(detail);
+    if (!kept_log->empty()) ticket->SetCriuLog(*kept_log);
     // The driver could not lock the process in time (long GPU work in
     // flight): nothing is wrong, it runs on; try again later (EAGAIN).
     // (CRIU's summary also holds unrelated error lines; the log has all.)
-    if (failure.message().find("not locked within") != std::string::npos)
+    const bool not_locked = std::any_of(detail.begin(), detail.end(), [](const std::string& l) {
+      return l.find("not locked within") != std::string::npos;
+    });
+    if (not_locked)
       return Status::Aborted(fmt::format(
           "the GPU driver could not lock process {} within {} ms (GPU work in flight); it was "
-          "left running: try again, or with a longer --lock-timeout (log: {}/dump.log)",
-          request.pid, gpu_options.lock_timeout_ms, work));
+          "left running: try again, or with a longer --lock-timeout",
+          request.pid, gpu_options.lock_timeout_ms));
     return failure;
   }
 

@@ -15,10 +15,15 @@
 #include <algorithm>
 #include <cerrno>
 #include <climits>
+#include <cstring>
 #include <cstdlib>
 #include <nlohmann/json.hpp>
 #include <optional>
 
+#include "core/base/display_text.h"
+#include "core/base/full_io.h"
+#include "core/base/log.h"
+#include "core/base/time_text.h"
 #include "core/base/unique_fd.h"
 #include "core/criu/criu_runner.h"
 #include "core/engine/kill_journal.h"
@@ -26,9 +31,14 @@
 namespace gpuckpt {
 namespace {
 
-// Failed operations keep their work directory (CRIU's log) for a look; the
-// oldest go beyond this many.
-constexpr size_t kKeptFailures = 16;
+// --keep-logs keeps work directories for a look; the oldest go beyond this
+// many.
+constexpr size_t kKeptWorkDirs = 16;
+// The CRIU logs of failed operations kept per store (criu-logs/): the oldest
+// go beyond this many. A -v4 log is a few hundred KB to a few MB.
+constexpr size_t kKeptCriuLogs = 32;
+// What is kept of one CRIU log (its end) and of CRIU's stderr.
+constexpr size_t kKeptCriuLogBytes = 8 << 20;
 
 // A directory of the daemon's with exactly `mode`. The work dir is 0711:
 // CRIU run as a user must reach its operation's directory (0700, theirs)
@@ -72,6 +82,24 @@ void RemoveContents(int dir_fd) {
   }
 }
 
+// Removes the temporary files (".tmp-*") a daemon that died while keeping
+// a CRIU log left in `dir`.
+void RemoveTemporaries(const std::string& dir) {
+  UniqueFd fd(open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  if (fd.get() < 0) return;
+  const int dup_fd = dup(fd.get());
+  DIR* d = dup_fd >= 0 ? fdopendir(dup_fd) : nullptr;
+  if (d == nullptr) {
+    if (dup_fd >= 0) close(dup_fd);
+    return;
+  }
+  std::vector<std::string> names;
+  while (dirent* e = readdir(d))
+    if (std::strncmp(e->d_name, ".tmp-", 5) == 0) names.push_back(e->d_name);
+  closedir(d);
+  for (const auto& name : names) unlinkat(fd.get(), name.c_str(), 0);
+}
+
 void RemoveTree(const std::string& path) {
   UniqueFd dir(open(path.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
   if (dir.get() >= 0) RemoveContents(dir.get());
@@ -99,6 +127,8 @@ int MakeCriuOutputFile(const std::string& path, std::optional<uint32_t> owner_ui
 
 void ReleaseFreeMemory() { malloc_trim(0); }
 
+Status PrepareStateDir(const std::string& dir) { return MakePrivateDir(dir, 0700); }
+
 Status GiveTo(uint32_t uid, uint32_t gid, const std::vector<std::string>& paths) {
   for (const auto& p : paths) {
     if (lchown(p.c_str(), uid, gid) != 0) return StatusFromErrno(errno, "chown " + p);
@@ -122,6 +152,35 @@ Result<std::unique_ptr<CriuLogs>> CriuLogs::Create(const std::string& work,
 CriuLogs::~CriuLogs() {
   close(log_fd_);
   close(stderr_fd_);
+}
+
+namespace {
+
+// The last `max_bytes` of the regular file `fd`, read with pread.
+std::string TailOf(int fd, size_t max_bytes) {
+  struct stat st {};
+  if (fd < 0 || fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) return "";
+  const off_t size = st.st_size;
+  off_t offset = size > static_cast<off_t>(max_bytes) ? size - static_cast<off_t>(max_bytes) : 0;
+  std::string out;
+  char buf[64 << 10];
+  while (offset < size) {
+    const ssize_t n = pread(fd, buf, sizeof(buf), offset);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    out.append(buf, static_cast<size_t>(n));
+    offset += n;
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string CriuLogs::Contents(size_t max_bytes) const {
+  std::string out = TailOf(log_fd_, max_bytes);
+  const std::string err = TailOf(stderr_fd_, max_bytes);
+  if (!err.empty()) out += "\n--- criu stderr ---\n" + err;
+  return out;
 }
 
 std::string CriuLogs::Summary() const {
@@ -215,14 +274,22 @@ Result<std::unique_ptr<Engine>> Engine::Create(Store* store, std::unique_ptr<Gpu
   GPUCKPT_ASSIGN_OR_RETURN(Criu criu, Criu::Find(options.criu_path));
   GPUCKPT_RETURN_IF_ERROR(MakePrivateDir(options.work_dir, 0711));
   GPUCKPT_RETURN_IF_ERROR(MakePrivateDir(options.work_dir + "/no-plugins", 0755));
+  GPUCKPT_RETURN_IF_ERROR(PrepareStateDir(options.state_dir));
+  GPUCKPT_RETURN_IF_ERROR(MakePrivateDir(options.state_dir + "/criu-logs", 0700));
   auto engine = std::unique_ptr<Engine>(
       new Engine(store, std::move(gpu), std::move(options), std::move(criu)));
+  GPUCKPT_RETURN_IF_ERROR(MakePrivateDir(engine->CriuLogDir(), 0700));
+  RemoveTemporaries(engine->CriuLogDir());
   engine->RecoverInterruptedKills();
   return engine;
 }
 
 Engine::Engine(Store* store, std::unique_ptr<GpuBackend> gpu, EngineOptions options, Criu criu)
-    : store_(store), gpu_(std::move(gpu)), options_(std::move(options)), criu_(std::move(criu)) {
+    : store_(store),
+      gpu_(std::move(gpu)),
+      options_(std::move(options)),
+      criu_(std::move(criu)),
+      started_ns_(UnixNowNs()) {
   ProcessTableOptions table;
   table.all_processes = options_.all_processes;
   table.ttl = options_.process_cache_ttl;
@@ -259,7 +326,59 @@ void Engine::RecoverInterruptedKills() {
   // Their GPU state is still in host memory (CUDA "checkpointed"): bring
   // it back, or they would block in their next CUDA call.
   KillJournal journal(JournalDir());
-  gpu_->Release(journal.ResumeAll()).PermitUnchecked();
+  const std::vector<int> resumed = journal.ResumeAll();
+  if (resumed.empty()) return;
+  spdlog::warn("recovery: resumed {} process(es) that a previous daemon left stopped: pids {}",
+               resumed.size(), fmt::join(resumed, ","));
+  ReleaseGpusOrLog(*gpu_, resumed, "recovery");
+}
+
+void ReleaseGpusOrLog(GpuBackend& gpu, const std::vector<int>& pids, const std::string& when) {
+  if (pids.empty()) return;
+  if (Status s = gpu.Release(pids); !s.ok())
+    spdlog::error("gpu release failed: during={} pids={} error={}", LogValue(when),
+                  fmt::join(pids, ","), LogValue(s.ToString()));
+}
+
+std::string Engine::CriuLogDir() const {
+  char hash[17];
+  std::snprintf(hash, sizeof(hash), "%016zx", std::hash<std::string>{}(store_->dir()));
+  return options_.state_dir + "/criu-logs/" + hash;
+}
+
+std::string Engine::KeepCriuLog(const CriuLogs& logs, const std::string& label) {
+  const std::string dir = CriuLogDir();
+  const std::string contents = logs.Contents(kKeptCriuLogBytes);
+  // Named by time, so that names sort oldest first; written under a
+  // temporary name and renamed, so that no half-written log is ever seen.
+  std::string stamp = Rfc3339Utc(UnixNowNs(), /*with_nanoseconds=*/true);
+  stamp.erase(std::remove(stamp.begin(), stamp.end(), ':'), stamp.end());
+  const std::string path = dir + "/" + stamp + "-" + label + ".log";
+  std::string temp = dir + "/.tmp-XXXXXX";
+  UniqueFd fd(mkostemp(temp.data(), O_CLOEXEC));
+  auto fail = [&](const std::string& what) {
+    spdlog::error("criu log not kept: {} {}: {}", what, LogValue(path), strerror(errno));
+    if (fd.get() >= 0) unlink(temp.c_str());
+    return std::string();
+  };
+  if (fd.get() < 0) return fail("create");
+  if (!PwriteFully(fd.get(), contents.data(), contents.size(), 0, temp).ok() ||
+      fchmod(fd.get(), 0600) != 0)
+    return fail("write");
+  if (rename(temp.c_str(), path.c_str()) != 0) return fail("rename");
+  // The oldest beyond the bound go.
+  std::vector<std::string> kept;
+  if (DIR* d = opendir(dir.c_str())) {
+    while (dirent* e = readdir(d)) {
+      const std::string name = e->d_name;
+      if (name.size() > 4 && name[0] != '.' && name.compare(name.size() - 4, 4, ".log") == 0)
+        kept.push_back(name);
+    }
+    closedir(d);
+  }
+  std::sort(kept.begin(), kept.end());
+  for (size_t i = 0; i + kKeptCriuLogs < kept.size(); ++i) unlink((dir + "/" + kept[i]).c_str());
+  return path;
 }
 
 std::string Engine::JournalDir() const { return KillJournalDir(options_.work_dir, store_->dir()); }
@@ -271,17 +390,18 @@ Result<std::unique_ptr<Engine::WorkDir>> Engine::MakeWorkDir(const std::string& 
 }
 
 void Engine::FinishWorkDir(const std::string& dir, bool ok) {
-  if (ok && !options_.keep_logs) {
+  // A failure's CRIU log was kept under state_dir (KeepCriuLog).
+  if (!options_.keep_logs) {
     RemoveTree(dir);
     return;
   }
   std::string drop;
   {
     std::lock_guard lock(mu_);
-    kept_failures_.push_back(dir);
-    if (kept_failures_.size() > kKeptFailures) {
-      drop = kept_failures_.front();
-      kept_failures_.erase(kept_failures_.begin());
+    kept_work_dirs_.push_back(dir);
+    if (kept_work_dirs_.size() > kKeptWorkDirs) {
+      drop = kept_work_dirs_.front();
+      kept_work_dirs_.erase(kept_work_dirs_.begin());
     }
   }
   if (!drop.empty()) RemoveTree(drop);
@@ -328,60 +448,171 @@ Status Engine::Track(int pid, const Caller& caller) {
 }
 
 Result<GcReport> Engine::Gc(const Caller& caller) {
-  if (!caller.is_root()) return Status::PermissionDenied("only root may collect garbage");
-  return store_->Gc();
+  const auto start = std::chrono::steady_clock::now();
+  auto report = caller.is_root()
+                    ? store_->Gc()
+                    : Result<GcReport>(Status::PermissionDenied("only root may collect garbage"));
+  const double total_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  NoteStoreChanged();
+  metrics_.CountOperation("gc", report.ok() ? "ok" : ResultLabel(report.status().code()));
+  if (report.ok()) {
+    spdlog::info("gc uid={} result=ok chunks_deleted={} bytes={} total_s={:.3f}", caller.uid,
+                 report->chunks_deleted, report->bytes_deleted, total_s);
+  } else {
+    LogOperationEnd(report.status(), "gc uid={} result={} error={}", caller.uid,
+                    ResultLabel(report.status().code()), LogValue(report.status().message()));
+  }
+  return report;
+}
+
+nlohmann::json Engine::ProcessStatusJson(const ProcessInfo& p) {
+  nlohmann::json j = {
+      {"schema_version", 1},
+      {"pid", p.pid},
+      {"command", DisplayCommand(p)},
+      {"owner", {{"uid", p.creds.ruid}, {"gid", p.creds.rgid}}},
+      {"state", std::string(1, p.state)},
+      {"threads", p.threads},
+      {"memory", {{"rss_bytes", p.rss_bytes}, {"virtual_bytes", p.vm_bytes}}},
+      {"gpu_devices", p.gpu_devices},
+      {"job_gpu_children", p.gpu_children},
+  };
+  nlohmann::json gpu = {{"available", true}, {"state", nullptr}, {"gpus", nlohmann::json::array()}};
+  const std::string unavailable = gpu_->unavailable_reason();
+  if (!unavailable.empty()) {
+    gpu["available"] = false;
+    gpu["unavailable_reason"] = unavailable;
+  } else if (auto g = gpu_->Describe(p.pid); g.ok()) {
+    gpu["state"] = g->state;
+    for (const auto& d : g->gpus)
+      gpu["gpus"].push_back({{"name", d.name}, {"uuid", d.uuid}, {"memory_bytes", d.memory_bytes}});
+    gpu["device_memory_bytes"] = g->device_memory_bytes;
+  }
+  j["gpu"] = gpu;
+  j["operation"] = nullptr;
+  if (auto op = board_.InFlightInfo(p.pid)) {
+    j["operation"] = {{"kind", op->kind},
+                      {"stage", op->stage},
+                      {"bytes_read", op->bytes},
+                      {"elapsed_s", op->elapsed_s},
+                      {"started", Rfc3339Utc(op->started_ns)}};
+  }
+  j["last"] = nullptr;
+  if (auto last = board_.LastOutcome(p.pid)) {
+    auto or_null = [](const std::string& s) {
+      return s.empty() ? nlohmann::json() : nlohmann::json(s);
+    };
+    j["last"] = {{"operation", last->operation},
+                 {"ok", last->ok},
+                 {"summary", DisplayText(last->summary)},
+                 {"error_detail", nlohmann::json::array()},
+                 {"criu_log", or_null(last->criu_log)},
+                 {"checkpoint", or_null(last->checkpoint)},
+                 {"started", Rfc3339Utc(last->started_ns)},
+                 {"ended", Rfc3339Utc(last->ended_ns)}};
+    for (const auto& line : last->detail) j["last"]["error_detail"].push_back(DisplayText(line));
+  }
+  return j;
 }
 
 std::string Engine::ProcessStatus(const ProcessInfo& p) {
+  // Rendered from the JSON, so that both files always say the same.
+  const nlohmann::json j = ProcessStatusJson(p);
   std::string out;
   out += fmt::format("pid: {}\n", p.pid);
-  out += fmt::format("command: {}\n", DisplayCommand(p));
+  out += fmt::format("command: {}\n", j["command"].get<std::string>());
   out += fmt::format("owner: uid {} gid {}\n", p.creds.ruid, p.creds.rgid);
   out += fmt::format("state: {}\n", std::string(1, p.state));
   out += fmt::format("threads: {}\n", p.threads);
   out += fmt::format("memory: rss {:.1f} MB, virtual {:.1f} MB\n",
                      static_cast<double>(p.rss_bytes) / 1e6, static_cast<double>(p.vm_bytes) / 1e6);
-  std::string devices;
-  for (const auto& d : p.gpu_devices) devices += (devices.empty() ? "" : " ") + d;
-  out += fmt::format("gpu devices: {}\n", devices.empty() ? "none" : devices);
+  out += fmt::format("gpu devices: {}\n", p.gpu_devices.empty()
+                                              ? "none"
+                                              : fmt::format("{}", fmt::join(p.gpu_devices, " ")));
   if (!p.gpu_children.empty())
     out += fmt::format("job: launcher of GPU processes {} (a checkpoint takes the whole tree)\n",
                        fmt::join(p.gpu_children, " "));
-  const std::string unavailable = gpu_->unavailable_reason();
-  if (!unavailable.empty()) {
-    out += fmt::format("gpu: off, GPU state cannot be checkpointed here ({})\n", unavailable);
-  } else if (auto g = gpu_->Describe(p.pid); g.ok()) {
-    out += fmt::format("gpu state: {}\n", g->state);
-    for (const auto& d : g->gpus)
-      out += fmt::format("gpu: {} {} ({:.1f} GiB)\n", d.name, d.uuid.empty() ? "-" : d.uuid,
-                         static_cast<double>(d.memory_bytes) / (1u << 30));
-    if (g->device_memory_bytes > 0)
-      out += fmt::format("device memory: {} bytes ({:.2f} GiB)\n", g->device_memory_bytes,
-                         static_cast<double>(g->device_memory_bytes) / (1u << 30));
+  const nlohmann::json& gpu = j["gpu"];
+  if (!gpu["available"].get<bool>()) {
+    out += fmt::format("gpu: off, GPU state cannot be checkpointed here ({})\n",
+                       gpu["unavailable_reason"].get<std::string>());
+  } else if (gpu["state"].is_string()) {
+    out += fmt::format("gpu state: {}\n", gpu["state"].get<std::string>());
+    for (const auto& d : gpu["gpus"]) {
+      const std::string uuid = d["uuid"].get<std::string>();
+      out += fmt::format("gpu: {} {} ({:.1f} GiB)\n", d["name"].get<std::string>(),
+                         uuid.empty() ? "-" : uuid,
+                         static_cast<double>(d["memory_bytes"].get<uint64_t>()) / (1u << 30));
+    }
+    const uint64_t device_memory = gpu["device_memory_bytes"].get<uint64_t>();
+    if (device_memory > 0)
+      out += fmt::format("device memory: {} bytes ({:.2f} GiB)\n", device_memory,
+                         static_cast<double>(device_memory) / (1u << 30));
   }
   out += "operation: " + board_.InFlight(p.pid) + "\n";
-  out += "last: " + board_.Last(p.pid) + "\n";
+  if (j["operation"].is_object())
+    out += "operation_started: " + j["operation"]["started"].get<std::string>() + "\n";
+  const nlohmann::json& last = j["last"];
+  if (!last.is_object()) {
+    out += "last: none\n";
+    return out;
+  }
+  out += "last: " + last["summary"].get<std::string>() + "\n";
+  for (const auto& line : last["error_detail"])
+    out += "last_error_detail: " + line.get<std::string>() + "\n";
+  if (last["criu_log"].is_string())
+    out += "last_criu_log: " + last["criu_log"].get<std::string>() + "\n";
+  out += "last_started: " + last["started"].get<std::string>() + "\n";
+  out += "last_ended: " + last["ended"].get<std::string>() + "\n";
   return out;
 }
 
 std::string Engine::RestoreResult(uint32_t uid) const {
   std::lock_guard lock(mu_);
   auto it = restore_results_.find(uid);
-  return it == restore_results_.end() ? "none\n" : it->second;
+  return it == restore_results_.end() ? "none\n" : it->second.text;
+}
+
+int64_t Engine::RestoreResultTime(uint32_t uid) const {
+  std::lock_guard lock(mu_);
+  auto it = restore_results_.find(uid);
+  return it == restore_results_.end() ? started_ns_ : it->second.set_ns;
 }
 
 void Engine::SetRestoreResult(uint32_t uid, std::string text) {
   if (text.empty() || text.back() != '\n') text += '\n';
   std::lock_guard lock(mu_);
-  restore_results_[uid] = std::move(text);
+  restore_results_[uid] = RestoreText{std::move(text), UnixNowNs()};
 }
 
-std::string Engine::MetricsText() const { return metrics_.Render(store_->cache_stats()); }
+std::string Engine::MetricsText() {
+  std::optional<StoreStats> stats;
+  {
+    // The scan runs at the first scrape after a change, not at every
+    // scrape: changes are operations, each far costlier than the scan.
+    std::lock_guard lock(stats_mu_);
+    if (!store_stats_ || store_changed_.load(std::memory_order_relaxed)) {
+      store_changed_.store(false, std::memory_order_relaxed);
+      if (auto fresh = store_->Stats(); fresh.ok()) {
+        store_stats_ = *fresh;
+      } else {
+        spdlog::error("metrics: store statistics: {}", LogValue(fresh.status().ToString()));
+        store_changed_.store(true, std::memory_order_relaxed);
+      }
+    }
+    stats = store_stats_;
+  }
+  return metrics_.Render(store_->cache_stats(), stats);
+}
 
-void Engine::RecordFailure(int pid, const std::string& operation, const Status& status) {
+void Engine::RecordFailure(int pid, const std::string& operation, const Status& status,
+                           const Caller& caller) {
   metrics_.CountOperation(operation, ResultLabel(status.code()));
+  LogOperationEnd(status, "{} uid={} pid={} result={} error={}", operation, caller.uid, pid,
+                  ResultLabel(status.code()), LogValue(status.message()));
   auto ticket = board_.Begin(pid, operation);
-  if (ticket.ok()) (*ticket)->SetResult(operation + " failed: " + status.message());
+  if (ticket.ok()) (*ticket)->SetFailure(status);
 }
 
 }  // namespace gpuckpt

@@ -17,6 +17,7 @@
 #ifndef GPUCKPT_CORE_ENGINE_ENGINE_H_
 #define GPUCKPT_CORE_ENGINE_ENGINE_H_
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -52,8 +53,15 @@ struct EngineOptions {
   bool all_processes = false;
   // How long a /proc scan is reused. Default: 1 s.
   std::chrono::milliseconds process_cache_ttl{1000};
-  // Keep each operation's CRIU log directory after success (they are
-  // always kept after a failure, the last 16 of them). Default: false.
+  // What must survive the daemon's restarts, private to root (0700, made
+  // if missing): the CRIU logs of failed operations (`criu-logs/`, the
+  // newest 32 per store). systemd's StateDirectory=gpuckptfs gives this
+  // path. Default: /var/lib/gpuckptfs.
+  std::string state_dir = "/var/lib/gpuckptfs";
+  // Keep each operation's work directory (CRIU's log, its sockets' files)
+  // in work_dir, after success and failure alike; otherwise it is removed
+  // when the operation ends, a failure's CRIU log kept under state_dir.
+  // Default: false.
   bool keep_logs = false;
   // How long the GPU driver may take to lock a process for a checkpoint
   // (its GPU work in flight must finish); past it the checkpoint fails with
@@ -79,6 +87,11 @@ struct EngineOptions {
   // read. Root is not limited. 0: no limit. Default: 0.
   uint64_t user_quota_bytes = 0;
 };
+
+// Makes EngineOptions::state_dir (one level: its parent must exist) owned by
+// the daemon's user with mode 0700, or checks that it is; the daemon
+// calls it before its log (which may go there) is set up.
+Status PrepareStateDir(const std::string& dir);
 
 // A quarter of the machine's physical memory, at least 256 MiB: room for
 // the images of a process holding that much host and device memory, while
@@ -146,6 +159,9 @@ class CriuLogs {
   // the log holds none (CRIU reports what happens before it opens its log
   // there only).
   std::string Summary() const;
+  // The log, then CRIU's stderr, through the held descriptors: at most the
+  // last `max_bytes` of each.
+  std::string Contents(size_t max_bytes) const;
 
  private:
   CriuLogs(int log_fd, int stderr_fd, std::string log_path)
@@ -155,15 +171,22 @@ class CriuLogs {
   std::string log_path_;
 };
 
-// The error for a failed CRIU run: the lines of its log (or stderr) that
-// say why, classed kNoSpace when the disk filled, else kIOError.
+// The error for a failed CRIU run, in one line: `what` failed, and the line
+// of its log (or stderr) that says why (CriuFailureCause); classed kNoSpace
+// when the disk filled, else kIOError. `detail` (if not null) gets the lines
+// of the log that say more.
 Status CriuFailure(const std::string& what, const CriuLogs& logs, const Status& served,
-                   Result<int>& exit);
+                   Result<int>& exit, std::vector<std::string>* detail = nullptr);
 
 // Gives the memory an operation freed back to the system: the read blocks
 // and chunk buffers of a large checkpoint would otherwise stay in malloc's
 // arenas, and the daemon's RSS would show its largest operation forever.
 void ReleaseFreeMemory();
+
+// Gives the GPU state of `pids` back (GpuBackend::Release); a failure is
+// logged (with `when`: which operation let go), since nobody else waits for
+// its result.
+void ReleaseGpusOrLog(GpuBackend& gpu, const std::vector<int>& pids, const std::string& when);
 
 // Hands the paths (work dirs, sockets) to a user's CRIU.
 Status GiveTo(uint32_t uid, uint32_t gid, const std::vector<std::string>& paths);
@@ -227,14 +250,29 @@ class Engine {
   Status Track(int pid, const Caller& caller);
   Result<GcReport> Gc(const Caller& caller);
 
-  // The text of <pid>/status.
+  // The text of <pid>/status: "key: value" lines (README.md, "gpuckptfs").
   std::string ProcessStatus(const ProcessInfo& process);
+  // The same as a JSON object (<pid>/status.json; schema in README.md).
+  nlohmann::json ProcessStatusJson(const ProcessInfo& process);
   // The text of `restore` for `uid`: "pid N", "error: ...", or "none".
   std::string RestoreResult(uint32_t uid) const;
+  // When that text last changed (CLOCK_REALTIME ns): the daemon's start
+  // when it never did.
+  int64_t RestoreResultTime(uint32_t uid) const;
   void SetRestoreResult(uint32_t uid, std::string text);
-  std::string MetricsText() const;
-  // Records a failed request in status and metrics (e.g. a bad command).
-  void RecordFailure(int pid, const std::string& operation, const Status& status);
+  // The `metrics` file. The store's totals in it (StoreStats, a scan of the
+  // chunk index) are computed again only at the first call after the store
+  // changed (an operation ended, NoteStoreChanged()); else the last ones
+  // are shown.
+  std::string MetricsText();
+  // Says that the store changed outside the engine (a checkpoint removed).
+  void NoteStoreChanged() { store_changed_.store(true, std::memory_order_relaxed); }
+  // When this engine started (CLOCK_REALTIME ns).
+  int64_t started_ns() const { return started_ns_; }
+  // Records a failed request in status, metrics and the log (e.g. a bad
+  // command).
+  void RecordFailure(int pid, const std::string& operation, const Status& status,
+                     const Caller& caller);
 
  private:
   Engine(Store* store, std::unique_ptr<GpuBackend> gpu, EngineOptions options, Criu criu);
@@ -280,7 +318,7 @@ class Engine {
   std::optional<uint32_t> DedupDomainFor(uint32_t owner_uid) const;
   Result<SnapshotInfo> DumpAndStore(const CheckpointRequest& request, const ProcessInfo& process,
                                     const std::vector<int>& tree, const TreeFootprint& footprint,
-                                    OperationBoard::Ticket* ticket);
+                                    OperationBoard::Ticket* ticket, std::string* kept_log);
   // The id of the checkpoint a restore names; *imported when it was
   // imported from outside the mount for this restore.
   Result<std::string> ResolveRestoreSource(const RestoreRequest& request, bool* imported);
@@ -317,9 +355,15 @@ class Engine {
   // new pid here).
   Result<int> RestoreSnapshot(const std::string& id, const TreeSetup& setup,
                               const CriuGpuSetup& gpu, const Caller& as, int root_pid,
-                              OperationBoard::Ticket* ticket);
+                              OperationBoard::Ticket* ticket, std::string* kept_log);
   void RecoverInterruptedKills();
   std::string JournalDir() const;
+  // Copies the log of a failed CRIU run into state_dir's criu-logs/ (the
+  // newest kKeptCriuLogs per store are kept) and returns its path; "" when
+  // it could not be kept (logged).
+  std::string KeepCriuLog(const CriuLogs& logs, const std::string& label);
+  // The kept logs of this store.
+  std::string CriuLogDir() const;
 
   Store* store_;
   std::unique_ptr<GpuBackend> gpu_;
@@ -331,9 +375,21 @@ class Engine {
   std::string empty_plugin_dir_;
   std::shared_ptr<ByteBudget> staging_;  // shared by the checkpoints' writers
 
+  const int64_t started_ns_;
+
+  // The store's totals for `metrics`; stats_mu_ is held through a scan, so
+  // that concurrent scrapes wait for one scan rather than each running one.
+  std::mutex stats_mu_;
+  std::optional<StoreStats> store_stats_;
+  std::atomic<bool> store_changed_{true};
+
+  struct RestoreText {
+    std::string text;
+    int64_t set_ns = 0;
+  };
   mutable std::mutex mu_;                            // guards the members below
-  std::map<uint32_t, std::string> restore_results_;  // by uid
-  std::vector<std::string> kept_failures_;           // work dirs kept for their logs
+  std::map<uint32_t, RestoreText> restore_results_;  // by uid
+  std::vector<std::string> kept_work_dirs_;          // --keep-logs: the newest work dirs
   uint64_t work_counter_ = 0;
 };
 

@@ -30,6 +30,7 @@
 #include <optional>
 
 #include "core/base/display_text.h"
+#include "core/base/log.h"
 #include "core/base/unique_fd.h"
 #include "core/criu/images.h"
 #include "core/engine/engine.h"
@@ -232,7 +233,19 @@ Result<SnapshotInfo> Engine::Import(const std::string& path, const std::string& 
   if (path.empty() || path[0] != '/')
     return Status::InvalidArgument("import needs an absolute path");
   auto info = ImportFrom(path, name, caller);
+  NoteStoreChanged();
   metrics_.CountOperation("import", info.ok() ? "ok" : ResultLabel(info.status().code()));
+  if (info.ok()) {
+    spdlog::info(
+        "import uid={} path={} id={} result=ok logical_bytes={} new_bytes={} stored_bytes={} "
+        "total_s={:.3f}",
+        caller.uid, LogValue(DisplayText(path)), LogValue(info->id), info->logical_bytes,
+        info->new_bytes, info->stored_bytes, info->duration_s);
+  } else {
+    LogOperationEnd(info.status(), "import uid={} path={} result={} error={}", caller.uid,
+                    LogValue(DisplayText(path)), ResultLabel(info.status().code()),
+                    LogValue(info.status().message()));
+  }
   return info;
 }
 

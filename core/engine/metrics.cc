@@ -2,9 +2,50 @@
 
 #include <fmt/format.h>
 
+#include "gpuckpt/version.h"
+
 #include <algorithm>
 
 namespace gpuckpt {
+
+const std::vector<std::string>& Metrics::Operations() {
+  static const std::vector<std::string> kOperations = {"checkpoint", "restore", "import", "gc",
+                                                       "command"};
+  return kOperations;
+}
+
+const std::vector<std::string>& Metrics::Results() {
+  static const std::vector<std::string> kResults = {"ok",      "busy",     "denied",    "not_found",
+                                                    "invalid", "no_space", "no_memory", "failed"};
+  return kResults;
+}
+
+const std::vector<double>& Metrics::DurationBuckets() {
+  // Frozen times of small processes are tens of milliseconds; checkpoints
+  // of large GPU jobs take minutes, and a restore of one from a cold store
+  // can take most of an hour.
+  static const std::vector<double> kBuckets = {0.05, 0.1, 0.25, 0.5, 1,   2.5,  5,    10,
+                                               30,   60,  120,  300, 600, 1200, 1800, 3600};
+  return kBuckets;
+}
+
+void Metrics::Histogram::Observe(double seconds) {
+  if (buckets.empty()) buckets.assign(DurationBuckets().size(), 0);
+  const auto& bounds = DurationBuckets();
+  const auto it = std::lower_bound(bounds.begin(), bounds.end(), seconds);
+  if (it != bounds.end()) ++buckets[static_cast<size_t>(it - bounds.begin())];
+  sum += seconds;
+  ++count;
+}
+
+Metrics::Metrics() {
+  for (const auto& operation : Operations())
+    for (const auto& result : Results()) operations_[{operation, result}] = 0;
+  for (const auto& key : {std::pair<std::string, std::string>{"checkpoint", "dump"},
+                          {"checkpoint", "commit"},
+                          {"restore", "restore"}})
+    stages_[key] = Histogram{};
+}
 
 void Metrics::CountOperation(const std::string& operation, const std::string& result) {
   std::lock_guard lock(mu_);
@@ -20,60 +61,100 @@ void Metrics::AddCheckpointBytes(uint64_t logical, uint64_t added, uint64_t stor
 
 void Metrics::ObserveStage(const std::string& operation, const std::string& stage, double seconds) {
   std::lock_guard lock(mu_);
-  Summary& s = stages_[{operation, stage}];
-  s.sum += seconds;
-  ++s.count;
+  stages_[{operation, stage}].Observe(seconds);
 }
 
 void Metrics::ObserveFrozen(double seconds) {
   std::lock_guard lock(mu_);
-  frozen_.sum += seconds;
-  ++frozen_.count;
+  frozen_.Observe(seconds);
   frozen_last_ = seconds;
   frozen_max_ = std::max(frozen_max_, seconds);
 }
 
-std::string Metrics::Render(const CacheStats& cache) const {
+void Metrics::RenderHistogram(const std::string& name, const std::string& labels,
+                              const Histogram& h, std::string* out) {
+  const std::string sep = labels.empty() ? "" : ",";
+  uint64_t cumulative = 0;
+  const auto& bounds = DurationBuckets();
+  for (size_t i = 0; i < bounds.size(); ++i) {
+    cumulative += h.buckets.empty() ? 0 : h.buckets[i];
+    *out +=
+        fmt::format("{}_bucket{{{}{}le=\"{}\"}} {}\n", name, labels, sep, bounds[i], cumulative);
+  }
+  *out += fmt::format("{}_bucket{{{}{}le=\"+Inf\"}} {}\n", name, labels, sep, h.count);
+  const std::string braces = labels.empty() ? "" : "{" + labels + "}";
+  *out += fmt::format("{}_sum{} {:.6f}\n", name, braces, h.sum);
+  *out += fmt::format("{}_count{} {}\n", name, braces, h.count);
+}
+
+namespace {
+
+void Header(std::string* out, const char* name, const char* type, const char* help) {
+  *out += fmt::format("# HELP {} {}\n# TYPE {} {}\n", name, help, name, type);
+}
+
+}  // namespace
+
+std::string Metrics::Render(const CacheStats& cache, const std::optional<StoreStats>& store) const {
   std::lock_guard lock(mu_);
   std::string out;
-  out += "# HELP gpuckpt_operations_total Checkpoints, restores and imports by result.\n";
-  out += "# TYPE gpuckpt_operations_total counter\n";
+  Header(&out, "gpuckpt_build_info", "gauge",
+         "The running gpuckptfs: 1, labelled with its version and the commit it was built from.");
+  out += fmt::format("gpuckpt_build_info{{version=\"{}\",commit=\"{}\"}} 1\n", GPUCKPT_VERSION,
+                     GPUCKPT_COMMIT);
+  Header(&out, "gpuckpt_operations_total", "counter",
+         "Operations (checkpoint, restore, import, gc, command) by result.");
   for (const auto& [key, n] : operations_) {
     out += fmt::format("gpuckpt_operations_total{{operation=\"{}\",result=\"{}\"}} {}\n", key.first,
                        key.second, n);
   }
-  out +=
-      "# HELP gpuckpt_checkpoint_bytes_total Bytes of successful checkpoints: logical (image "
-      "sizes), new (raw bytes of chunks they added), stored (those chunks compressed).\n";
-  out += "# TYPE gpuckpt_checkpoint_bytes_total counter\n";
-  out += fmt::format("gpuckpt_checkpoint_bytes_total{{kind=\"logical\"}} {}\n", logical_bytes_);
-  out += fmt::format("gpuckpt_checkpoint_bytes_total{{kind=\"new\"}} {}\n", new_bytes_);
-  out += fmt::format("gpuckpt_checkpoint_bytes_total{{kind=\"stored\"}} {}\n", stored_bytes_);
-  out += "# HELP gpuckpt_stage_seconds Time spent in each stage of an operation.\n";
-  out += "# TYPE gpuckpt_stage_seconds summary\n";
-  for (const auto& [key, s] : stages_) {
-    const std::string labels = fmt::format("operation=\"{}\",stage=\"{}\"", key.first, key.second);
-    out += fmt::format("gpuckpt_stage_seconds_sum{{{}}} {:.6f}\n", labels, s.sum);
-    out += fmt::format("gpuckpt_stage_seconds_count{{{}}} {}\n", labels, s.count);
+  Header(&out, "gpuckpt_checkpoint_logical_bytes_total", "counter",
+         "Logical bytes (image sizes) of successful checkpoints.");
+  out += fmt::format("gpuckpt_checkpoint_logical_bytes_total {}\n", logical_bytes_);
+  Header(&out, "gpuckpt_checkpoint_new_bytes_total", "counter",
+         "Raw bytes of the chunks successful checkpoints added to the store.");
+  out += fmt::format("gpuckpt_checkpoint_new_bytes_total {}\n", new_bytes_);
+  Header(&out, "gpuckpt_checkpoint_stored_bytes_total", "counter",
+         "Stored (compressed) bytes of the chunks successful checkpoints added to the store.");
+  out += fmt::format("gpuckpt_checkpoint_stored_bytes_total {}\n", stored_bytes_);
+  Header(&out, "gpuckpt_stage_duration_seconds", "histogram",
+         "Time spent in each stage of an operation (checkpoint: dump, commit; restore: restore).");
+  for (const auto& [key, h] : stages_) {
+    RenderHistogram("gpuckpt_stage_duration_seconds",
+                    fmt::format("operation=\"{}\",stage=\"{}\"", key.first, key.second), h, &out);
   }
-  out +=
-      "# HELP gpuckpt_checkpoint_frozen_seconds How long successful checkpoints kept their job "
-      "frozen (GPU processes: GPU lock to unlock; others: CRIU's freeze to resume).\n";
-  out += "# TYPE gpuckpt_checkpoint_frozen_seconds summary\n";
-  out += fmt::format("gpuckpt_checkpoint_frozen_seconds_sum {:.6f}\n", frozen_.sum);
-  out += fmt::format("gpuckpt_checkpoint_frozen_seconds_count {}\n", frozen_.count);
-  out += "# HELP gpuckpt_checkpoint_frozen_last_seconds Frozen time of the latest checkpoint.\n";
-  out += "# TYPE gpuckpt_checkpoint_frozen_last_seconds gauge\n";
+  Header(&out, "gpuckpt_checkpoint_frozen_seconds", "histogram",
+         "How long successful checkpoints kept their job frozen (GPU processes: GPU lock to "
+         "unlock; others: CRIU's freeze to resume).");
+  RenderHistogram("gpuckpt_checkpoint_frozen_seconds", "", frozen_, &out);
+  Header(&out, "gpuckpt_checkpoint_frozen_last_seconds", "gauge",
+         "Frozen time of the latest checkpoint.");
   out += fmt::format("gpuckpt_checkpoint_frozen_last_seconds {:.6f}\n", frozen_last_);
-  out += "# HELP gpuckpt_checkpoint_frozen_max_seconds Longest frozen time of any checkpoint.\n";
-  out += "# TYPE gpuckpt_checkpoint_frozen_max_seconds gauge\n";
+  Header(&out, "gpuckpt_checkpoint_frozen_max_seconds", "gauge",
+         "Longest frozen time of any checkpoint.");
   out += fmt::format("gpuckpt_checkpoint_frozen_max_seconds {:.6f}\n", frozen_max_);
-  out += "# HELP gpuckpt_chunk_cache_requests_total Chunk cache lookups by readers.\n";
-  out += "# TYPE gpuckpt_chunk_cache_requests_total counter\n";
+  if (store) {
+    Header(&out, "gpuckpt_store_snapshots", "gauge", "Checkpoints in the store.");
+    out += fmt::format("gpuckpt_store_snapshots {}\n", store->snapshot_count);
+    Header(&out, "gpuckpt_store_logical_bytes", "gauge",
+           "Sum of the logical sizes of the checkpoints in the store.");
+    out += fmt::format("gpuckpt_store_logical_bytes {}\n", store->logical_bytes);
+    Header(&out, "gpuckpt_store_chunks", "gauge", "Unique chunks in the store.");
+    out += fmt::format("gpuckpt_store_chunks {}\n", store->chunk_count);
+    Header(&out, "gpuckpt_store_unique_bytes", "gauge", "Raw bytes of the unique chunks.");
+    out += fmt::format("gpuckpt_store_unique_bytes {}\n", store->unique_bytes);
+    Header(&out, "gpuckpt_store_stored_bytes", "gauge",
+           "Stored (compressed) bytes of the unique chunks.");
+    out += fmt::format("gpuckpt_store_stored_bytes {}\n", store->stored_bytes);
+    Header(&out, "gpuckpt_store_disk_bytes", "gauge",
+           "What the store's directory takes on disk (packs, index, garbage not yet collected).");
+    out += fmt::format("gpuckpt_store_disk_bytes {}\n", store->disk_bytes);
+  }
+  Header(&out, "gpuckpt_chunk_cache_requests_total", "counter", "Chunk cache lookups by readers.");
   out += fmt::format("gpuckpt_chunk_cache_requests_total{{result=\"hit\"}} {}\n", cache.hits);
   out += fmt::format("gpuckpt_chunk_cache_requests_total{{result=\"miss\"}} {}\n", cache.misses);
-  out += "# HELP gpuckpt_chunk_cache_capacity_bytes Configured size of the chunk cache.\n";
-  out += "# TYPE gpuckpt_chunk_cache_capacity_bytes gauge\n";
+  Header(&out, "gpuckpt_chunk_cache_capacity_bytes", "gauge",
+         "Configured size of the chunk cache.");
   out += fmt::format("gpuckpt_chunk_cache_capacity_bytes {}\n", cache.capacity_bytes);
   return out;
 }

@@ -1,15 +1,22 @@
 // Metrics: the engine's counters, rendered in the Prometheus text format
-// (version 0.0.4) for the `metrics` file.
+// (version 0.0.4) for the `metrics` file. One metric per meaning (logical,
+// new and stored checkpoint bytes are separate counters, never labels of
+// one: their sum means nothing); durations are histograms with buckets
+// from 50 ms to an hour; every operation's series are there, at zero, from
+// the start, so that rate() and alerts see the first failure.
 //
 // Thread-safe (one mutex around plain counters; rendering copies them).
 #ifndef GPUCKPT_CORE_ENGINE_METRICS_H_
 #define GPUCKPT_CORE_ENGINE_METRICS_H_
 
+#include <array>
 #include <cstdint>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "gpuckpt/status.h"
 #include "gpuckpt/store_types.h"
@@ -18,33 +25,49 @@ namespace gpuckpt {
 
 class Metrics {
  public:
-  // `operation` is "checkpoint", "restore" or "import"; `result` "ok" or an
-  // error class ("busy", "denied", "failed", ...).
+  // The operations and results every gpuckpt_operations_total series is
+  // shown for (at zero until one happens).
+  static const std::vector<std::string>& Operations();
+  static const std::vector<std::string>& Results();
+  // Upper bounds of the duration histograms' buckets, in seconds.
+  static const std::vector<double>& DurationBuckets();
+
+  Metrics();
+
+  // `operation` is one of Operations(); `result` "ok" or ResultLabel().
   void CountOperation(const std::string& operation, const std::string& result);
   void AddCheckpointBytes(uint64_t logical, uint64_t added, uint64_t stored);
+  // `operation`/`stage`: checkpoint/dump, checkpoint/commit, restore/restore.
   void ObserveStage(const std::string& operation, const std::string& stage, double seconds);
   // How long a successful checkpoint kept its job frozen (FrozenTime).
   void ObserveFrozen(double seconds);
 
-  std::string Render(const CacheStats& cache) const;
+  // `store`: the store's totals, where known.
+  std::string Render(const CacheStats& cache, const std::optional<StoreStats>& store) const;
 
  private:
-  struct Summary {
+  struct Histogram {
+    std::vector<uint64_t> buckets;  // per bound of DurationBuckets(), not cumulative
     double sum = 0;
     uint64_t count = 0;
+    void Observe(double seconds);
   };
+  static void RenderHistogram(const std::string& name, const std::string& labels,
+                              const Histogram& h, std::string* out);
+
   mutable std::mutex mu_;
   std::map<std::pair<std::string, std::string>, uint64_t> operations_;
   uint64_t logical_bytes_ = 0;
   uint64_t new_bytes_ = 0;
   uint64_t stored_bytes_ = 0;
-  std::map<std::pair<std::string, std::string>, Summary> stages_;
-  Summary frozen_;
+  std::map<std::pair<std::string, std::string>, Histogram> stages_;
+  Histogram frozen_;
   double frozen_last_ = 0;
   double frozen_max_ = 0;
 };
 
-// The label for a failed operation's Status ("busy", "denied", ...).
+// The label for a failed operation's Status ("busy", "denied", ...); one
+// of Metrics::Results().
 std::string ResultLabel(StatusCode code);
 
 }  // namespace gpuckpt

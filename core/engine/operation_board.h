@@ -1,7 +1,7 @@
 // OperationBoard: what each process's `status` file says about operations:
-// the one in flight (kind, stage, bytes done, elapsed) and the last result.
-// It is also the lock that keeps two operations off one process: Begin()
-// fails with kBusy while another runs.
+// the one in flight (kind, stage, bytes done, when it began) and the last
+// one's outcome. It is also the lock that keeps two operations off one
+// process: Begin() fails with kBusy while another runs.
 //
 // Thread-safe (one mutex, held only to copy small values). Operations hold
 // a Ticket; dropping it ends the operation.
@@ -14,11 +14,37 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "gpuckpt/status.h"
 
 namespace gpuckpt {
+
+// How an operation ended, as `status` and `status.json` show it.
+struct OperationOutcome {
+  std::string operation;  // "checkpoint", "restore", "command"
+  bool ok = false;
+  // One line: "checkpoint 4242-2 ok (frozen 0.92 s, ...)" or
+  // "checkpoint failed: <the cause>".
+  std::string summary;
+  // A failure's further lines (CRIU's error lines, a synopsis), each one line.
+  std::vector<std::string> detail;
+  std::string criu_log;    // the kept CRIU log of a failure, "" if none
+  std::string checkpoint;  // the checkpoint made or restored, "" if none
+  int64_t started_ns = 0;  // CLOCK_REALTIME, ns since the epoch
+  int64_t ended_ns = 0;    // likewise; 0 until the operation ends
+};
+
+// The operation in flight on a process.
+struct OperationInFlight {
+  std::string kind;
+  std::string stage;
+  uint64_t bytes = 0;  // read so far
+  double elapsed_s = 0;
+  int64_t started_ns = 0;  // CLOCK_REALTIME
+};
 
 class OperationBoard {
  public:
@@ -34,16 +60,28 @@ class OperationBoard {
 
   // "idle", or "checkpoint (stage dump, 1.2 GB read, 3.4 s)".
   std::string InFlight(int pid) const;
-  // The last operation's result line, or "none".
+  std::optional<OperationInFlight> InFlightInfo(int pid) const;
+  // The last operation's summary line, or "none".
   std::string Last(int pid) const;
+  // The last operation's outcome, once one has ended (or set one).
+  std::optional<OperationOutcome> LastOutcome(int pid) const;
 
   class Ticket {
    public:
     ~Ticket();
     void SetStage(std::string stage);
     void SetBytes(uint64_t bytes) { bytes_.store(bytes, std::memory_order_relaxed); }
-    // The result shown as "last:" once the operation ends.
-    void SetResult(std::string result);
+    // The outcome shown as "last:" once the operation ends (the summary
+    // line of a success).
+    void SetResult(std::string summary);
+    // A failure: its first line is the summary (`operation` + " failed: "),
+    // any further lines of `status` and `detail` become the detail.
+    void SetFailure(const Status& status, std::vector<std::string> detail = {});
+    // Lines that say more about a failure, shown after the status's own.
+    void AddDetail(const std::vector<std::string>& lines);
+    // The kept CRIU log of this operation's failure.
+    void SetCriuLog(std::string path);
+    void SetCheckpoint(std::string id);
 
    private:
     friend class OperationBoard;
@@ -59,12 +97,18 @@ class OperationBoard {
     std::string kind;
     std::string stage;
     std::chrono::steady_clock::time_point start;
+    int64_t started_ns = 0;
     const Ticket* ticket = nullptr;
-    std::string last = "none";
+    // The outcome being recorded by the operation in flight.
+    OperationOutcome pending;
+    std::optional<OperationOutcome> last;
   };
   mutable std::mutex mu_;
   std::map<int, Entry> entries_;
 };
+
+// `text` split into lines, empty ones dropped.
+std::vector<std::string> SplitLines(const std::string& text);
 
 }  // namespace gpuckpt
 

@@ -41,6 +41,7 @@
 #include <thread>
 
 #include "core/base/display_text.h"
+#include "core/base/log.h"
 #include "core/base/small_file.h"
 #include "core/base/unique_fd.h"
 #include "core/criu/image_streamer.h"
@@ -466,8 +467,10 @@ Result<std::string> Engine::ResolveRestoreSource(const RestoreRequest& request, 
 }
 
 Result<int> Engine::Restore(const RestoreRequest& request) {
+  const auto start = std::chrono::steady_clock::now();
   bool imported = false;
   std::string id;
+  std::string kept_log;  // the CRIU log of a failed restore
   auto run = [&]() -> Result<int> {
     GPUCKPT_ASSIGN_OR_RETURN(id, ResolveRestoreSource(request, &imported));
     GPUCKPT_ASSIGN_OR_RETURN(SnapshotInfo info, store_->Get(id));
@@ -513,9 +516,13 @@ Result<int> Engine::Restore(const RestoreRequest& request) {
       GPUCKPT_ASSIGN_OR_RETURN(ticket, board_.Begin(static_cast<int>(root->pid), "restore"));
     }
     auto pid = RestoreSnapshot(id, {shell_job, root_dir}, gpu, as, static_cast<int>(root->pid),
-                               ticket.get());
-    ticket->SetResult(pid.ok() ? fmt::format("restore of {} ok as pid {}", id, *pid)
-                               : "restore of " + id + " failed: " + pid.status().message());
+                               ticket.get(), &kept_log);
+    ticket->SetCheckpoint(id);
+    if (pid.ok()) {
+      ticket->SetResult(fmt::format("restore of {} ok as pid {}", id, *pid));
+    } else {
+      ticket->SetFailure(pid.status());
+    }
     return pid;
   };
   auto pid = run();
@@ -523,16 +530,31 @@ Result<int> Engine::Restore(const RestoreRequest& request) {
   // the copy itself is where it was.
   if (!pid.ok() && imported) store_->Remove(id).PermitUnchecked();
   ReleaseFreeMemory();
+  if (imported) NoteStoreChanged();
   metrics_.CountOperation("restore", pid.ok() ? "ok" : ResultLabel(pid.status().code()));
+  const double total_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (pid.ok()) {
+    spdlog::info("restore uid={} id={} pid={} result=ok imported={} total_s={:.3f}",
+                 request.caller.uid, LogValue(id), *pid, imported, total_s);
+  } else {
+    LogOperationEnd(pid.status(), "restore uid={} id={} path={} result={} error={}{}",
+                    request.caller.uid, LogValue(id.empty() ? "-" : id),
+                    LogValue(DisplayText(request.path)), ResultLabel(pid.status().code()),
+                    LogValue(pid.status().message()),
+                    kept_log.empty() ? "" : " criu_log=" + LogValue(kept_log));
+  }
   SetRestoreResult(request.caller.uid,
-                   pid.ok() ? "pid " + std::to_string(*pid) : "error: " + pid.status().message());
+                   pid.ok() ? "pid " + std::to_string(*pid)
+                            : "error: " + pid.status().message() +
+                                  (kept_log.empty() ? "" : "\ncriu_log: " + kept_log));
   if (pid.ok()) processes_->Invalidate();
   return pid;
 }
 
 Result<int> Engine::RestoreSnapshot(const std::string& id, const TreeSetup& setup,
                                     const CriuGpuSetup& gpu, const Caller& as, int root_pid,
-                                    OperationBoard::Ticket* ticket) {
+                                    OperationBoard::Ticket* ticket, std::string* kept_log) {
   const auto start = std::chrono::steady_clock::now();
   GPUCKPT_ASSIGN_OR_RETURN(auto files, store_->ListFiles(id));
   std::set<std::string> images;
@@ -604,12 +626,19 @@ Result<int> Engine::RestoreSnapshot(const std::string& id, const TreeSetup& setu
       "restore", "restore",
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   if (!served.ok() || !exit.ok() || *exit != 0) {
-    Status failure = CriuFailure("criu restore of " + id, *criu_logs, served, exit);
+    std::vector<std::string> detail;
+    Status failure = CriuFailure("criu restore of " + id, *criu_logs, served, exit, &detail);
+    *kept_log = KeepCriuLog(*criu_logs, "restore-" + id);
+    ticket->AddDetail(detail);
+    if (!kept_log->empty()) ticket->SetCriuLog(*kept_log);
     // A port the checkpoint's sockets bind is taken. Most often by the
     // checkpointed job's own closed connections, which the kernel keeps in
     // TIME_WAIT for a minute after they closed (a restore right after a
     // kill): nothing is wrong with the checkpoint, try again (EBUSY).
-    if (failure.message().find("Address already in use") != std::string::npos)
+    const bool port_taken = std::any_of(detail.begin(), detail.end(), [](const std::string& l) {
+      return l.find("Address already in use") != std::string::npos;
+    });
+    if (port_taken)
       return Status::Busy(
           "a TCP port the checkpoint's sockets use is taken on this machine (by connections "
           "that closed less than a minute ago and wait in TIME_WAIT, e.g. the checkpointed "

@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/base/display_text.h"
+#include "core/base/time_text.h"
 #include "core/store/chunk_codec.h"
 #include "core/store/format.h"
 #include "gpuckpt/store.h"
@@ -117,7 +118,7 @@ std::string SnapshotInfoToJson(const SnapshotInfo& info, int indent) {
   json j = {
       {"format", 1},
       {"id", info.id},
-      {"created_ns", info.created_ns},
+      {"created", Rfc3339Utc(info.created_ns, /*with_nanoseconds=*/true)},
       {"source", DisplayText(info.source)},
       {"files", info.file_count},
       {"logical_bytes", info.logical_bytes},
@@ -149,6 +150,9 @@ std::string SnapshotManifestJson(const SnapshotInfo& info) {
 std::string EncodeSnapshotRecord(const SnapshotInfo& info) {
   json j = json::parse(SnapshotInfoToJson(info));
   j["key"] = info.key;
+  // Readers before `created` existed take the time from here; the store's
+  // own record is read by nothing that loses digits.
+  j["created_ns"] = info.created_ns;
   std::string record(1, static_cast<char>(format::kSnapshotRecordVersion));
   record += j.dump();
   return record;
@@ -168,6 +172,9 @@ Result<SnapshotInfo> DecodeSnapshotRecord(std::string_view id, std::string_view 
     info.id = std::string(id);
     info.key = j.at("key").get<uint64_t>();
     info.created_ns = j.value("created_ns", int64_t{0});
+    if (auto it = j.find("created"); it != j.end() && it->is_string()) {
+      if (auto ns = ParseRfc3339Utc(it->get<std::string>())) info.created_ns = *ns;
+    }
     info.source = j.value("source", std::string());
     info.file_count = j.value("files", uint64_t{0});
     info.logical_bytes = j.value("logical_bytes", uint64_t{0});

@@ -178,11 +178,14 @@ class Mount:
         os.mkdir(self.mnt)
         self.store = store or os.path.join(self.work, "store")
         self.run_dir = os.path.join(self.work, "run")
+        # The daemon's state (its log, kept CRIU logs) stays with this mount.
+        self.state_dir = os.path.join(self.work, "state")
         self.log_path = os.path.join(self.work, "daemon.log")
         self.workloads = []
         with open(self.log_path, "w") as log:
             subprocess.run([GPUCKPTFS, "--store", self.store, "--all-processes",
-                            "--work-dir", self.run_dir, *options, self.mnt],
+                            "--work-dir", self.run_dir, "--state-dir", self.state_dir,
+                            *options, self.mnt],
                            stdout=log, stderr=log, check=True, timeout=120, env=env)
 
     def path(self, *parts):

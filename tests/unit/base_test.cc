@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cctype>
 #include <chrono>
 #include <fstream>
 #include <thread>
@@ -13,7 +14,9 @@
 
 #include "core/base/block_pool.h"
 #include "core/base/display_text.h"
+#include "core/base/log.h"
 #include "core/base/small_file.h"
+#include "core/base/time_text.h"
 #include "core/base/work_queue.h"
 #include "gpuckpt/byte_budget.h"
 #include "tests/unit/test_util.h"
@@ -183,6 +186,81 @@ TEST(DisplayTextTest, KeepsUtf8AndEscapesEveryOtherByte) {
     const std::string one(1, static_cast<char>(b));
     EXPECT_TRUE(IsValidUtf8(DisplayText(one))) << b;
   }
+}
+
+TEST(TimeTextTest, Rfc3339RoundTripsEveryNanosecond) {
+  // 2026-12-01T20:41:24Z, and a time whose nanoseconds a double loses.
+  EXPECT_EQ(Rfc3339Utc(1796157684'000000000), "2026-12-01T20:41:24Z");
+  EXPECT_EQ(Rfc3339Utc(1796157684'123456789, true), "2026-12-01T20:41:24.123456789Z");
+  EXPECT_EQ(Rfc3339Utc(0, true), "1970-01-01T00:00:00.000000000Z");
+  EXPECT_EQ(Rfc3339Utc(-1, true), "1969-12-31T23:59:59.999999999Z");
+  for (int64_t ns : {int64_t{0}, int64_t{1796157684'123456789}, int64_t{1796157684'000000001},
+                     int64_t{4102444800'999999999}}) {
+    EXPECT_EQ(ParseRfc3339Utc(Rfc3339Utc(ns, true)), ns) << ns;
+  }
+  EXPECT_EQ(ParseRfc3339Utc("2026-12-01T20:41:24Z"), int64_t{1796157684'000000000});
+  EXPECT_EQ(ParseRfc3339Utc("2026-12-01T20:41:24.5Z"), int64_t{1796157684'500000000});
+  for (const char* bad : {"", "2026-12-01", "2026-12-01T20:41:24", "2026-12-01T20:41:24+01:00",
+                          "2026-13-01T20:41:24Z", "2026-12-01T20:41:24.Z",
+                          "2026-12-01T20:41:24.1234567890Z", "2026-12-01T20:41:24Zx"}) {
+    EXPECT_FALSE(ParseRfc3339Utc(bad).has_value()) << bad;
+  }
+}
+
+TEST(LogTest, ValuesStayOneFieldOnOneLine) {
+  EXPECT_EQ(LogValue("4242-2"), "4242-2");
+  EXPECT_EQ(LogValue("/var/lib/gpuckptfs/x.log"), "/var/lib/gpuckptfs/x.log");
+  EXPECT_EQ(LogValue(""), "\"\"");
+  EXPECT_EQ(LogValue("criu failed: a b"), "\"criu failed: a b\"");
+  EXPECT_EQ(LogValue("say \"no\"\\\nnext"), "\"say \\\"no\\\"\\\\\\nnext\"");
+  EXPECT_EQ(LogValue("k=v"), "\"k=v\"");
+  EXPECT_EQ(LogValue(std::string("a\tb\x01", 4)), "\"a\\x09b\\x01\"");
+}
+
+TEST(LogTest, LevelsByNameAndByOutcome) {
+  EXPECT_EQ(ParseLogLevel("debug").value(), spdlog::level::debug);
+  EXPECT_EQ(ParseLogLevel("info").value(), spdlog::level::info);
+  EXPECT_EQ(ParseLogLevel("warning").value(), spdlog::level::warn);
+  EXPECT_EQ(ParseLogLevel("error").value(), spdlog::level::err);
+  EXPECT_EQ(ParseLogLevel("loud").status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(OperationLogLevel(Status::Ok()), spdlog::level::info);
+  EXPECT_EQ(OperationLogLevel(Status::Busy("x")), spdlog::level::warn);
+  EXPECT_EQ(OperationLogLevel(Status::IOError("x")), spdlog::level::err);
+}
+
+// The file the daemon logs to in the background: lines with a UTC time and
+// their level, those below the level dropped, the file readable at once.
+TEST(LogTest, FileSinkWritesTimedLevelledLines) {
+  TempDir dir;
+  const std::string path = dir.Sub("gpuckptfs.log");
+  auto saved = spdlog::default_logger();
+  ASSERT_OK(SetUpLogging(LogOptions{LogSink::kFile, path, spdlog::level::warn}));
+  spdlog::info("not shown");
+  spdlog::warn("checkpoint uid={} result={}", 1000, "busy");
+  spdlog::set_default_logger(saved);
+  const std::string text = ::gpuckpt::testing::ReadFile(path);
+  EXPECT_EQ(text.find("not shown"), std::string::npos) << text;
+  // "2026-12-01T21:02:56.693Z warning ...": the time's shape, digit by digit.
+  const std::string shape = "dddd-dd-ddTdd:dd:dd.dddZ";
+  ASSERT_GT(text.size(), shape.size()) << text;
+  for (size_t i = 0; i < shape.size(); ++i)
+    EXPECT_TRUE(shape[i] == 'd' ? std::isdigit(static_cast<unsigned char>(text[i])) != 0
+                                : text[i] == shape[i])
+        << i << ": " << text;
+  EXPECT_EQ(text.substr(shape.size()), " warning checkpoint uid=1000 result=busy\n") << text;
+  // Outside systemd (no JOURNAL_STREAM naming our stderr) nothing goes to
+  // the journal.
+  unsetenv("JOURNAL_STREAM");
+  EXPECT_EQ(ChooseLogSink(true), LogSink::kStderr);
+  EXPECT_EQ(ChooseLogSink(false), LogSink::kFile);
+  struct stat st {};
+  ASSERT_EQ(fstat(STDERR_FILENO, &st), 0);
+  const std::string stream = std::to_string(st.st_dev) + ":" + std::to_string(st.st_ino);
+  setenv("JOURNAL_STREAM", stream.c_str(), 1);
+  EXPECT_EQ(ChooseLogSink(false), LogSink::kJournal);
+  setenv("JOURNAL_STREAM", "1:2", 1);
+  EXPECT_EQ(ChooseLogSink(true), LogSink::kStderr);
+  unsetenv("JOURNAL_STREAM");
 }
 
 }  // namespace

@@ -270,6 +270,26 @@ TEST_F(CriuTest, ServeGivesUpWhenCriuExitsWithoutConnecting) {
       << ReadFile(dir.Sub("stderr"));
 }
 
+// The cause of a failed dump is CRIU's first error that is not one of its
+// harmless lines (the lines of a real CRIU 4.1.1 log of a traced process).
+TEST(CriuFailureCauseTest, PicksTheFirstErrorThatSaysWhy) {
+  const std::string summary =
+      "(00.382219) Error (criu/util.c:1533): rlimit: Can't setup RLIMIT_NOFILE for self: "
+      "Operation not permitted\n"
+      "(00.392344) Error (compel/src/lib/infect.c:418): Unable to detach from 10994: No such "
+      "process\n"
+      "(00.392386) Error (criu/cr-dump.c:2111): Dumping FAILED.";
+  EXPECT_EQ(CriuFailureCause(summary), "Unable to detach from 10994: No such process");
+  // Only harmless errors: the last line, as it is.
+  EXPECT_EQ(CriuFailureCause("(00.1) Error (criu/util.c:1533): rlimit: RLIMIT_NOFILE\n"
+                             "(00.2) Error (criu/cr-restore.c:2460): Restoring FAILED."),
+            "Restoring FAILED.");
+  // No error line (stderr of a CRIU that never opened its log).
+  EXPECT_EQ(CriuFailureCause("Warn: something\nUnable to connect to image streamer\n\n"),
+            "Unable to connect to image streamer");
+  EXPECT_EQ(CriuFailureCause(""), "");
+}
+
 // The probe must agree with CRIU itself: where it says breakpoints fire, a
 // plain dump (hardware breakpoints on) ends; where it says they do not,
 // that dump hangs, which is why gpuckpt then turns them off.

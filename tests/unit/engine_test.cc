@@ -27,6 +27,8 @@
 #include <thread>
 #include <vector>
 
+#include "core/base/time_text.h"
+#include "gpuckpt/version.h"
 #include "core/criu/images.h"
 #include "core/engine/kill_journal.h"
 #include "core/engine/metrics.h"
@@ -296,8 +298,16 @@ TEST(MetricsTest, RendersEveryCounterInPrometheusText) {
   metrics.ObserveStage("checkpoint", "dump", 1.5);
   metrics.ObserveStage("checkpoint", "dump", 0.25);
   metrics.ObserveStage("restore", "restore", 2);
+  metrics.ObserveFrozen(0.07);
+  metrics.ObserveFrozen(4000);  // beyond the last bucket: only +Inf counts it
+  const StoreStats store{.snapshot_count = 3,
+                         .logical_bytes = 3000,
+                         .chunk_count = 40,
+                         .unique_bytes = 2000,
+                         .stored_bytes = 900,
+                         .disk_bytes = 4096};
   const std::string text =
-      metrics.Render(CacheStats{.hits = 5, .misses = 7, .capacity_bytes = 1024});
+      metrics.Render(CacheStats{.hits = 5, .misses = 7, .capacity_bytes = 1024}, store);
 
   EXPECT_TRUE(IsPrometheusText(text));
   EXPECT_TRUE(HasLine(text, R"(gpuckpt_operations_total{operation="checkpoint",result="ok"} 2)"))
@@ -306,29 +316,65 @@ TEST(MetricsTest, RendersEveryCounterInPrometheusText) {
       << text;
   EXPECT_TRUE(HasLine(text, R"(gpuckpt_operations_total{operation="import",result="denied"} 1)"))
       << text;
-  EXPECT_TRUE(HasLine(text, R"(gpuckpt_checkpoint_bytes_total{kind="logical"} 1024)")) << text;
-  EXPECT_TRUE(HasLine(text, R"(gpuckpt_checkpoint_bytes_total{kind="new"} 401)")) << text;
-  EXPECT_TRUE(HasLine(text, R"(gpuckpt_checkpoint_bytes_total{kind="stored"} 152)")) << text;
-  EXPECT_TRUE(
-      HasLine(text, R"(gpuckpt_stage_seconds_sum{operation="checkpoint",stage="dump"} 1.750000)"))
+  // One metric per meaning: the three kinds of bytes are never summed.
+  EXPECT_TRUE(HasLine(text, "gpuckpt_checkpoint_logical_bytes_total 1024")) << text;
+  EXPECT_TRUE(HasLine(text, "gpuckpt_checkpoint_new_bytes_total 401")) << text;
+  EXPECT_TRUE(HasLine(text, "gpuckpt_checkpoint_stored_bytes_total 152")) << text;
+  EXPECT_FALSE(Contains(text, "kind=")) << text;
+  // Histograms: cumulative buckets, +Inf equal to the count.
+  const std::string dump = R"(operation="checkpoint",stage="dump")";
+  EXPECT_TRUE(HasLine(text, "gpuckpt_stage_duration_seconds_bucket{" + dump + R"(,le="0.1"} 0)"))
       << text;
-  EXPECT_TRUE(
-      HasLine(text, R"(gpuckpt_stage_seconds_count{operation="checkpoint",stage="dump"} 2)"))
+  EXPECT_TRUE(HasLine(text, "gpuckpt_stage_duration_seconds_bucket{" + dump + R"(,le="0.25"} 1)"))
       << text;
-  EXPECT_TRUE(
-      HasLine(text, R"(gpuckpt_stage_seconds_count{operation="restore",stage="restore"} 1)"))
+  EXPECT_TRUE(HasLine(text, "gpuckpt_stage_duration_seconds_bucket{" + dump + R"(,le="1"} 1)"))
       << text;
+  EXPECT_TRUE(HasLine(text, "gpuckpt_stage_duration_seconds_bucket{" + dump + R"(,le="2.5"} 2)"))
+      << text;
+  EXPECT_TRUE(HasLine(text, "gpuckpt_stage_duration_seconds_bucket{" + dump + R"(,le="+Inf"} 2)"))
+      << text;
+  EXPECT_TRUE(HasLine(text, "gpuckpt_stage_duration_seconds_sum{" + dump + "} 1.750000")) << text;
+  EXPECT_TRUE(HasLine(text, "gpuckpt_stage_duration_seconds_count{" + dump + "} 2")) << text;
+  EXPECT_TRUE(HasLine(
+      text, R"(gpuckpt_stage_duration_seconds_count{operation="restore",stage="restore"} 1)"))
+      << text;
+  EXPECT_TRUE(HasLine(text, R"(gpuckpt_checkpoint_frozen_seconds_bucket{le="0.1"} 1)")) << text;
+  EXPECT_TRUE(HasLine(text, R"(gpuckpt_checkpoint_frozen_seconds_bucket{le="3600"} 1)")) << text;
+  EXPECT_TRUE(HasLine(text, R"(gpuckpt_checkpoint_frozen_seconds_bucket{le="+Inf"} 2)")) << text;
+  EXPECT_TRUE(HasLine(text, "gpuckpt_checkpoint_frozen_seconds_count 2")) << text;
+  EXPECT_TRUE(HasLine(text, "gpuckpt_checkpoint_frozen_last_seconds 4000.000000")) << text;
+  EXPECT_TRUE(HasLine(text, "gpuckpt_checkpoint_frozen_max_seconds 4000.000000")) << text;
+  EXPECT_TRUE(HasLine(text, "gpuckpt_store_snapshots 3")) << text;
+  EXPECT_TRUE(HasLine(text, "gpuckpt_store_logical_bytes 3000")) << text;
+  EXPECT_TRUE(HasLine(text, "gpuckpt_store_chunks 40")) << text;
+  EXPECT_TRUE(HasLine(text, "gpuckpt_store_unique_bytes 2000")) << text;
+  EXPECT_TRUE(HasLine(text, "gpuckpt_store_stored_bytes 900")) << text;
+  EXPECT_TRUE(HasLine(text, "gpuckpt_store_disk_bytes 4096")) << text;
   EXPECT_TRUE(HasLine(text, R"(gpuckpt_chunk_cache_requests_total{result="hit"} 5)")) << text;
   EXPECT_TRUE(HasLine(text, R"(gpuckpt_chunk_cache_requests_total{result="miss"} 7)")) << text;
   EXPECT_TRUE(HasLine(text, "gpuckpt_chunk_cache_capacity_bytes 1024")) << text;
 }
 
-TEST(MetricsTest, EmptyMetricsAreValidText) {
+TEST(MetricsTest, EveryOperationAndResultIsThereAtZeroFromTheStart) {
   Metrics metrics;
-  const std::string text = metrics.Render(CacheStats{});
+  const std::string text = metrics.Render(CacheStats{}, std::nullopt);
   EXPECT_TRUE(IsPrometheusText(text));
-  EXPECT_FALSE(Contains(text, "gpuckpt_operations_total{")) << text;
-  EXPECT_TRUE(HasLine(text, R"(gpuckpt_checkpoint_bytes_total{kind="logical"} 0)")) << text;
+  for (const auto& operation : Metrics::Operations())
+    for (const auto& result : Metrics::Results())
+      EXPECT_TRUE(HasLine(text, R"(gpuckpt_operations_total{operation=")" + operation +
+                                    R"(",result=")" + result + R"("} 0)"))
+          << operation << " " << result << "\n"
+          << text;
+  EXPECT_TRUE(HasLine(text, "gpuckpt_checkpoint_logical_bytes_total 0")) << text;
+  EXPECT_TRUE(HasLine(text, R"(gpuckpt_checkpoint_frozen_seconds_bucket{le="+Inf"} 0)")) << text;
+  EXPECT_TRUE(HasLine(
+      text, R"(gpuckpt_stage_duration_seconds_count{operation="checkpoint",stage="commit"} 0)"))
+      << text;
+  EXPECT_TRUE(HasLine(text, R"(gpuckpt_build_info{version=")" GPUCKPT_VERSION R"(",commit=")"
+                                GPUCKPT_COMMIT R"("} 1)"))
+      << text;
+  // No store totals known: none shown, rather than zeros that look real.
+  EXPECT_FALSE(Contains(text, "gpuckpt_store_")) << text;
   EXPECT_TRUE(HasLine(text, "gpuckpt_chunk_cache_capacity_bytes 0")) << text;
 }
 
@@ -349,6 +395,13 @@ TEST(MetricsTest, ValidatorRejectsMalformedText) {
 }
 
 TEST(MetricsTest, ResultLabels) {
+  for (StatusCode code :
+       {StatusCode::kOk, StatusCode::kBusy, StatusCode::kPermissionDenied, StatusCode::kNotFound,
+        StatusCode::kInvalidArgument, StatusCode::kNoSpace, StatusCode::kNoMemory,
+        StatusCode::kIOError, StatusCode::kAborted, StatusCode::kUnavailable})
+    EXPECT_NE(std::count(Metrics::Results().begin(), Metrics::Results().end(), ResultLabel(code)),
+              0)
+        << ResultLabel(code);
   EXPECT_EQ(ResultLabel(StatusCode::kOk), "ok");
   EXPECT_EQ(ResultLabel(StatusCode::kBusy), "busy");
   EXPECT_EQ(ResultLabel(StatusCode::kPermissionDenied), "denied");
@@ -395,6 +448,40 @@ TEST(OperationBoardTest, OneOperationPerProcess) {
     again->SetResult("restore failed: x");
   }
   EXPECT_EQ(board.Last(42), "restore failed: x");
+}
+
+// `last:` is one line with the cause; what else a failure says (more lines
+// of the error, CRIU's lines) is its detail, and its CRIU log and times are
+// kept apart.
+TEST(OperationBoardTest, FailureIsOneSummaryLineWithDetailApart) {
+  OperationBoard board;
+  const int64_t before = UnixNowNs();
+  {
+    ASSERT_OK_AND_ASSIGN(auto ticket, board.Begin(7, "checkpoint"));
+    ticket->AddDetail({"criu line 1\ncriu line 2", ""});
+    ticket->SetCriuLog("/state/criu-logs/x/t-checkpoint-7.log");
+    ticket->SetFailure(Status::IOError("criu dump of process 7 failed: the cause\nsecond line"));
+    // Not shown before the operation ends.
+    EXPECT_EQ(board.Last(7), "none");
+  }
+  EXPECT_EQ(board.Last(7), "checkpoint failed: criu dump of process 7 failed: the cause");
+  ASSERT_TRUE(board.LastOutcome(7).has_value());
+  const OperationOutcome last = *board.LastOutcome(7);
+  EXPECT_FALSE(last.ok);
+  EXPECT_EQ(last.operation, "checkpoint");
+  EXPECT_EQ(last.detail, (std::vector<std::string>{"second line", "criu line 1", "criu line 2"}));
+  EXPECT_EQ(last.criu_log, "/state/criu-logs/x/t-checkpoint-7.log");
+  EXPECT_GE(last.started_ns, before);
+  EXPECT_GE(last.ended_ns, last.started_ns);
+  EXPECT_LE(last.ended_ns, UnixNowNs());
+  // An operation that sets no outcome leaves the last one standing.
+  { ASSERT_OK_AND_ASSIGN(auto ticket, board.Begin(7, "restore")); }
+  EXPECT_EQ(board.LastOutcome(7)->criu_log, "/state/criu-logs/x/t-checkpoint-7.log");
+  ASSERT_OK_AND_ASSIGN(auto running, board.Begin(7, "restore"));
+  running->SetStage("restore");
+  ASSERT_TRUE(board.InFlightInfo(7).has_value());
+  EXPECT_EQ(board.InFlightInfo(7)->stage, "restore");
+  EXPECT_GE(board.InFlightInfo(7)->started_ns, before);
 }
 
 TEST(OperationBoardTest, UnlistedTicketsShowNowhereAndBlockNothing) {
@@ -510,6 +597,7 @@ TEST(KillJournalTest, EngineCreateResumesInterruptedKills) {
 
   EngineOptions options;
   options.work_dir = tmp.Sub("work");
+  options.state_dir = tmp.Sub("state");
   options.mountpoint = tmp.Sub("mnt");
   ASSERT_OK_AND_ASSIGN(auto engine, Engine::Create(store.get(), MakeNoGpuBackend(), options));
   EXPECT_NE(WaitForState(
@@ -529,6 +617,7 @@ class EngineTest : public ::testing::Test {
     ASSERT_OK_AND_ASSIGN(store_, Store::Open(tmp_.Sub("store"), testing::TestOptions()));
     EngineOptions options;
     options.work_dir = tmp_.Sub("work");
+    options.state_dir = tmp_.Sub("state");
     options.mountpoint = mnt_;
     options.all_processes = true;
     options.process_cache_ttl = 0ms;
@@ -861,9 +950,11 @@ TEST_F(EngineTest, CheckpointAndRestoreThroughCommands) {
       << metrics;
   EXPECT_TRUE(HasLine(metrics, R"(gpuckpt_operations_total{operation="restore",result="busy"} 2)"))
       << metrics;
-  EXPECT_TRUE(
-      Contains(metrics, R"(gpuckpt_stage_seconds_count{operation="checkpoint",stage="dump"} 3)"))
+  EXPECT_TRUE(HasLine(
+      metrics, R"(gpuckpt_stage_duration_seconds_count{operation="checkpoint",stage="dump"} 3)"))
       << metrics;
+  // The store's totals: the three checkpoints left.
+  EXPECT_TRUE(HasLine(metrics, "gpuckpt_store_snapshots 3")) << metrics;
   const std::vector<std::string> ids = SnapshotIds();
   EXPECT_EQ(std::set<std::string>(ids.begin(), ids.end()),
             (std::set<std::string>{first, second, "foo"}));

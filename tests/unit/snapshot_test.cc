@@ -14,6 +14,7 @@
 #include <set>
 #include <thread>
 
+#include "core/snapshot/records.h"
 #include "core/store/chunker.h"
 #include "gpuckpt/store.h"
 #include "tests/unit/test_util.h"
@@ -367,6 +368,28 @@ TEST_F(SnapshotTest, ManifestSaysHowLongTheCommitAndItsSyncTook) {
   EXPECT_LE(read.commit_s, read.duration_s);
   EXPECT_DOUBLE_EQ(read.commit_s, made.commit_s);
   EXPECT_NE(SnapshotManifestJson(read).find("\"sync_s\""), std::string::npos);
+}
+
+// The manifest's time is an RFC 3339 string with nanoseconds (a 19-digit
+// integer would lose digits in jq or JavaScript); records written before
+// (created_ns alone) still read, and the store's own record keeps
+// created_ns for older readers.
+TEST(SnapshotRecordTest, CreatedIsAStringAndOldRecordsStillRead) {
+  SnapshotInfo info;
+  info.id = "x";
+  info.key = 3;
+  info.created_ns = 1796157684'123456789;
+  const std::string manifest = SnapshotManifestJson(info);
+  EXPECT_NE(manifest.find("\"created\": \"2026-12-01T20:41:24.123456789Z\""), std::string::npos)
+      << manifest;
+  EXPECT_EQ(manifest.find("created_ns"), std::string::npos) << manifest;
+  const std::string record = EncodeSnapshotRecord(info);
+  ASSERT_OK_AND_ASSIGN(SnapshotInfo read, DecodeSnapshotRecord("x", record));
+  EXPECT_EQ(read.created_ns, info.created_ns);
+  const std::string old = std::string(1, static_cast<char>(record[0])) +
+                          R"({"key":3,"created_ns":1796157684123456789,"files":0})";
+  ASSERT_OK_AND_ASSIGN(SnapshotInfo earlier, DecodeSnapshotRecord("x", old));
+  EXPECT_EQ(earlier.created_ns, info.created_ns);
 }
 
 TEST_F(SnapshotTest, SameDataUnderAnotherNameOrInAnotherSnapshotDedups) {

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "core/base/time_text.h"
 #include "gpuckpt/store.h"
 #include "gpuckpt/version.h"
 #include "tools/gpuckpt/progress.h"
@@ -36,7 +37,7 @@ int Fail(const Status& s) {
 json InfoToJson(const SnapshotInfo& i) {
   json extra = json::parse(i.extra_json.empty() ? "{}" : i.extra_json, nullptr, false);
   json out{{"id", i.id},
-              {"created_ns", i.created_ns},
+              {"created", Rfc3339Utc(i.created_ns, /*with_nanoseconds=*/true)},
               {"source", i.source},
               {"files", i.file_count},
               {"logical_bytes", i.logical_bytes},

@@ -20,6 +20,7 @@
 #include <cstring>
 #include <string>
 
+#include "core/base/log.h"
 #include "core/engine/engine.h"
 #include "core/gpu/system_gpu_backend.h"
 #include "fs/filesystem.h"
@@ -133,7 +134,7 @@ int Serve(const std::string& store_dir, EngineOptions engine_options, const Moun
     if (!reported)
       ready(s.ToString());
     else
-      std::fprintf(stderr, "gpuckptfs: %s\n", s.ToString().c_str());
+      spdlog::error("serving the mount failed: {}", LogValue(s.ToString()));
     return 1;
   }
   return 0;
@@ -156,7 +157,23 @@ int Main(int argc, char** argv) {
                  "Private directory for CRIU's sockets and logs")
       ->capture_default_str();
   app.add_flag("--keep-logs", engine_options.keep_logs,
-               "Keep CRIU's logs of successful operations in the work dir");
+               "Keep every operation's work dir (CRIU's log and files) in the work dir, the "
+               "newest 16");
+  app.add_option("--state-dir", engine_options.state_dir,
+                 "Private directory (0700, made if missing) for what outlives the daemon: the "
+                 "CRIU logs of failed operations (criu-logs/, the newest 32 per store), and the "
+                 "log (gpuckptfs.log) when the daemon runs in the background outside systemd")
+      ->capture_default_str();
+  std::string log_level = "info";
+  app.add_option("--log-level", log_level,
+                 "The least severe lines logged: debug, info (every operation), warning "
+                 "(refusals and recoveries), error. The log goes to the systemd journal under "
+                 "systemd, else to stderr with --foreground, else to STATE_DIR/gpuckptfs.log")
+      ->check([](const std::string& name) {
+        auto level = ParseLogLevel(name);
+        return level.ok() ? std::string() : level.status().message();
+      })
+      ->capture_default_str();
   GpuSettings gpu_settings;
   app.add_option("--lock-timeout", engine_options.lock_timeout_ms,
                  "Milliseconds the GPU driver may take to lock a process for a checkpoint "
@@ -210,9 +227,28 @@ int Main(int argc, char** argv) {
   if (mount.debug) foreground = true;
   // The daemon leaves this directory: paths given relative to it are made
   // absolute now (the mount point is resolved below).
-  for (std::string* path : {&store_dir, &engine_options.criu_path, &engine_options.work_dir,
-                            &gpu_settings.criu_plugin_dir, &gpu_settings.cuda_checkpoint_dir}) {
+  for (std::string* path :
+       {&store_dir, &engine_options.criu_path, &engine_options.work_dir, &engine_options.state_dir,
+        &gpu_settings.criu_plugin_dir, &gpu_settings.cuda_checkpoint_dir}) {
     *path = Absolute(*path);
+  }
+  // The log is set up before the fork (it holds no threads), so that the
+  // daemon's first lines, and a journal recovery's, are kept.
+  {
+    LogOptions log;
+    log.sink = ChooseLogSink(foreground);
+    log.file = engine_options.state_dir + "/gpuckptfs.log";
+    log.level = ParseLogLevel(log_level).value();
+    Status s =
+        log.sink == LogSink::kFile ? PrepareStateDir(engine_options.state_dir) : Status::Ok();
+    if (s.ok()) s = SetUpLogging(log);
+    if (!s.ok()) {
+      std::fprintf(stderr, "gpuckptfs: %s\n", s.ToString().c_str());
+      return 1;
+    }
+    spdlog::info("gpuckptfs {} starting: store={} mountpoint={} state_dir={}", GPUCKPT_VERSION,
+                 LogValue(store_dir), LogValue(mount.mountpoint),
+                 LogValue(engine_options.state_dir));
   }
 
   if (Status s = CheckMountpoint(mount.mountpoint); !s.ok()) {
