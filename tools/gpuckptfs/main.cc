@@ -6,11 +6,13 @@
 // or with exit 1 and one line on stderr when it could not be (store in use,
 // no such mount point, something already mounted there, ...); the daemon
 // then runs in the background until `fusermount3 -u MOUNTPOINT`, SIGTERM or
-// SIGINT.
+// SIGINT. Under systemd (Type=notify) it says READY=1 once mounted and
+// STOPPING=1 once unmounted.
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <systemd/sd-daemon.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -231,9 +233,18 @@ int Main(int argc, char** argv) {
     return 1;
   }
   if (foreground) {
-    return Serve(store_dir, engine_options, mount, gpu_settings, [](const std::string& error) {
-      if (!error.empty()) std::fprintf(stderr, "gpuckptfs: %s\n", error.c_str());
-    });
+    const int rc =
+        Serve(store_dir, engine_options, mount, gpu_settings, [](const std::string& error) {
+          if (!error.empty()) {
+            std::fprintf(stderr, "gpuckptfs: %s\n", error.c_str());
+            return;
+          }
+          // systemd's Type=notify: the mount is up. Nothing happens where
+          // NOTIFY_SOCKET is not set (not started by systemd).
+          sd_notify(0, "READY=1");
+        });
+    sd_notify(0, "STOPPING=1");
+    return rc;
   }
 
   // Fork before opening the store (RocksDB's threads don't survive fork),
