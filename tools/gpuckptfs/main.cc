@@ -286,6 +286,12 @@ int Main(int argc, char** argv) {
   app.add_flag("-f,--foreground", foreground, "Stay in the foreground");
   app.add_flag("-d,--debug", mount.debug, "Log every FUSE request (implies --foreground)");
   app.add_option("MOUNTPOINT", mount.mountpoint, "Where to mount")->capture_default_str();
+  app.footer(
+      "As mount(8) runs it (mount -t fuse.gpuckptfs, fstab, systemd .mount units):\n"
+      "  gpuckptfs STORE MOUNTPOINT -o OPTIONS\n"
+      "OPTIONS are the long options above with _ for -, as NAME or NAME=VALUE (e.g.\n"
+      "all_processes,lock_timeout=20000,quota=100G); rw, nosuid, nodev, noauto, _netdev,\n"
+      "x-systemd.* and the other generic mount options are accepted and change nothing.");
   std::vector<std::string> args(argv + 1, argv + argc);
   const bool mount_form = IsMountForm(args);
   if (mount_form) {
