@@ -63,7 +63,10 @@ class NotifiedDaemon:
         self.log = open(os.path.join(self.work, "daemon.log"), "w")
         self.process = subprocess.Popen(
             [harness.GPUCKPTFS, "--foreground", "--store", os.path.join(self.work, "store"),
-             "--work-dir", os.path.join(self.work, "run"), "--all-processes", self.mnt],
+             "--work-dir", os.path.join(self.work, "run"), "--all-processes",
+             # Little staging memory: a checkpoint waits on the store, and
+             # lasts long enough to be signalled in the middle of.
+             "--staging-memory", "16M", self.mnt],
             stdout=self.log, stderr=self.log, env=env)
 
     def message(self, timeout):
