@@ -101,7 +101,14 @@ def daemon_cgroup():
         for pid in members(cgroup):
             harness.kill_if_alive(pid)
         wait_for(lambda: not members(cgroup), 30, f"the processes of {cgroup} to exit")
-        os.rmdir(cgroup)
+
+        def removed():  # EBUSY until the last one is reaped
+            try:
+                os.rmdir(cgroup)
+                return True
+            except OSError:
+                return False
+        wait_for(removed, 10, f"{cgroup} to be removed")
 
 
 def daemon_in(cgroup, monkeypatch, tmp_path):
@@ -158,7 +165,8 @@ def test_restored_trees_survive_the_daemons_cgroup_being_killed(daemon_cgroup, u
                 harness.kill_if_alive(pid)
             return not members(daemon_cgroup)
         wait_for(kill_all, 30, f"every process of {daemon_cgroup} to be killed")
-        assert not os.path.exists(f"/proc/{daemon}")
+        # Gone, once the subreaper has reaped it.
+        wait_for(lambda: not os.path.exists(f"/proc/{daemon}"), 10, "the daemon to be reaped")
 
         for wl in restored:
             assert wl.alive()
