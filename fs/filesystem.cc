@@ -78,6 +78,12 @@ struct OpenCheckpoint {
 class Filesystem {
  public:
   Filesystem(Store* store, Engine* engine) : store_(store), engine_(engine), view_(store, engine) {}
+  // Handles the kernel never released (the session ended while files were
+  // open: a daemon stopped or unmounted lazily) go with the filesystem.
+  ~Filesystem() {
+    for (FileHandle* h : kernel_files_) delete h;
+    for (DirHandle* h : kernel_dirs_) delete h;
+  }
 
   static Filesystem* From(fuse_req_t req) {
     return static_cast<Filesystem*>(fuse_req_userdata(req));
@@ -291,6 +297,23 @@ class Filesystem {
 
   InodeTable& inodes() { return inodes_; }
 
+  // A handle given to the kernel (fi->fh), registered before the reply
+  // that gives it, so that a release can never come first; and taken back
+  // at its release (or when the reply failed).
+  template <typename Handle>
+  uint64_t GiveToKernel(std::unique_ptr<Handle> h) {
+    std::lock_guard lock(mu_);
+    KernelHandles(h.get()).insert(h.get());
+    return reinterpret_cast<uint64_t>(h.release());
+  }
+  template <typename Handle>
+  std::unique_ptr<Handle> TakeFromKernel(uint64_t fh) {
+    auto* h = reinterpret_cast<Handle*>(fh);
+    std::lock_guard lock(mu_);
+    KernelHandles(h).erase(h);
+    return std::unique_ptr<Handle>(h);
+  }
+
  private:
   Result<NodeId> Node(fuse_ino_t ino) {
     auto node = inodes_.Get(ino);
@@ -308,7 +331,7 @@ class Filesystem {
   Engine* engine_;
   StoreView view_;
   InodeTable inodes_;
-  std::mutex mu_;  // guards open_checkpoints_ and open_files_
+  std::mutex mu_;  // guards open_checkpoints_, open_files_ and the kernel's handles
   // Checkpoint directories open, by checkpoint key and the opener's pid
   // (once per handle); see DoRemove().
   std::multiset<OpenCheckpoint> open_checkpoints_;
@@ -319,6 +342,11 @@ class Filesystem {
     int handles;
   };
   std::unordered_map<fuse_ino_t, OpenFile> open_files_;
+  // The handles the kernel holds (guarded by mu_); see GiveToKernel().
+  std::set<FileHandle*> kernel_files_;
+  std::set<DirHandle*> kernel_dirs_;
+  std::set<FileHandle*>& KernelHandles(FileHandle*) { return kernel_files_; }
+  std::set<DirHandle*>& KernelHandles(DirHandle*) { return kernel_dirs_; }
 };
 
 // Every callback goes through here: exceptions never cross into libfuse
@@ -365,12 +393,10 @@ void OpOpendir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   Guard(req, [&] {
     auto h = Filesystem::From(req)->DoOpendir(ino, CallerOf(req));
     if (!h.ok()) return ReplyError(req, h.status());
-    fi->fh = reinterpret_cast<uint64_t>(h->get());
-    if (fuse_reply_open(req, fi) == 0) {
-      h->release();  // the handle now belongs to the kernel
-    } else {
-      Filesystem::From(req)->DoReleasedir(std::move(*h));  // the opener is gone
-    }
+    Filesystem* fs = Filesystem::From(req);
+    fi->fh = fs->GiveToKernel(std::move(*h));
+    if (fuse_reply_open(req, fi) != 0)  // the opener is gone
+      fs->DoReleasedir(fs->TakeFromKernel<Filesystem::DirHandle>(fi->fh));
   });
 }
 
@@ -391,8 +417,8 @@ void OpReaddir(fuse_req_t req, fuse_ino_t, size_t size, off_t offset, fuse_file_
 }
 
 void OpReleasedir(fuse_req_t req, fuse_ino_t, fuse_file_info* fi) {
-  Filesystem::From(req)->DoReleasedir(
-      std::unique_ptr<Filesystem::DirHandle>(reinterpret_cast<Filesystem::DirHandle*>(fi->fh)));
+  Filesystem* fs = Filesystem::From(req);
+  fs->DoReleasedir(fs->TakeFromKernel<Filesystem::DirHandle>(fi->fh));
   fuse_reply_err(req, 0);
 }
 
@@ -404,7 +430,6 @@ void OpOpen(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
         return (void)fuse_reply_err(req, EROFS);
       return ReplyError(req, h.status());
     }
-    fi->fh = reinterpret_cast<uint64_t>(h->get());
     if ((*h)->reader) {
       fi->keep_cache = 1;  // contents never change once published
     } else {
@@ -412,7 +437,10 @@ void OpOpen(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
       // must pass every read and write to us, not serve them by the size.
       fi->direct_io = 1;
     }
-    if (fuse_reply_open(req, fi) == 0) h->release();
+    Filesystem* fs = Filesystem::From(req);
+    fi->fh = fs->GiveToKernel(std::move(*h));
+    if (fuse_reply_open(req, fi) != 0)  // the opener is gone
+      fs->DoRelease(fs->TakeFromKernel<Filesystem::FileHandle>(fi->fh));
   });
 }
 
@@ -508,8 +536,8 @@ void OpRename(fuse_req_t req, fuse_ino_t parent, const char*, fuse_ino_t newpare
 }
 
 void OpRelease(fuse_req_t req, fuse_ino_t, fuse_file_info* fi) {
-  Filesystem::From(req)->DoRelease(
-      std::unique_ptr<Filesystem::FileHandle>(reinterpret_cast<Filesystem::FileHandle*>(fi->fh)));
+  Filesystem* fs = Filesystem::From(req);
+  fs->DoRelease(fs->TakeFromKernel<Filesystem::FileHandle>(fi->fh));
   fuse_reply_err(req, 0);
 }
 
@@ -586,6 +614,12 @@ Status ServeFilesystem(Store* store, Engine* engine, const MountOptions& options
   std::vector<char*> argv;
   for (auto& a : arg_strings) argv.push_back(a.data());
   fuse_args args = FUSE_ARGS_INIT(static_cast<int>(argv.size()), argv.data());
+  // fuse_session_new replaces `args` by a copy it allocates: freed on the
+  // way out, or a daemon that exits (on SIGTERM, unmounted) leaks it.
+  struct ArgsCleanup {
+    fuse_args* args;
+    ~ArgsCleanup() { fuse_opt_free_args(args); }
+  } args_cleanup{&args};
 
   fuse_session* se = fuse_session_new(&args, &ops, sizeof(ops), &fs);
   if (se == nullptr) return Status::Unavailable("could not create the FUSE session");

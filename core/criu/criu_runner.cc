@@ -43,8 +43,11 @@ struct SpawnPlan {
   uint32_t uid = 0, gid = 0;
   const gid_t* groups = nullptr;
   size_t group_count = 0;
-  uint64_t caps = 0;  // capability bits kept when dropping
-  int err = 0;        // out: errno of the step that failed
+  uint64_t caps = 0;          // capability bits kept when dropping
+  const int* join = nullptr;  // cgroup.procs descriptors to write "0" to
+  size_t join_count = 0;
+  int err = 0;               // out: errno of the step that failed
+  bool join_failed = false;  // out: that step was joining a cgroup
 };
 
 // The kernel's struct sigaction (x86-64, arm64): no glibc wrapper, which
@@ -118,6 +121,14 @@ CHILD_FN int ChildMain(void* arg) {
   KernelSigaction dfl = {};
   for (int sig = 1; sig < 65; ++sig) {
     if (sig != SIGKILL && sig != SIGSTOP) syscall(SYS_rt_sigaction, sig, &dfl, nullptr, 8);
+  }
+  for (size_t i = 0; i < plan->join_count; ++i) {
+    if (syscall(SYS_write, plan->join[i], "0", 1) != 1) {
+      plan->join_failed = true;
+      ChildFail(plan);
+      syscall(SYS_exit, 127);
+      return 127;
+    }
   }
   if (ChildSetupFds(plan) && (!plan->drop || ChildDropPrivileges(plan))) {
     if (syscall(SYS_chdir, plan->work_dir) < 0) {
@@ -289,6 +300,8 @@ Result<CriuProcess> Criu::Start(const CriuCommand& command) const {
   plan.stdio[2] = command.stderr_fd >= 0 ? command.stderr_fd : null_fd;
   plan.keep = keep.data();
   plan.keep_count = keep.size();
+  plan.join = command.join_cgroup_fds.data();
+  plan.join_count = command.join_cgroup_fds.size();
   if (command.run_as) {
     groups.assign(command.run_as->groups.begin(), command.run_as->groups.end());
     plan.drop = true;
@@ -306,6 +319,8 @@ Result<CriuProcess> Criu::Start(const CriuCommand& command) const {
   if (!pid.ok()) return pid.status();
   if (plan.err != 0) {  // the child failed before exec and has exited
     WaitExitCode(*pid);
+    if (plan.join_failed)
+      return StatusFromErrno(plan.err, "starting " + path_ + ": joining its cgroup");
     return StatusFromErrno(plan.err, "starting " + path_ + " in " + plan.work_dir);
   }
   const int pidfd = static_cast<int>(syscall(SYS_pidfd_open, *pid, 0));

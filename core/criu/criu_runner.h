@@ -71,6 +71,11 @@ struct CriuCommand {
   // Descriptors (>= 3) inherited as they are, close-on-exec cleared. Every
   // other descriptor is closed in the child.
   std::vector<int> keep_fds;
+  // cgroup.procs files, open for writing, that CRIU's child joins first
+  // (it writes "0" to each, before it drops any privilege), so that CRIU and
+  // every process it starts or restores begin in those cgroups (see
+  // core/proc/cgroup_placement.h). Default: none (the caller's cgroups).
+  std::vector<int> join_cgroup_fds;
   // Where CRIU's stdout / stderr go; -1: /dev/null. stdin is /dev/null.
   // CRIU logs to its -o file; its stdout matters only for `--version`.
   int stdout_fd = -1;

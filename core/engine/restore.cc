@@ -48,6 +48,7 @@
 #include "core/criu/images.h"
 #include "core/engine/engine.h"
 #include "core/proc/acting_as.h"
+#include "core/proc/cgroup_placement.h"
 
 namespace gpuckpt {
 namespace {
@@ -594,6 +595,13 @@ Result<int> Engine::RestoreSnapshot(const std::string& id, const TreeSetup& setu
     cmd.args.insert(cmd.args.end(), {"--root", setup.root_dir, "--external", "mnt[]"});
   // The TCP connections the dump took (checkpoint.cc) are restored too.
   cmd.args.push_back("--tcp-established");
+  // The tree starts in cgroups made for it (below), and CRIU leaves cgroups
+  // alone: those an image names are never believed (they may be another
+  // user's session). Except for a tree with a mount namespace of its own
+  // (root's alone, of a checkpoint root made): a container's mounts bind
+  // its cgroups' directories, which its engine removed when it stopped, so
+  // CRIU makes them again and puts the tasks there (its default).
+  if (setup.root_dir.empty()) cmd.args.push_back("--manage-cgroups=ignore");
   if (!as.is_root()) {
     cmd.args.push_back("--unprivileged");
     // CAP_SETPCAP as well: CRIU's restorer drops every capability missing
@@ -610,6 +618,11 @@ Result<int> Engine::RestoreSnapshot(const std::string& id, const TreeSetup& setu
   cmd.stderr_fd = criu_logs->stderr_fd();
 
   ticket->SetStage("restore");
+  // Cgroups of the tree's own, not the daemon's, so that stopping the
+  // daemon never kills it (cgroup_placement.h): CRIU joins them before it
+  // runs, and everything it restores starts there.
+  GPUCKPT_ASSIGN_OR_RETURN(auto cgroup, MakeRestoreCgroup(fmt::format("restore-{}", root_pid)));
+  cmd.join_cgroup_fds = cgroup->procs_fds();
   auto criu = criu_.Start(cmd);
   if (!criu.ok()) return criu.status();
   std::atomic<uint64_t> served_bytes{0};

@@ -36,11 +36,12 @@ Result<std::vector<MountEntry>> ReadMountTable(const std::string& path) {
     std::vector<std::string> before_dash;
     std::string f;
     while (fields >> f && f != "-") before_dash.push_back(f);
-    if (before_dash.size() < 5) continue;
+    if (before_dash.size() < 6) continue;
     MountEntry m;
     m.device = before_dash[2];
     m.root = Unescape(before_dash[3]);
     m.mountpoint = Unescape(before_dash[4]);
+    m.options = before_dash[5];
     std::string source;
     fields >> m.type >> source;
     m.source = Unescape(source);

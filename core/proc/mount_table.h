@@ -21,6 +21,7 @@ struct MountEntry {
   std::string device;      // "major:minor"
   std::string root;        // unescaped: the directory of the filesystem mounted here
   std::string mountpoint;  // unescaped: an absolute path without symlinks
+  std::string options;     // this mount's own options, e.g. "rw,nosuid,relatime"
   std::string type;        // e.g. "fuse.gpuckpt"
   std::string source;      // unescaped
 };

@@ -1,24 +1,29 @@
 // gpuckptfs: mounts the gpuckpt filesystem.
 //
 //   gpuckptfs [--store DIR] [--all-processes] [--lock-timeout MS] [--foreground] [MOUNTPOINT]
+//   gpuckptfs STORE MOUNTPOINT -o OPTIONS      (as mount(8) runs it through mount.fuse3)
 //
 // Without --foreground it returns once the filesystem is mounted (exit 0),
 // or with exit 1 and one line on stderr when it could not be (store in use,
 // no such mount point, something already mounted there, ...); the daemon
 // then runs in the background until `fusermount3 -u MOUNTPOINT`, SIGTERM or
-// SIGINT.
+// SIGINT. Under systemd (Type=notify) it says READY=1 once mounted and
+// STOPPING=1 once unmounted.
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <systemd/sd-daemon.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "core/base/log.h"
 #include "core/engine/engine.h"
@@ -91,6 +96,89 @@ std::string FindCriuPluginDir(const std::string& criu_path) {
     free(real);
   }
   return DirOf(DirOf(criu)) + "/lib/criu";
+}
+
+// Generic mount options that mount(8), mount.fuse3 and systemd pass to
+// every filesystem, with nothing for gpuckptfs to do: the mount is always
+// read-write, nosuid and nodev (libfuse mounts it so), and nothing in it is
+// executable, so suid, dev, exec and noexec change nothing.
+bool IsIgnoredMountOption(const std::string& name) {
+  static const char* const kIgnored[] = {
+      "rw",       "defaults",   "auto",       "noauto",      "user",
+      "nouser",   "users",      "owner",      "group",       "nofail",
+      "_netdev",  "suid",       "nosuid",     "dev",         "nodev",
+      "exec",     "noexec",     "async",      "sync",        "atime",
+      "noatime",  "relatime",   "norelatime", "strictatime", "nostrictatime",
+      "lazytime", "nolazytime", "diratime",   "nodiratime",  "loud",
+      "silent",   "comment"};
+  for (const char* ignored : kIgnored)
+    if (name == ignored) return true;
+  // x-systemd.automount, x-mount.mkdir, ...: for mount(8) and systemd.
+  return name.compare(0, 2, "x-") == 0;
+}
+
+// mount(8) runs `mount.fuse3 STORE MOUNTPOINT -o OPTIONS`, which runs
+// `gpuckptfs STORE MOUNTPOINT -o OPTIONS`: whether `args` (without the
+// program name) has that form, i.e. an -o.
+bool IsMountForm(const std::vector<std::string>& args) {
+  for (const std::string& arg : args)
+    if (arg.compare(0, 2, "-o") == 0) return true;
+  return false;
+}
+
+// The mount form rewritten as the command line form: STORE becomes
+// --store STORE, each option NAME=VALUE --NAME=VALUE and NAME --NAME, with
+// '_' in NAME read as '-' (lock_timeout=500 is --lock-timeout=500), and the
+// generic mount options left out. An option that is none of `app`'s, `ro`,
+// or a form without exactly STORE and MOUNTPOINT is an error, in words.
+Result<std::vector<std::string>> FromMountForm(CLI::App& app,
+                                               const std::vector<std::string>& args) {
+  std::vector<std::string> out, positional;
+  std::vector<std::string> option_lists;
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (args[i] == "-o") {
+      if (i + 1 == args.size()) return Status::InvalidArgument("-o needs a list of options");
+      option_lists.push_back(args[++i]);
+    } else if (args[i].compare(0, 2, "-o") == 0) {
+      option_lists.push_back(args[i].substr(2));
+    } else if (!args[i].empty() && args[i][0] == '-') {
+      out.push_back(args[i]);  // -f, -d, --help: as in the command line form
+    } else {
+      positional.push_back(args[i]);
+    }
+  }
+  if (positional.size() != 2)
+    return Status::InvalidArgument(
+        "with -o, give the store and the mount point: "
+        "gpuckptfs STORE MOUNTPOINT -o OPTIONS");
+  // The mount point first: an option missing its value must not take it.
+  out.push_back("--store=" + positional[0]);
+  out.push_back(positional[1]);
+  for (const std::string& list : option_lists) {
+    size_t start = 0;
+    while (start <= list.size()) {
+      size_t end = list.find(',', start);
+      if (end == std::string::npos) end = list.size();
+      const std::string option = list.substr(start, end - start);
+      start = end + 1;
+      if (option.empty()) continue;
+      const size_t eq = option.find('=');
+      std::string name = option.substr(0, eq);
+      if (name == "ro")
+        return Status::InvalidArgument(
+            "the mount cannot be read-only (option ro): its control files take commands");
+      if (IsIgnoredMountOption(name)) continue;
+      for (char& c : name)
+        if (c == '_') c = '-';
+      const CLI::Option* known = app.get_option_no_throw("--" + name);
+      if (known == nullptr || name == "store" || name == "help" || name == "version")
+        return Status::InvalidArgument("unknown mount option " + option.substr(0, eq) +
+                                       " (see gpuckptfs --help: its --long-options, with _ "
+                                       "for -, as NAME or NAME=VALUE)");
+      out.push_back("--" + name + (eq == std::string::npos ? "" : option.substr(eq)));
+    }
+  }
+  return out;
 }
 
 // Opens the store and serves; `ready` gets "" once mounted, or the error.
@@ -216,9 +304,31 @@ int Main(int argc, char** argv) {
   app.add_flag("-f,--foreground", foreground, "Stay in the foreground");
   app.add_flag("-d,--debug", mount.debug, "Log every FUSE request (implies --foreground)");
   app.add_option("MOUNTPOINT", mount.mountpoint, "Where to mount")->capture_default_str();
+  app.footer(
+      "As mount(8) runs it (mount -t fuse.gpuckptfs, fstab, systemd .mount units):\n"
+      "  gpuckptfs STORE MOUNTPOINT -o OPTIONS\n"
+      "OPTIONS are the long options above with _ for -, as NAME or NAME=VALUE (e.g.\n"
+      "all_processes,lock_timeout=20000,quota=100G); rw, nosuid, nodev, noauto, _netdev,\n"
+      "x-systemd.* and the other generic mount options are accepted and change nothing.");
+  std::vector<std::string> args(argv + 1, argv + argc);
+  const bool mount_form = IsMountForm(args);
+  if (mount_form) {
+    auto rewritten = FromMountForm(app, args);
+    if (!rewritten.ok()) {
+      std::fprintf(stderr, "gpuckptfs: %s\n", rewritten.status().message().c_str());
+      return 2;
+    }
+    args = std::move(*rewritten);
+  }
   try {
-    app.parse(argc, argv);
+    std::reverse(args.begin(), args.end());  // CLI11 takes them last first
+    app.parse(args);
   } catch (const CLI::ParseError& e) {
+    // mount(8) shows what its helper says: one line.
+    if (mount_form && e.get_exit_code() != 0) {
+      std::fprintf(stderr, "gpuckptfs: %s\n", e.what());
+      return 2;
+    }
     // --help and --version end here with 0; bad usage with 2 (CLI11's own
     // codes are not documented for users).
     const int rc = app.exit(e);
@@ -268,9 +378,18 @@ int Main(int argc, char** argv) {
     return 1;
   }
   if (foreground) {
-    return Serve(store_dir, engine_options, mount, gpu_settings, [](const std::string& error) {
-      if (!error.empty()) std::fprintf(stderr, "gpuckptfs: %s\n", error.c_str());
-    });
+    const int rc =
+        Serve(store_dir, engine_options, mount, gpu_settings, [](const std::string& error) {
+          if (!error.empty()) {
+            std::fprintf(stderr, "gpuckptfs: %s\n", error.c_str());
+            return;
+          }
+          // systemd's Type=notify: the mount is up. Nothing happens where
+          // NOTIFY_SOCKET is not set (not started by systemd).
+          sd_notify(0, "READY=1");
+        });
+    sd_notify(0, "STOPPING=1");
+    return rc;
   }
 
   // Fork before opening the store (RocksDB's threads don't survive fork),
