@@ -45,7 +45,7 @@ dev=$(awk -v m="$(realpath "$mnt")" '$5 == m { d = $3 } END { print d }' /proc/s
 # A second daemon, or the CLI, on the same store: refused with a clear line.
 if msg=$("$GPUCKPTFS" --store "$work/store" "$work" 2>&1); then fail "second daemon mounted"; fi
 grep -q "in use" <<<"$msg" || fail "second daemon's message: $msg"
-if msg=$("$GPUCKPT" --store "$work/store" ls 2>&1); then fail "CLI opened a store in use"; fi
+if msg=$("$GPUCKPT" --store "$work/store" gc 2>&1); then fail "CLI changed a store in use"; fi
 grep -q "in use" <<<"$msg" || fail "CLI's message: $msg"
 
 [[ -f $mnt/README ]] || fail "no README"

@@ -101,21 +101,23 @@ TEST_F(RealCgroupsTest, ChildJoinsEveryHierarchyAndEmptiedCgroupsGo) {
     _exit(read(go[0], &c, 1) == 1 ? 0 : 2);
   }
   close(go[0]);
-  // Until it has joined, its cgroups are its parent's.
-  bool joined = false;
-  for (int i = 0; i < 500 && !joined; ++i) {
-    joined = CgroupsOf(child).find("/" + name + "\n") != std::string::npos;
-    if (!joined) usleep(10000);
+  // Until it has joined, its cgroups are its parent's; it joins them one
+  // after the other, so wait until it is in all of them (or 5 s).
+  auto joined_count = [&](const std::string& theirs) {
+    std::istringstream lines(theirs);
+    size_t in_it = 0;
+    for (std::string line; std::getline(lines, line);)
+      if (line.size() > name.size() &&
+          line.compare(line.size() - name.size(), name.size(), name) == 0)
+        ++in_it;
+    return in_it;
+  };
+  std::string theirs = CgroupsOf(child);
+  for (int i = 0; i < 500 && joined_count(theirs) < dirs.size(); ++i) {
+    usleep(10000);
+    theirs = CgroupsOf(child);
   }
-  ASSERT_TRUE(joined) << CgroupsOf(child);
-  const std::string theirs = CgroupsOf(child);
-  std::istringstream lines(theirs);
-  size_t in_it = 0;
-  for (std::string line; std::getline(lines, line);)
-    if (line.size() > name.size() &&
-        line.compare(line.size() - name.size(), name.size(), name) == 0)
-      ++in_it;
-  EXPECT_EQ(in_it, dirs.size()) << theirs;
+  EXPECT_EQ(joined_count(theirs), dirs.size()) << theirs;
 
   // In use: the RestoreCgroup going leaves them.
   cgroup->reset();
