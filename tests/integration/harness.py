@@ -209,6 +209,19 @@ class Mount:
         shutil.rmtree(self.work, ignore_errors=True)
 
 
+def mount_in_cgroup(cgroup, monkeypatch, tmp_path, prefix, *options):
+    """A Mount whose gpuckptfs starts in the cgroup directory `cgroup`, as
+    a service manager starts a daemon: through a wrapper that joins it, then
+    runs the real one (which forks into the background from there)."""
+    wrapper = tmp_path / "gpuckptfs-in-cgroup"
+    wrapper.write_text("#!/bin/sh\n"
+                       f"echo $$ > '{cgroup}/cgroup.procs' || exit 1\n"
+                       f"exec '{GPUCKPTFS}' \"$@\"\n")
+    wrapper.chmod(0o755)
+    monkeypatch.setattr(f"{__name__}.GPUCKPTFS", str(wrapper))
+    return Mount(prefix, *options)
+
+
 @contextlib.contextmanager
 def small_tmpfs(prefix, mib):
     """A tmpfs of `mib` MiB on a fresh directory under /var/tmp (its path),

@@ -269,15 +269,8 @@ def daemon_cgroup():
 def test_staging_beyond_the_daemons_memory_cgroup_is_refused_before_freezing(
         daemon_cgroup, monkeypatch, tmp_path):
     cgroup, set_limit = daemon_cgroup
-    # gpuckptfs is started in the cgroup: through a wrapper that joins it,
-    # then runs the real one (which forks into the background from there).
-    wrapper = tmp_path / "gpuckptfs-in-cgroup"
-    wrapper.write_text("#!/bin/sh\n"
-                       f"echo $$ > '{cgroup}/cgroup.procs' || exit 1\n"
-                       f"exec '{harness.GPUCKPTFS}' \"$@\"\n")
-    wrapper.chmod(0o755)
-    monkeypatch.setattr(harness, "GPUCKPTFS", str(wrapper))
-    m = Mount("gpuckpt-room-cgroup-test.", "--staging-memory", "1G")
+    m = harness.mount_in_cgroup(cgroup, monkeypatch, tmp_path, "gpuckpt-room-cgroup-test.",
+                                "--staging-memory", "1G")
     try:
         mnt = m.mnt
         with open(os.path.join(cgroup, "cgroup.procs")) as f:

@@ -112,15 +112,8 @@ def daemon_cgroup():
 
 
 def daemon_in(cgroup, monkeypatch, tmp_path):
-    """gpuckptfs started in `cgroup` (through a wrapper that joins it, then
-    runs the real one, which forks into the background from there)."""
-    wrapper = tmp_path / "gpuckptfs-in-cgroup"
-    wrapper.write_text("#!/bin/sh\n"
-                       f"echo $$ > '{cgroup}/cgroup.procs' || exit 1\n"
-                       f"exec '{harness.GPUCKPTFS}' \"$@\"\n")
-    wrapper.chmod(0o755)
-    monkeypatch.setattr(harness, "GPUCKPTFS", str(wrapper))
-    return Mount("gpuckpt-cgroups-test.")
+    """gpuckptfs started in `cgroup`, as systemd starts a service."""
+    return harness.mount_in_cgroup(cgroup, monkeypatch, tmp_path, "gpuckpt-cgroups-test.")
 
 
 def restored_cgroup_dirs(pid):
