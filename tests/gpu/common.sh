@@ -10,6 +10,10 @@
 # programs, python with PyTorch) run with it unset.
 
 REPO_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+# The bundle travels packed (tests/gpu/prepare): unpacked on first use.
+if [[ ! -d $REPO_ROOT/.gpu-bundle && -f $REPO_ROOT/.gpu-bundle.tar.gz ]]; then
+  tar -C "$REPO_ROOT" -xzf "$REPO_ROOT/.gpu-bundle.tar.gz"
+fi
 TRAIN_PY=$REPO_ROOT/tests/gpu/train.py
 
 # bundle_at DIR: the bundle's programs are those under DIR.

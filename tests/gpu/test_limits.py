@@ -32,6 +32,10 @@ from harness import User, wait_for, status_line  # noqa: E402
 
 BUNDLE = os.path.join(REPO_ROOT, ".gpu-bundle")
 USER = "gpuckpt-gpu-limits"
+# The bundle travels packed (tests/gpu/prepare): unpacked on first use, as
+# tests/gpu/common.sh does.
+if not os.path.isdir(BUNDLE) and os.path.isfile(BUNDLE + ".tar.gz") and os.geteuid() == 0:
+    subprocess.run(["tar", "-C", REPO_ROOT, "-xzf", BUNDLE + ".tar.gz"], check=True)
 
 
 def why_not_runnable():
