@@ -2,9 +2,10 @@
 
 #include <fmt/format.h>
 
-#include "gpuckpt/version.h"
-
 #include <algorithm>
+#include <type_traits>
+
+#include "gpuckpt/version.h"
 
 namespace gpuckpt {
 
@@ -93,6 +94,17 @@ void Header(std::string* out, const char* name, const char* type, const char* he
   *out += fmt::format("# HELP {} {}\n# TYPE {} {}\n", name, help, name, type);
 }
 
+// A metric of one unlabelled series: its header and its value.
+template <typename Value>
+void Single(std::string* out, const char* name, const char* type, const char* help, Value value) {
+  Header(out, name, type, help);
+  if constexpr (std::is_floating_point_v<Value>) {
+    *out += fmt::format("{} {:.6f}\n", name, value);
+  } else {
+    *out += fmt::format("{} {}\n", name, value);
+  }
+}
+
 }  // namespace
 
 std::string Metrics::Render(const CacheStats& cache, const std::optional<StoreStats>& store) const {
@@ -108,15 +120,13 @@ std::string Metrics::Render(const CacheStats& cache, const std::optional<StoreSt
     out += fmt::format("gpuckpt_operations_total{{operation=\"{}\",result=\"{}\"}} {}\n", key.first,
                        key.second, n);
   }
-  Header(&out, "gpuckpt_checkpoint_logical_bytes_total", "counter",
-         "Logical bytes (image sizes) of successful checkpoints.");
-  out += fmt::format("gpuckpt_checkpoint_logical_bytes_total {}\n", logical_bytes_);
-  Header(&out, "gpuckpt_checkpoint_new_bytes_total", "counter",
-         "Raw bytes of the chunks successful checkpoints added to the store.");
-  out += fmt::format("gpuckpt_checkpoint_new_bytes_total {}\n", new_bytes_);
-  Header(&out, "gpuckpt_checkpoint_stored_bytes_total", "counter",
-         "Stored (compressed) bytes of the chunks successful checkpoints added to the store.");
-  out += fmt::format("gpuckpt_checkpoint_stored_bytes_total {}\n", stored_bytes_);
+  Single(&out, "gpuckpt_checkpoint_logical_bytes_total", "counter",
+         "Logical bytes (image sizes) of successful checkpoints.", logical_bytes_);
+  Single(&out, "gpuckpt_checkpoint_new_bytes_total", "counter",
+         "Raw bytes of the chunks successful checkpoints added to the store.", new_bytes_);
+  Single(&out, "gpuckpt_checkpoint_stored_bytes_total", "counter",
+         "Stored (compressed) bytes of the chunks successful checkpoints added to the store.",
+         stored_bytes_);
   Header(&out, "gpuckpt_stage_duration_seconds", "histogram",
          "Time spent in each stage of an operation (checkpoint: dump, commit; restore: restore).");
   for (const auto& [key, h] : stages_) {
@@ -127,35 +137,30 @@ std::string Metrics::Render(const CacheStats& cache, const std::optional<StoreSt
          "How long successful checkpoints kept their job frozen (GPU processes: GPU lock to "
          "unlock; others: CRIU's freeze to resume).");
   RenderHistogram("gpuckpt_checkpoint_frozen_seconds", "", frozen_, &out);
-  Header(&out, "gpuckpt_checkpoint_frozen_last_seconds", "gauge",
-         "Frozen time of the latest checkpoint.");
-  out += fmt::format("gpuckpt_checkpoint_frozen_last_seconds {:.6f}\n", frozen_last_);
-  Header(&out, "gpuckpt_checkpoint_frozen_max_seconds", "gauge",
-         "Longest frozen time of any checkpoint.");
-  out += fmt::format("gpuckpt_checkpoint_frozen_max_seconds {:.6f}\n", frozen_max_);
+  Single(&out, "gpuckpt_checkpoint_frozen_last_seconds", "gauge",
+         "Frozen time of the latest checkpoint.", frozen_last_);
+  Single(&out, "gpuckpt_checkpoint_frozen_max_seconds", "gauge",
+         "Longest frozen time of any checkpoint.", frozen_max_);
   if (store) {
-    Header(&out, "gpuckpt_store_snapshots", "gauge", "Checkpoints in the store.");
-    out += fmt::format("gpuckpt_store_snapshots {}\n", store->snapshot_count);
-    Header(&out, "gpuckpt_store_logical_bytes", "gauge",
-           "Sum of the logical sizes of the checkpoints in the store.");
-    out += fmt::format("gpuckpt_store_logical_bytes {}\n", store->logical_bytes);
-    Header(&out, "gpuckpt_store_chunks", "gauge", "Unique chunks in the store.");
-    out += fmt::format("gpuckpt_store_chunks {}\n", store->chunk_count);
-    Header(&out, "gpuckpt_store_unique_bytes", "gauge", "Raw bytes of the unique chunks.");
-    out += fmt::format("gpuckpt_store_unique_bytes {}\n", store->unique_bytes);
-    Header(&out, "gpuckpt_store_stored_bytes", "gauge",
-           "Stored (compressed) bytes of the unique chunks.");
-    out += fmt::format("gpuckpt_store_stored_bytes {}\n", store->stored_bytes);
-    Header(&out, "gpuckpt_store_disk_bytes", "gauge",
-           "What the store's directory takes on disk (packs, index, garbage not yet collected).");
-    out += fmt::format("gpuckpt_store_disk_bytes {}\n", store->disk_bytes);
+    Single(&out, "gpuckpt_store_snapshots", "gauge", "Checkpoints in the store.",
+           store->snapshot_count);
+    Single(&out, "gpuckpt_store_logical_bytes", "gauge",
+           "Sum of the logical sizes of the checkpoints in the store.", store->logical_bytes);
+    Single(&out, "gpuckpt_store_chunks", "gauge", "Unique chunks in the store.",
+           store->chunk_count);
+    Single(&out, "gpuckpt_store_unique_bytes", "gauge", "Raw bytes of the unique chunks.",
+           store->unique_bytes);
+    Single(&out, "gpuckpt_store_stored_bytes", "gauge",
+           "Stored (compressed) bytes of the unique chunks.", store->stored_bytes);
+    Single(&out, "gpuckpt_store_disk_bytes", "gauge",
+           "What the store's directory takes on disk (packs, index, garbage not yet collected).",
+           store->disk_bytes);
   }
   Header(&out, "gpuckpt_chunk_cache_requests_total", "counter", "Chunk cache lookups by readers.");
   out += fmt::format("gpuckpt_chunk_cache_requests_total{{result=\"hit\"}} {}\n", cache.hits);
   out += fmt::format("gpuckpt_chunk_cache_requests_total{{result=\"miss\"}} {}\n", cache.misses);
-  Header(&out, "gpuckpt_chunk_cache_capacity_bytes", "gauge",
-         "Configured size of the chunk cache.");
-  out += fmt::format("gpuckpt_chunk_cache_capacity_bytes {}\n", cache.capacity_bytes);
+  Single(&out, "gpuckpt_chunk_cache_capacity_bytes", "gauge", "Configured size of the chunk cache.",
+         cache.capacity_bytes);
   return out;
 }
 
