@@ -6,7 +6,7 @@
 //   /checkpoints/<id>/manifest.json      the manifest (JSON)
 //   /checkpoints/<id>/images/...         the snapshot's files, read lazily
 //   /device/<id>/...                     device state, views of the images
-//                                        (fs/device_view.h)
+//                                        (core/engine/device_view.h)
 //   /archives/<id>.tar                   the checkpoint as a Podman/CRI-O
 //                                        checkpoint archive, made on reads
 //                                        (fs/archive_view.h)
@@ -59,7 +59,7 @@
 
 #include "core/engine/engine.h"
 #include "fs/archive_view.h"
-#include "fs/device_view.h"
+#include "core/engine/device_view.h"
 #include "gpuckpt/store.h"
 
 namespace gpuckpt {
@@ -164,7 +164,7 @@ class StoreView {
     // device/ of an older import, else the views of the images.
     bool has_device = false;
     Listing device;
-    // The device files that are views of the images (fs/device_view.h), by path.
+    // The device files that are views of the images (core/engine/device_view.h), by path.
     std::map<std::string, std::shared_ptr<const DeviceFile>> device_files;
     // archives/<id>.tar (fs/archive_view.h): where its members are. Built
     // with the tree, from the listing alone; a layout that could not be

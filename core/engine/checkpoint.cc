@@ -18,7 +18,6 @@
 #include <cerrno>
 #include <chrono>
 #include <functional>
-#include <nlohmann/json.hpp>
 #include <optional>
 #include <set>
 
@@ -344,42 +343,37 @@ Result<SnapshotInfo> Engine::DumpAndStore(const CheckpointRequest& request,
     if (journaled) journal.Remove(tree, start_times);
   }};
 
-  nlohmann::json extra = {
-      {"pid", request.pid},
-      {"command", DisplayCommand(process)},
-      {"owner", {{"uid", process.creds.ruid}, {"gid", process.creds.rgid}}},
-      {"made_by", MadeByJson(request.caller)},
-      {"tree", tree},
-      {"mode", request.kill ? "kill" : "leave-running"},
-      {"shell_job", NeedsShellJob(process, tree)},
-      {"criu_version", criu_.version()},
-      {"gpu_backend", gpu.kind},
-      {"driver_version", gpu.kind == "none" ? "" : gpu_->driver_version()},
-  };
-  if (gpu.kind != "none") extra["lock_timeout_ms"] = gpu_options.lock_timeout_ms;
+  CheckpointManifest manifest;
+  manifest.pid = request.pid;
+  manifest.command = DisplayCommand(process);
+  manifest.owner = ManifestIds{process.creds.ruid, process.creds.rgid};
+  manifest.made_by = MakerRecordOf(request.caller);
+  manifest.tree = tree;
+  manifest.mode = request.kill ? CheckpointMode::kKill : CheckpointMode::kLeaveRunning;
+  manifest.shell_job = NeedsShellJob(process, tree);
+  manifest.criu_version = criu_.version();
+  manifest.gpu_backend = gpu.stacks;
+  const bool uses_gpu = gpu.stacks != GpuStacks::kNone;
+  manifest.driver_version = uses_gpu ? gpu_->driver_version() : "";
+  if (uses_gpu) manifest.lock_timeout_ms = gpu_options.lock_timeout_ms;
   const std::optional<OwnMountNamespace> mount_namespace = ReadOwnMountNamespace(request.pid);
-  if (mount_namespace) {
-    const auto& root = mount_namespace->root;
-    extra["mount_namespace"] = {{"root", root ? nlohmann::json(*root) : nlohmann::json()}};
-  }
+  if (mount_namespace) manifest.mount_namespace = ManifestMountNamespace{mount_namespace->root};
   // The GPUs of the whole tree (a launcher's child may be the GPU user),
   // each once, and the device memory they all hold.
-  nlohmann::json gpus = nlohmann::json::array();
   uint64_t device_memory = 0;
   std::set<std::string> seen_gpus;
-  if (gpu.kind != "none") {
+  if (uses_gpu) {
     for (int pid : tree) {
       auto g = gpu_->Describe(pid);
       if (!g.ok()) continue;
       device_memory += g->device_memory_bytes;
       for (const auto& d : g->gpus) {
         if (!seen_gpus.insert(d.uuid.empty() ? d.name : d.uuid).second) continue;
-        gpus.push_back({{"name", d.name}, {"uuid", d.uuid}, {"memory_bytes", d.memory_bytes}});
+        manifest.gpus.push_back({d.name, d.uuid, d.memory_bytes});
       }
     }
-    extra["device_memory_bytes"] = device_memory;
+    manifest.device_memory_bytes = device_memory;
   }
-  extra["gpus"] = gpus;
 
   // The checkpoint this one follows (the process's latest), for users
   // tracing a series. It is also the base the store compares the new
@@ -389,7 +383,7 @@ Result<SnapshotInfo> Engine::DumpAndStore(const CheckpointRequest& request,
   if (auto all = store_->List(); all.ok()) {
     for (auto it = all->rbegin(); it != all->rend(); ++it) {
       if (IsCheckpointOfProcess(*it, request.pid, process.creds.ruid)) {
-        extra["parent"] = it->id;
+        manifest.parent = it->id;
         base = it->id;
         break;
       }
@@ -404,7 +398,7 @@ Result<SnapshotInfo> Engine::DumpAndStore(const CheckpointRequest& request,
   }
   SnapshotSpec spec{name,
                     "pid " + std::to_string(request.pid) + " (" + DisplayText(process.comm) + ")",
-                    extra.dump(), base, DedupDomainFor(process.creds.ruid)};
+                    EncodeManifest(manifest), base, DedupDomainFor(process.creds.ruid)};
   // CRIU's pipes are drained into staging memory as fast as CRIU writes
   // them, with hashing, compression and the disk behind, on idle CPU only
   // until CRIU is done: the tree is frozen for as long as CRIU runs. What
@@ -555,13 +549,10 @@ Result<SnapshotInfo> Engine::DumpAndStore(const CheckpointRequest& request,
   // The device memory the driver moved into host memory, found by
   // cuda-checkpoint: shown under device/ as slices of the pages images.
   auto ranges = gpu_->DeviceRanges(gpu_options);
-  if (ranges.ok() && !ranges->empty()) {
-    nlohmann::json list = nlohmann::json::array();
-    for (const auto& r : *ranges)
-      list.push_back({{"pid", r.pid}, {"start", r.start}, {"end", r.end}});
-    extra["device"] = {{"cuda_host_ranges", list}};
-  } else if (!ranges.ok()) {
-    extra["device_error"] = ranges.status().message();
+  if (ranges.ok()) {
+    for (const auto& r : *ranges) manifest.cuda_host_ranges.push_back({r.pid, r.start, r.end});
+  } else {
+    manifest.device_error = ranges.status().message();
   }
 
   const FrozenTime frozen =
@@ -570,14 +561,10 @@ Result<SnapshotInfo> Engine::DumpAndStore(const CheckpointRequest& request,
 
   ticket->SetStage("store");
   const auto commit_start = std::chrono::steady_clock::now();
-  extra["stages"] = {{"dump_s", dump_s}};
-  if (frozen.seconds) {
-    extra["stages"]["frozen_s"] = *frozen.seconds;
-    extra["stages"]["frozen_by"] = frozen.how;
-  }
-  if (frozen.criu_seconds) extra["stages"]["criu_frozen_s"] = *frozen.criu_seconds;
-  extra["staging_memory_bytes"] = staging_->capacity();
-  writer->SetExtraJson(extra.dump());
+  manifest.stages = ManifestStages{dump_s, frozen.seconds, frozen.seconds ? frozen.how : "",
+                                   frozen.criu_seconds};
+  manifest.staging_memory_bytes = staging_->capacity();
+  writer->SetExtraJson(EncodeManifest(manifest));
   auto info = writer->Commit();
   metrics_.ObserveStage("checkpoint", "commit", SecondsSince(commit_start));
   if (!info.ok()) {

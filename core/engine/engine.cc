@@ -191,7 +191,7 @@ std::string CriuLogs::Summary() const {
 
 namespace {
 
-// The owner and the maker of a snapshot, from one parse of its "extra":
+// The owner and the maker of a snapshot, from one read of its manifest:
 // listings ask both of every snapshot in the store.
 struct Provenance {
   SnapshotOwner owner;
@@ -199,37 +199,11 @@ struct Provenance {
 };
 
 Provenance ProvenanceOf(const SnapshotInfo& info) {
-  Provenance p;
-  auto extra = nlohmann::json::parse(info.extra_json, nullptr, /*allow_exceptions=*/false);
-  if (!extra.is_object()) return p;
-  auto number = [](const nlohmann::json& j, const char* key) -> uint64_t {
-    auto it = j.find(key);
-    return it != j.end() && it->is_number_unsigned() ? it->get<uint64_t>() : 0;
-  };
-  if (auto it = extra.find("owner"); it != extra.end() && it->is_object()) {
-    p.owner.uid = static_cast<uint32_t>(number(*it, "uid"));
-    p.owner.gid = static_cast<uint32_t>(number(*it, "gid"));
-  }
-  p.owner.pid = static_cast<int>(number(extra, "pid"));
-  p.maker = SnapshotMaker{p.owner.uid, p.owner.gid, {}};
-  auto made_by = extra.find("made_by");
-  if (made_by == extra.end() || !made_by->is_object()) return p;
-  auto id = [&](const char* key) -> std::optional<uint32_t> {
-    auto it = made_by->find(key);
-    if (it == made_by->end() || !it->is_number_unsigned() || it->get<uint64_t>() > UINT32_MAX)
-      return std::nullopt;
-    return static_cast<uint32_t>(it->get<uint64_t>());
-  };
-  const auto uid = id("uid"), gid = id("gid");
-  // A record that does not parse says nothing: the owner stands.
-  if (!uid || !gid) return p;
-  p.maker = SnapshotMaker{*uid, *gid, {}};
-  if (auto groups = made_by->find("groups"); groups != made_by->end() && groups->is_array()) {
-    for (const auto& g : *groups)
-      if (g.is_number_unsigned() && g.get<uint64_t>() <= UINT32_MAX)
-        p.maker.groups.push_back(static_cast<uint32_t>(g.get<uint64_t>()));
-  }
-  return p;
+  const CheckpointManifest m = ManifestOrEmpty(info.extra_json);
+  const ManifestIds owner = m.OwnerOrRoot();
+  const ManifestMaker maker = m.MakerOrOwner();
+  return {SnapshotOwner{owner.uid, owner.gid, m.pid},
+          SnapshotMaker{maker.uid, maker.gid, maker.groups}};
 }
 
 }  // namespace
@@ -238,8 +212,8 @@ SnapshotOwner OwnerOf(const SnapshotInfo& info) { return ProvenanceOf(info).owne
 
 SnapshotMaker MakerOf(const SnapshotInfo& info) { return ProvenanceOf(info).maker; }
 
-nlohmann::json MadeByJson(const Caller& caller) {
-  return {{"uid", caller.uid}, {"gid", caller.gid}, {"groups", caller.groups}};
+ManifestMaker MakerRecordOf(const Caller& caller) {
+  return ManifestMaker{caller.uid, caller.gid, caller.groups};
 }
 
 bool IsCheckpointOfProcess(const SnapshotInfo& info, int pid, uint32_t owner_uid) {
@@ -308,13 +282,8 @@ uint64_t DefaultStagingMemory() {
 }
 
 std::optional<double> FrozenSecondsOf(const SnapshotInfo& info) {
-  const nlohmann::json extra = nlohmann::json::parse(info.extra_json, nullptr, false);
-  if (!extra.is_object()) return std::nullopt;
-  auto stages = extra.find("stages");
-  if (stages == extra.end() || !stages->is_object()) return std::nullopt;
-  auto frozen = stages->find("frozen_s");
-  if (frozen == stages->end() || !frozen->is_number()) return std::nullopt;
-  return frozen->get<double>();
+  const CheckpointManifest m = ManifestOrEmpty(info.extra_json);
+  return m.stages ? m.stages->frozen_s : std::nullopt;
 }
 
 Engine::~Engine() = default;
@@ -484,7 +453,7 @@ nlohmann::json Engine::ProcessStatusJson(const ProcessInfo& p) {
     gpu["available"] = false;
     gpu["unavailable_reason"] = unavailable;
   } else if (auto g = gpu_->Describe(p.pid); g.ok()) {
-    gpu["state"] = g->state;
+    gpu["state"] = GpuStateName(g->state);
     for (const auto& d : g->gpus)
       gpu["gpus"].push_back({{"name", d.name}, {"uuid", d.uuid}, {"memory_bytes", d.memory_bytes}});
     gpu["device_memory_bytes"] = g->device_memory_bytes;

@@ -33,6 +33,7 @@
 #include "core/criu/images.h"
 #include "core/engine/metrics.h"
 #include "core/engine/operation_board.h"
+#include "core/manifest/checkpoint_manifest.h"
 #include "core/proc/caller.h"
 #include "core/proc/process_table.h"
 #include "gpuckpt/byte_budget.h"
@@ -211,8 +212,8 @@ struct SnapshotMaker {
   std::vector<uint32_t> groups;
 };
 SnapshotMaker MakerOf(const SnapshotInfo& info);
-// The "made_by" record of `caller`.
-nlohmann::json MadeByJson(const Caller& caller);
+// The manifest's made_by record of `caller`.
+ManifestMaker MakerRecordOf(const Caller& caller);
 
 // Whether `info` is listed under <pid>/checkpoints for the process `pid`
 // owned by `owner_uid`: a checkpoint of that pid, owned by that user, and
@@ -334,15 +335,15 @@ class Engine {
   };
   Result<SnapshotInfo> ImportDirectory(int top_fd, const ImportSource& source);
   Result<SnapshotInfo> ImportContainerArchive(int fd, const ImportSource& source);
-  // The manifest's `extra` of an import of the tree with root `pid`.
-  nlohmann::json ImportExtra(const ImportSource& source, int pid) const;
-  // Adds an import's files to `writer`; may complete `extra`.
-  using ImportFill = std::function<Status(SnapshotWriter* writer, nlohmann::json* extra)>;
+  // The manifest of an import of the tree with root `pid`.
+  CheckpointManifest ImportManifest(const ImportSource& source, int pid) const;
+  // Adds an import's files to `writer`; may complete `manifest`.
+  using ImportFill = std::function<Status(SnapshotWriter* writer, CheckpointManifest* manifest)>;
   // Stores one import under the caller's NAME, else `auto_name` (then
   // "-2", "-3", ... while taken), else the next "<pid>-<n>"; removes it
   // again when it took the caller beyond their quota.
   Result<SnapshotInfo> CommitImport(const ImportSource& source, const std::string& auto_name,
-                                    int pid, nlohmann::json extra, const ImportFill& fill);
+                                    int pid, CheckpointManifest manifest, const ImportFill& fill);
   // What CRIU must know of the tree beyond its images: --shell-job (its
   // session or group leader was outside it), and the directory that becomes
   // "/" of its own mount namespace (--root; "" when it had none).

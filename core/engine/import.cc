@@ -48,33 +48,11 @@ constexpr uint64_t kMaxCopiedManifest = 1u << 20;
 // How many "-2", "-3", ... an import named after its file tries.
 constexpr int kNameAttempts = 100;
 
-// The well-formed device memory ranges of a copied manifest's `extra`
-// (device.cuda_host_ranges: pid, start, end), as the checkpoint recorded
-// them; empty where it has none. Checked for their types only: they name
-// bytes of the copy's own images, which fs/device_view.h reads.
-nlohmann::json CopiedDeviceRanges(const nlohmann::json& extra) {
-  nlohmann::json out = nlohmann::json::array();
-  if (!extra.contains("device") || !extra["device"].is_object()) return out;
-  const auto& device = extra["device"];
-  if (!device.contains("cuda_host_ranges") || !device["cuda_host_ranges"].is_array()) return out;
-  for (const auto& r : device["cuda_host_ranges"]) {
-    if (!r.is_object() || !r.contains("pid") || !r["pid"].is_number_integer() ||
-        !r.contains("start") || !r["start"].is_number_unsigned() || !r.contains("end") ||
-        !r["end"].is_number_unsigned())
-      continue;
-    const int64_t pid = r["pid"];
-    const uint64_t start = r["start"], end = r["end"];
-    if (pid <= 0 || pid > (1 << 22) || end <= start) continue;
-    out.push_back({{"pid", pid}, {"start", start}, {"end", end}});
-  }
-  return out;
-}
-
-// Takes over into `extra` what a copied manifest (its text) says of how to
-// restore the checkpoint, each field checked for its type; the rest
-// (owner, sizes) is the import's own.
+// Takes over into `manifest` what a copied manifest (its text) says of how
+// to restore the checkpoint, each field as DecodeManifest reads it (a
+// malformed one is left out); the rest (owner, sizes) is the import's own.
 Status TakeOverManifest(const std::string& text, const std::string& shown, const Caller& caller,
-                        nlohmann::json* extra) {
+                        CheckpointManifest* manifest) {
   auto copied = nlohmann::json::parse(text, nullptr, false);
   if (copied.is_discarded()) return Status::InvalidArgument(shown + " is not JSON");
   const nlohmann::json* from = nullptr;
@@ -83,50 +61,41 @@ Status TakeOverManifest(const std::string& text, const std::string& shown, const
   else if (copied.is_object())
     from = &copied;
   if (from == nullptr) return Status::Ok();
-  for (const char* key : {"gpu_backend", "driver_version"})
-    if (from->contains(key) && (*from)[key].is_string()) (*extra)[key] = (*from)[key];
-  if (from->contains("shell_job") && (*from)["shell_job"].is_boolean())
-    (*extra)["shell_job"] = (*from)["shell_job"];
-  if (from->contains("gpus") && (*from)["gpus"].is_array()) {
-    nlohmann::json gpus = nlohmann::json::array();
-    for (const auto& g : (*from)["gpus"]) {
-      if (!g.is_object() || !g.contains("uuid") || !g["uuid"].is_string()) continue;
-      nlohmann::json gpu = {{"uuid", g["uuid"]}};
-      if (g.contains("name") && g["name"].is_string()) gpu["name"] = g["name"];
-      if (g.contains("memory_bytes") && g["memory_bytes"].is_number_unsigned())
-        gpu["memory_bytes"] = g["memory_bytes"];
-      gpus.push_back(gpu);
-    }
-    (*extra)["gpus"] = gpus;
-  }
+  Result<CheckpointManifest> read = DecodeManifest(from->dump());
+  if (!read.ok()) return Status(read.status().code(), shown + ": " + read.status().message());
+  const CheckpointManifest& c = *read;
+  manifest->gpu_backend = c.gpu_backend;
+  manifest->driver_version = c.driver_version;
+  manifest->shell_job = c.shell_job;
+  manifest->gpus = c.gpus;
   // Where a tree with a mount namespace of its own had its root: a
   // directory that root's restore mounts, so taken over from root's copies
   // only (anyone else's restore cannot make a mount namespace anyway).
-  if (from->contains("mount_namespace") && (*from)["mount_namespace"].is_object()) {
-    const auto& ns = (*from)["mount_namespace"];
-    const bool known = caller.is_root() && ns.contains("root") && ns["root"].is_string();
-    (*extra)["mount_namespace"] = {{"root", known ? ns["root"] : nlohmann::json()}};
-  }
+  if (c.mount_namespace)
+    manifest->mount_namespace =
+        ManifestMountNamespace{caller.is_root() ? c.mount_namespace->root : std::nullopt};
   // The device memory ranges, from which the mount shows device/<id> again
   // (a copy's own device/ is never imported: it is the same bytes as its
-  // pages image).
-  if (auto ranges = CopiedDeviceRanges(*from); !ranges.empty())
-    (*extra)["device"] = {{"cuda_host_ranges", ranges}};
+  // pages image). Checked for their form only: they name bytes of the
+  // copy's own images, which core/engine/device_view.h reads.
+  manifest->cuda_host_ranges = c.cuda_host_ranges;
   return Status::Ok();
 }
 
 // What Podman's config.dump says of the container, for people reading the
 // manifest: its name, id and image, strings only, each cut short.
-nlohmann::json ContainerSummary(const std::optional<std::string>& config) {
-  nlohmann::json out = nlohmann::json::object();
+ManifestContainer ContainerSummary(const std::optional<std::string>& config) {
+  ManifestContainer out;
   if (!config) return out;
   auto parsed = nlohmann::json::parse(*config, nullptr, false);
   if (!parsed.is_object()) return out;
-  for (auto [key, field] :
-       {std::pair{"name", "name"}, std::pair{"id", "id"}, std::pair{"image", "rootfsImageName"}}) {
-    if (parsed.contains(field) && parsed[field].is_string())
-      out[key] = DisplayText(parsed[field].get<std::string>().substr(0, 256));
-  }
+  auto field = [&](const char* name) -> std::optional<std::string> {
+    if (!parsed.contains(name) || !parsed[name].is_string()) return std::nullopt;
+    return DisplayText(parsed[name].get<std::string>().substr(0, 256));
+  };
+  out.name = field("name");
+  out.id = field("id");
+  out.image = field("rootfsImageName");
   return out;
 }
 
@@ -310,34 +279,33 @@ Result<SnapshotInfo> Engine::ImportDirectory(int top_fd, const ImportSource& sou
                                         owner, kMaxParsedImage));
   GPUCKPT_ASSIGN_OR_RETURN(const int pid, RootPidOf(pstree, images_shown + "/pstree.img"));
 
-  nlohmann::json extra = ImportExtra(source, pid);
+  CheckpointManifest manifest = ImportManifest(source, pid);
   std::optional<std::string> config;
   if (container) {
     auto text =
         ReadWholeFile(top_fd, "config.dump", shown + "/config.dump", owner, kMaxCopiedManifest);
     if (text.ok()) config = std::move(*text);
-    extra["container"] = ContainerSummary(config);
+    manifest.container = ContainerSummary(config);
   }
   if (!images_name.empty()) {
-    auto manifest =
+    auto copied =
         ReadWholeFile(top_fd, "manifest.json", shown + "/manifest.json", owner, kMaxCopiedManifest);
     // A copy may lack its manifest (it is advisory: CRIU's images are the
     // checkpoint), but one that is there must be a plain, small file of the
     // caller's that parses.
-    if (!manifest.ok() && manifest.status().code() != StatusCode::kNotFound)
-      return manifest.status();
-    if (manifest.ok())
+    if (!copied.ok() && copied.status().code() != StatusCode::kNotFound) return copied.status();
+    if (copied.ok())
       GPUCKPT_RETURN_IF_ERROR(
-          TakeOverManifest(*manifest, shown + "/manifest.json", source.caller, &extra));
+          TakeOverManifest(*copied, shown + "/manifest.json", source.caller, &manifest));
   }
   // A tree with a mount namespace of its own needs its root directory to
   // be restored, which CRIU's images do not say (nor a container engine's
   // files): a restore then asks for --root.
-  if (HasMountpointsImage(images_fd.get()) && !extra.contains("mount_namespace"))
-    extra["mount_namespace"] = {{"root", nullptr}};
+  if (HasMountpointsImage(images_fd.get()) && !manifest.mount_namespace)
+    manifest.mount_namespace = ManifestMountNamespace{};
   const std::string auto_name = container ? NameFromPath(source.path) : "";
-  return CommitImport(source, auto_name, pid, extra,
-                      [&](SnapshotWriter* writer, nlohmann::json*) -> Status {
+  return CommitImport(source, auto_name, pid, manifest,
+                      [&](SnapshotWriter* writer, CheckpointManifest*) -> Status {
                         GPUCKPT_RETURN_IF_ERROR(AddDirectoryToSnapshot(
                             writer, images_fd.get(), images_shown, {"images", owner, nullptr}));
                         if (!container) return Status::Ok();
@@ -354,36 +322,39 @@ Result<SnapshotInfo> Engine::ImportContainerArchive(int fd, const ImportSource& 
   // The archive is read once, as it comes: its root task (for the
   // manifest) is known only once its pstree.img has gone by.
   return CommitImport(
-      source, NameFromPath(source.path), /*pid=*/0, ImportExtra(source, 0),
-      [&](SnapshotWriter* writer, nlohmann::json* extra) -> Status {
+      source, NameFromPath(source.path), /*pid=*/0, ImportManifest(source, 0),
+      [&](SnapshotWriter* writer, CheckpointManifest* manifest) -> Status {
         posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
         GPUCKPT_ASSIGN_OR_RETURN(ContainerImport found,
                                  AddContainerArchiveToSnapshot(writer, fd, source.shown, options));
         GPUCKPT_ASSIGN_OR_RETURN(const int pid,
                                  RootPidOf(found.pstree, source.shown + ": checkpoint/pstree.img"));
-        (*extra)["pid"] = pid;
+        manifest->pid = pid;
         if (found.manifest) {
           GPUCKPT_RETURN_IF_ERROR(TakeOverManifest(
-              *found.manifest, source.shown + ": manifest.json", source.caller, extra));
+              *found.manifest, source.shown + ": manifest.json", source.caller, manifest));
         }
         // One of the mount's own archives of a checkpoint made through
         // `ctl` holds no container files: it is a plain checkpoint again.
-        if (found.config || !found.manifest) (*extra)["container"] = ContainerSummary(found.config);
-        if (found.mount_namespace && !extra->contains("mount_namespace"))
-          (*extra)["mount_namespace"] = {{"root", nullptr}};
+        if (found.config || !found.manifest) manifest->container = ContainerSummary(found.config);
+        if (found.mount_namespace && !manifest->mount_namespace)
+          manifest->mount_namespace = ManifestMountNamespace{};
         return Status::Ok();
       });
 }
 
-nlohmann::json Engine::ImportExtra(const ImportSource& source, int pid) const {
-  return {{"pid", pid},
-          {"owner", {{"uid", source.caller.uid}, {"gid", source.caller.gid}}},
-          {"made_by", MadeByJson(source.caller)},
-          {"imported_from", source.shown}};
+CheckpointManifest Engine::ImportManifest(const ImportSource& source, int pid) const {
+  CheckpointManifest m;
+  m.pid = pid;
+  m.owner = ManifestIds{source.caller.uid, source.caller.gid};
+  m.made_by = MakerRecordOf(source.caller);
+  m.imported_from = source.shown;
+  return m;
 }
 
 Result<SnapshotInfo> Engine::CommitImport(const ImportSource& source, const std::string& auto_name,
-                                          int pid, nlohmann::json extra, const ImportFill& fill) {
+                                          int pid, CheckpointManifest manifest,
+                                          const ImportFill& fill) {
   const Caller& caller = source.caller;
   for (int attempt = 0;; ++attempt) {
     std::string id;
@@ -396,7 +367,7 @@ Result<SnapshotInfo> Engine::CommitImport(const ImportSource& source, const std:
       GPUCKPT_ASSIGN_OR_RETURN(id, NextCheckpointName(pid));
     }
     auto writer = store_->BeginSnapshot(
-        {id, source.shown, extra.dump(), /*base=*/"", DedupDomainFor(caller.uid)});
+        {id, source.shown, EncodeManifest(manifest), /*base=*/"", DedupDomainFor(caller.uid)});
     if (!writer.ok()) {
       // The name is taken (by another checkpoint of this pid meanwhile, or
       // by an earlier import of a file of the same name): the next one.
@@ -406,8 +377,8 @@ Result<SnapshotInfo> Engine::CommitImport(const ImportSource& source, const std:
         continue;
       return writer.status();
     }
-    GPUCKPT_RETURN_IF_ERROR(fill(writer->get(), &extra));
-    (*writer)->SetExtraJson(extra.dump());
+    GPUCKPT_RETURN_IF_ERROR(fill(writer->get(), &manifest));
+    (*writer)->SetExtraJson(EncodeManifest(manifest));
     GPUCKPT_ASSIGN_OR_RETURN(SnapshotInfo info, (*writer)->Commit());
     // What an import adds is known only once it is stored: one that took
     // its user beyond their quota is removed again (what it came from is

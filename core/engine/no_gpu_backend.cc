@@ -6,7 +6,7 @@ namespace {
 
 class NoGpuBackend final : public GpuBackend {
  public:
-  std::string name() const override { return "none"; }
+  GpuStacks stacks() const override { return GpuStacks::kNone; }
   std::string unavailable_reason() const override { return ""; }
   Result<GpuProcessState> Describe(int) override { return GpuProcessState{}; }
   Result<CriuGpuSetup> SetupForCheckpoint(const std::vector<int>&,
@@ -19,8 +19,9 @@ class NoGpuBackend final : public GpuBackend {
   Result<CriuGpuSetup> SetupForRestore(const GpuRestoreOptions& options) override {
     if (!options.gpu_map.empty())
       return Status::InvalidArgument("--gpu-map: this gpuckptfs runs without a GPU backend");
-    if (options.checkpoint_backend == "cuda" || options.checkpoint_backend == "rocm")
-      return Status::Unavailable("the checkpoint holds " + options.checkpoint_backend +
+    if (options.checkpoint_stacks.value_or(GpuStacks::kNone) != GpuStacks::kNone)
+      return Status::Unavailable("the checkpoint holds " +
+                                 std::string(GpuStacksName(*options.checkpoint_stacks)) +
                                  " GPU state and this gpuckptfs runs without a GPU backend");
     return CriuGpuSetup{};
   }

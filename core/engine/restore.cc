@@ -36,7 +36,6 @@
 #include <functional>
 #include <future>
 #include <map>
-#include <nlohmann/json.hpp>
 #include <set>
 #include <thread>
 
@@ -106,10 +105,7 @@ bool IsTcpStreamImage(const std::string& name) { return name.starts_with("tcp-st
 
 // Whether `info` is a checkpoint gpuckpt's own dump made, not an import
 // (every import records where it came from).
-bool IsOwnDump(const SnapshotInfo& info) {
-  auto extra = nlohmann::json::parse(info.extra_json, nullptr, false);
-  return extra.is_object() && !extra.contains("imported_from");
-}
+bool IsOwnDump(const SnapshotInfo& info) { return ManifestOrEmpty(info.extra_json).IsOwnDump(); }
 
 // Whether CRIU, restoring the images `images` of `id` as the ordinary user
 // `as`, gets CAP_NET_ADMIN for TCP repair mode: false when they hold no TCP
@@ -229,23 +225,21 @@ Status CheckIdsFree(const std::vector<CriuTask>& tasks) {
 // tree without one (CRIU then needs none). Only root restores into a
 // directory of their choosing, and only a CRIU that runs as root (`as`:
 // what root made) can make a mount namespace and mount it.
-Result<std::string> RootDirFor(const RestoreRequest& request, const nlohmann::json& extra,
+Result<std::string> RootDirFor(const RestoreRequest& request, const CheckpointManifest& manifest,
                                const Caller& as) {
   if (!request.root.empty() && !request.caller.is_root())
     return Status::PermissionDenied("restore --root is root's: it makes a mount namespace");
   std::string root = request.root;
-  const bool mount_namespace = extra.is_object() && extra.contains("mount_namespace") &&
-                               extra["mount_namespace"].is_object();
+  const bool mount_namespace = manifest.mount_namespace.has_value();
   // A container engine's checkpoint (runc's, under Podman or CRI-O) names
   // the container's bind mounts for the engine's restore, which maps each
   // to a path of the new container: CRIU alone cannot place them.
-  if (mount_namespace && extra.contains("container"))
+  if (mount_namespace && manifest.container)
     return Status::InvalidArgument(
         "this is a container engine's checkpoint: restore it with the engine, e.g. podman "
         "container restore --import <mount>/archives/<id>.tar");
   if (root.empty() && mount_namespace) {
-    const auto& ns = extra["mount_namespace"];
-    if (ns.contains("root") && ns["root"].is_string()) root = ns["root"];
+    root = manifest.mount_namespace->root.value_or("");
     if (root.empty())
       return Status::InvalidArgument(
           "the checkpoint's process had a mount namespace of its own whose root directory is "
@@ -475,12 +469,16 @@ Result<int> Engine::Restore(const RestoreRequest& request) {
   auto run = [&]() -> Result<int> {
     GPUCKPT_ASSIGN_OR_RETURN(id, ResolveRestoreSource(request, &imported));
     GPUCKPT_ASSIGN_OR_RETURN(SnapshotInfo info, store_->Get(id));
+    Result<CheckpointManifest> manifest = DecodeManifest(info.extra_json);
+    if (!manifest.ok())
+      return Status(manifest.status().code(),
+                    "checkpoint " + id + ": " + manifest.status().message());
     // Who the restored tasks may be: the caller, or for root, the user who
     // made the checkpoint (root only restores what root made with whatever
     // credentials the images hold).
     Caller as = request.caller;
     if (as.is_root()) {
-      const SnapshotMaker maker = MakerOf(info);
+      const ManifestMaker maker = manifest->MakerOrOwner();
       as = Caller{maker.uid, maker.gid, 0, maker.groups};
     }
     GPUCKPT_ASSIGN_OR_RETURN(std::string pstree, ReadStoredFile(store_, id, "images/pstree.img"));
@@ -493,22 +491,12 @@ Result<int> Engine::Restore(const RestoreRequest& request) {
     // What the manifest says of how to restore it: whether CRIU needed
     // --shell-job (an imported plain image dir is tried as a standalone
     // tree), and its GPU stack and GPUs.
-    bool shell_job = false;
+    const bool shell_job = manifest->shell_job.value_or(false);
     GpuRestoreOptions gpu_options;
     gpu_options.gpu_map = request.gpu_map;
-    auto extra = nlohmann::json::parse(info.extra_json, nullptr, false);
-    if (extra.is_object()) {
-      if (extra.contains("shell_job") && extra["shell_job"].is_boolean())
-        shell_job = extra["shell_job"];
-      if (extra.contains("gpu_backend") && extra["gpu_backend"].is_string())
-        gpu_options.checkpoint_backend = extra["gpu_backend"];
-      if (extra.contains("gpus") && extra["gpus"].is_array()) {
-        for (const auto& g : extra["gpus"])
-          if (g.is_object() && g.contains("uuid") && g["uuid"].is_string())
-            gpu_options.checkpoint_gpus.push_back(g["uuid"]);
-      }
-    }
-    GPUCKPT_ASSIGN_OR_RETURN(std::string root_dir, RootDirFor(request, extra, as));
+    gpu_options.checkpoint_stacks = manifest->gpu_backend;
+    for (const auto& g : manifest->gpus) gpu_options.checkpoint_gpus.push_back(g.uuid);
+    GPUCKPT_ASSIGN_OR_RETURN(std::string root_dir, RootDirFor(request, *manifest, as));
     GPUCKPT_ASSIGN_OR_RETURN(CriuGpuSetup gpu, gpu_->SetupForRestore(gpu_options));
     // A tree with its own pid namespace gets new pids outside, so no
     // process here is its: no status shows its restore, nothing waits.

@@ -73,18 +73,18 @@ Status CheckPid(int pid) {
 
 }  // namespace
 
-std::string_view CudaProcessStateName(CudaProcessState state) {
+GpuState GpuStateOf(CudaProcessState state) {
   switch (state) {
     case CudaProcessState::kRunning:
-      return "running";
+      return GpuState::kRunning;
     case CudaProcessState::kLocked:
-      return "locked";
+      return GpuState::kLocked;
     case CudaProcessState::kCheckpointed:
-      return "checkpointed";
+      return GpuState::kCheckpointed;
     case CudaProcessState::kFailed:
-      return "failed";
+      return GpuState::kFailed;
   }
-  return "failed";
+  return GpuState::kFailed;
 }
 
 struct CudaDriver::Api : CudaApi {};
@@ -200,7 +200,8 @@ Result<std::vector<CudaDevice>> CudaDriver::Devices() const {
   return devices;
 }
 
-Status CudaDriver::Error(int result, int pid, std::string_view call, std::string_view needs) const {
+Status CudaDriver::Error(int result, int pid, std::string_view call,
+                         std::optional<CudaProcessState> needs) const {
   const CUresult r = static_cast<CUresult>(result);
   std::string what = fmt::format("pid {}: {}: {}", pid, call, DescribeCudaError(*api_, r));
   switch (r) {
@@ -220,11 +221,13 @@ Status CudaDriver::Error(int result, int pid, std::string_view call, std::string
         Result<CudaProcessState> st = StateFromCuda(s);
         if (st.ok()) state = std::string(CudaProcessStateName(st.value()));
       }
-      std::string m = fmt::format("pid {}: {}: CUDA is {}, needs {}: {}", pid, call, state, needs,
-                                  DescribeCudaError(*api_, r));
+      std::string m =
+          fmt::format("pid {}: {}: CUDA is {}, needs {}: {}", pid, call, state,
+                      needs ? CudaProcessStateName(*needs) : "another state",
+                      DescribeCudaError(*api_, r));
       // A lock that finds the process locked or checkpointed meets another
       // checkpoint holding it; the other calls were simply called out of turn.
-      if (needs == "running") return Status::Busy(std::move(m));
+      if (needs == CudaProcessState::kRunning) return Status::Busy(std::move(m));
       return Status::InvalidArgument(std::move(m));
     }
     case CUDA_ERROR_TIMEOUT:
@@ -286,14 +289,14 @@ Status CudaDriver::Lock(int pid, unsigned timeout_ms) const {
                     "(cuCheckpointProcessLock: {})",
                     pid, timeout_ms, DescribeCudaError(*api_, r)));
   }
-  return Error(r, pid, "cuCheckpointProcessLock", "running");
+  return Error(r, pid, "cuCheckpointProcessLock", CudaProcessState::kRunning);
 }
 
 Status CudaDriver::Checkpoint(int pid) const {
   GPUCKPT_RETURN_IF_ERROR(CheckPid(pid));
   CUcheckpointCheckpointArgs args{};
   if (CUresult r = api_->checkpoint(pid, &args); r != CUDA_SUCCESS) {
-    return Error(r, pid, "cuCheckpointProcessCheckpoint", "locked");
+    return Error(r, pid, "cuCheckpointProcessCheckpoint", CudaProcessState::kLocked);
   }
   return Status::Ok();
 }
@@ -311,7 +314,8 @@ Status CudaDriver::Restore(int pid, const std::vector<GpuUuidPair>& gpu_map) con
     args.gpuPairsCount = static_cast<unsigned>(pairs.size());
   }
   if (CUresult r = api_->restore(pid, &args); r != CUDA_SUCCESS) {
-    Status s = Error(r, pid, "cuCheckpointProcessRestore", "checkpointed");
+    Status s = Error(r, pid, "cuCheckpointProcessRestore",
+                     CudaProcessState::kCheckpointed);
     if (!gpu_map.empty() && s.code() == StatusCode::kInvalidArgument) {
       // A map that lacks one of the process's GPUs, or names a GPU that is
       // not here, is the likely cause.
@@ -326,7 +330,7 @@ Status CudaDriver::Unlock(int pid) const {
   GPUCKPT_RETURN_IF_ERROR(CheckPid(pid));
   CUcheckpointUnlockArgs args{};
   if (CUresult r = api_->unlock(pid, &args); r != CUDA_SUCCESS) {
-    return Error(r, pid, "cuCheckpointProcessUnlock", "locked");
+    return Error(r, pid, "cuCheckpointProcessUnlock", CudaProcessState::kLocked);
   }
   return Status::Ok();
 }

@@ -31,11 +31,13 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "core/gpu/gpu_uuid.h"
+#include "gpuckpt/gpu_backend.h"
 #include "gpuckpt/status.h"
 
 namespace gpuckpt {
@@ -43,9 +45,14 @@ namespace gpuckpt {
 // CUprocessState.
 enum class CudaProcessState { kRunning, kLocked, kCheckpointed, kFailed };
 
+// The backend-neutral state (gpuckpt/gpu_backend.h) of a CUDA state.
+GpuState GpuStateOf(CudaProcessState state);
+
 // "running", "locked", "checkpointed", "failed": the words CRIU's
 // cuda_plugin expects from `cuda-checkpoint --get-state`.
-std::string_view CudaProcessStateName(CudaProcessState state);
+inline std::string_view CudaProcessStateName(CudaProcessState state) {
+  return GpuStateName(GpuStateOf(state));
+}
 
 struct CudaDevice {
   int ordinal = 0;
@@ -107,7 +114,8 @@ class CudaDriver {
 
   // The status for `result` (not CUDA_SUCCESS) of `call` on `pid`; `needs`
   // is the state the call needs, named when the driver says ILLEGAL_STATE.
-  Status Error(int result, int pid, std::string_view call, std::string_view needs = "") const;
+  Status Error(int result, int pid, std::string_view call,
+               std::optional<CudaProcessState> needs = std::nullopt) const;
 
   const std::unique_ptr<const Api> api_;
   const int version_;

@@ -128,12 +128,9 @@ class SystemGpuBackend final : public GpuBackend {
     }
   }
 
-  std::string name() const override {
-    const bool cuda = cuda_ready(), rocm = rocm_ready();
-    if (cuda && rocm) return "cuda+rocm";
-    if (cuda) return "cuda";
-    if (rocm) return "rocm";
-    return "none";
+  GpuStacks stacks() const override {
+    return (cuda_ready() ? GpuStacks::kCuda : GpuStacks::kNone) |
+           (rocm_ready() ? GpuStacks::kRocm : GpuStacks::kNone);
   }
 
   std::string unavailable_reason() const override {
@@ -163,7 +160,7 @@ class SystemGpuBackend final : public GpuBackend {
       // library probing) has no CUDA state: the driver says so with an
       // error, shown as "none".
       if (auto state = cuda_->GetState(pid); state.ok())
-        out.state = std::string(CudaProcessStateName(*state));
+        out.state = GpuStateOf(*state);
       if (nvml_) {
         if (auto used = nvml_->ComputeProcesses(); used.ok()) {
           for (const auto& u : *used) {
@@ -176,7 +173,7 @@ class SystemGpuBackend final : public GpuBackend {
       }
     }
     if (kfd) {
-      if (out.state == "none") out.state = "running";
+      if (out.state == GpuState::kNone) out.state = GpuState::kRunning;
       for (const auto& g : amd_gpus_)
         out.gpus.push_back({KfdGpuDisplayName(g), g.uuid, g.vram_bytes});
     }
@@ -208,7 +205,8 @@ class SystemGpuBackend final : public GpuBackend {
       setup.criu_args = {"--timeout", std::to_string(seconds)};
     }
     setup.plugin_dir = PluginDirFor(!use.cuda.empty(), !use.rocm.empty());
-    setup.kind = use.rocm.empty() ? "cuda" : use.cuda.empty() ? "rocm" : "cuda+rocm";
+    setup.stacks = (use.cuda.empty() ? GpuStacks::kNone : GpuStacks::kCuda) |
+                   (use.rocm.empty() ? GpuStacks::kNone : GpuStacks::kRocm);
     // Several CUDA processes are one job (ranks exchanging data): locked
     // together now, not one by one by the plugin (group_lock.h says why).
     std::vector<int> running;
@@ -255,10 +253,9 @@ class SystemGpuBackend final : public GpuBackend {
   }
 
   Result<CriuGpuSetup> SetupForRestore(const GpuRestoreOptions& options) override {
-    const std::string& kind = options.checkpoint_backend;
-    const bool wants_cuda = kind.find("cuda") != std::string::npos;
-    const bool wants_rocm = kind.find("rocm") != std::string::npos;
-    const bool unknown = kind.empty();
+    const bool unknown = !options.checkpoint_stacks;
+    const bool wants_cuda = !unknown && HasCuda(*options.checkpoint_stacks);
+    const bool wants_rocm = !unknown && HasRocm(*options.checkpoint_stacks);
     if (wants_cuda && !cuda_ready())
       return Status::Unavailable(
           "the checkpoint holds CUDA state, which cannot be restored here: " + cuda_reason_);
@@ -275,7 +272,8 @@ class SystemGpuBackend final : public GpuBackend {
     }
     if (cuda) setup.path_prepend.push_back(options_.cuda_checkpoint_dir);
     if (cuda || rocm) setup.plugin_dir = PluginDirFor(cuda, rocm);
-    setup.kind = cuda && rocm ? "cuda+rocm" : cuda ? "cuda" : rocm ? "rocm" : "none";
+    setup.stacks = (cuda ? GpuStacks::kCuda : GpuStacks::kNone) |
+                   (rocm ? GpuStacks::kRocm : GpuStacks::kNone);
     return setup;
   }
 

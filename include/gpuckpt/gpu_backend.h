@@ -18,11 +18,68 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "gpuckpt/status.h"
 
 namespace gpuckpt {
+
+// The GPU stacks a process uses, a setup is for, or a checkpoint was made
+// with: a set of bits, since one process tree may use both.
+enum class GpuStacks : uint8_t { kNone = 0, kCuda = 1, kRocm = 2, kCudaAndRocm = 3 };
+
+constexpr GpuStacks operator|(GpuStacks a, GpuStacks b) {
+  return static_cast<GpuStacks>(static_cast<uint8_t>(a) | static_cast<uint8_t>(b));
+}
+constexpr bool HasCuda(GpuStacks s) { return (static_cast<uint8_t>(s) & 1) != 0; }
+constexpr bool HasRocm(GpuStacks s) { return (static_cast<uint8_t>(s) & 2) != 0; }
+
+// "none", "cuda", "rocm", "cuda+rocm": the words of the manifest's
+// gpu_backend and of status.
+constexpr std::string_view GpuStacksName(GpuStacks s) {
+  switch (s) {
+    case GpuStacks::kNone:
+      return "none";
+    case GpuStacks::kCuda:
+      return "cuda";
+    case GpuStacks::kRocm:
+      return "rocm";
+    case GpuStacks::kCudaAndRocm:
+      return "cuda+rocm";
+  }
+  return "none";
+}
+
+// The inverse of GpuStacksName; nullopt for any other word.
+constexpr std::optional<GpuStacks> ParseGpuStacks(std::string_view name) {
+  for (GpuStacks s : {GpuStacks::kNone, GpuStacks::kCuda, GpuStacks::kRocm, GpuStacks::kCudaAndRocm})
+    if (GpuStacksName(s) == name) return s;
+  return std::nullopt;
+}
+
+// Where a process's GPU context stands. kNone: it has none (no GPU, or a
+// process that only opened a device node). The others are the driver's
+// states (CUDA's CUprocessState; an AMD process is always kRunning here).
+enum class GpuState : uint8_t { kNone, kRunning, kLocked, kCheckpointed, kFailed };
+
+// "none", "running", "locked", "checkpointed", "failed": the words of
+// status and of `cuda-checkpoint --get-state`, which CRIU's plugin expects.
+constexpr std::string_view GpuStateName(GpuState s) {
+  switch (s) {
+    case GpuState::kNone:
+      return "none";
+    case GpuState::kRunning:
+      return "running";
+    case GpuState::kLocked:
+      return "locked";
+    case GpuState::kCheckpointed:
+      return "checkpointed";
+    case GpuState::kFailed:
+      return "failed";
+  }
+  return "failed";
+}
 
 struct GpuDevice {
   std::string name;
@@ -32,18 +89,16 @@ struct GpuDevice {
 
 // What a backend knows of one process's GPU use.
 struct GpuProcessState {
-  // "none" for a process without GPU state; otherwise the driver's word:
-  // "running", "locked", "checkpointed", "failed".
-  std::string state = "none";
+  GpuState state = GpuState::kNone;
   std::vector<GpuDevice> gpus;
   uint64_t device_memory_bytes = 0;
 };
 
 // How CRIU must be run for the processes of one checkpoint or restore.
 struct CriuGpuSetup {
-  // The GPU stacks this setup is for: "none", "cuda", "rocm", "cuda+rocm"
-  // (recorded in the manifest as gpu_backend).
-  std::string kind = "none";
+  // The GPU stacks this setup is for (recorded in the manifest as
+  // gpu_backend).
+  GpuStacks stacks = GpuStacks::kNone;
   // Directory CRIU loads plugins from (--libdir). Empty: a directory with
   // no plugin, so a process without a GPU is dumped exactly as plain CRIU
   // would, and no plugin can fail it.
@@ -75,9 +130,9 @@ struct GpuRestoreOptions {
   // "OLD_UUID=NEW_UUID,...": restore the checkpoint's GPUs onto others.
   // Empty: onto the same GPUs.
   std::string gpu_map;
-  // The backend the checkpoint was made with ("cuda", "rocm", "none"; ""
-  // when unknown, e.g. a plain CRIU image directory).
-  std::string checkpoint_backend;
+  // The GPU stacks the checkpoint was made with; nullopt when unknown
+  // (a plain CRIU image directory).
+  std::optional<GpuStacks> checkpoint_stacks;
   // The UUIDs of the GPUs the checkpoint used, where known.
   std::vector<std::string> checkpoint_gpus;
 };
@@ -94,8 +149,8 @@ class GpuBackend {
  public:
   virtual ~GpuBackend() = default;
 
-  // "none", "cuda", "rocm", or "cuda+rocm".
-  virtual std::string name() const = 0;
+  // The GPU stacks this backend can checkpoint here.
+  virtual GpuStacks stacks() const = 0;
 
   // A line for status when the backend cannot work here (no driver), else "".
   virtual std::string unavailable_reason() const = 0;

@@ -69,21 +69,21 @@ class SystemGpuBackendTest : public ::testing::Test {
 
 TEST_F(SystemGpuBackendTest, WithoutDriverItIsOffAndSaysWhy) {
   auto gpu = Make(false);
-  EXPECT_EQ(gpu->name(), "none");
+  EXPECT_EQ(gpu->stacks(), GpuStacks::kNone);
   const std::string why = gpu->unavailable_reason();
   EXPECT_NE(why.find("CUDA: "), std::string::npos) << why;
   EXPECT_NE(why.find("ROCm: "), std::string::npos) << why;
   EXPECT_EQ(gpu->driver_version(), "");
   // A process without GPU devices is dumped with no plugin.
   ASSERT_OK_AND_ASSIGN(CriuGpuSetup setup, gpu->SetupForCheckpoint({getpid()}, {}));
-  EXPECT_EQ(setup.kind, "none");
+  EXPECT_EQ(setup.stacks, GpuStacks::kNone);
   EXPECT_TRUE(setup.plugin_dir.empty());
   EXPECT_TRUE(setup.environment.empty());
   ASSERT_OK_AND_ASSIGN(GpuProcessState state, gpu->Describe(getpid()));
-  EXPECT_EQ(state.state, "none");
+  EXPECT_EQ(state.state, GpuState::kNone);
   // A CUDA checkpoint cannot be restored here; a map needs CUDA.
   GpuRestoreOptions cuda;
-  cuda.checkpoint_backend = "cuda";
+  cuda.checkpoint_stacks = GpuStacks::kCuda;
   EXPECT_CODE(gpu->SetupForRestore(cuda).status(), StatusCode::kUnavailable);
   GpuRestoreOptions map;
   map.gpu_map = kGpu0 + "=" + kGpu1;
@@ -95,15 +95,15 @@ TEST_F(SystemGpuBackendTest, WithoutDriverItIsOffAndSaysWhy) {
 
 TEST_F(SystemGpuBackendTest, CudaRestoreGetsPluginPathAndCompletedMap) {
   auto gpu = Make(true);
-  ASSERT_EQ(gpu->name(), "cuda") << gpu->unavailable_reason();
+  ASSERT_EQ(gpu->stacks(), GpuStacks::kCuda) << gpu->unavailable_reason();
   EXPECT_EQ(gpu->unavailable_reason(), "");
   // No NVML here: the CUDA version alone.
   EXPECT_EQ(gpu->driver_version(), "CUDA 13.0");
   GpuRestoreOptions options;
-  options.checkpoint_backend = "cuda";
+  options.checkpoint_stacks = GpuStacks::kCuda;
   options.checkpoint_gpus = {kGpu0, kGpu1};
   ASSERT_OK_AND_ASSIGN(CriuGpuSetup same, gpu->SetupForRestore(options));
-  EXPECT_EQ(same.kind, "cuda");
+  EXPECT_EQ(same.stacks, GpuStacks::kCuda);
   EXPECT_EQ(same.plugin_dir, work_ + "/plugins-cuda");
   char target[4096] = {};
   ASSERT_GT(readlink((same.plugin_dir + "/cuda_plugin.so").c_str(), target, sizeof(target) - 1), 0);
@@ -140,14 +140,14 @@ TEST_F(SystemGpuBackendTest, CudaRestoreGetsPluginPathAndCompletedMap) {
   }
   // A checkpoint without GPUs takes no map.
   GpuRestoreOptions none;
-  none.checkpoint_backend = "none";
+  none.checkpoint_stacks = GpuStacks::kNone;
   none.gpu_map = kGpu0 + "=" + kGpu1;
   EXPECT_CODE(gpu->SetupForRestore(none).status(), StatusCode::kInvalidArgument);
 }
 
 TEST_F(SystemGpuBackendTest, ReleaseBringsCheckpointedProcessesBack) {
   auto gpu = Make(true);
-  ASSERT_EQ(gpu->name(), "cuda") << gpu->unavailable_reason();
+  ASSERT_EQ(gpu->stacks(), GpuStacks::kCuda) << gpu->unavailable_reason();
   testing::WriteFile(state_ + "/4242", "state=checkpointed\n");
   testing::WriteFile(state_ + "/4243", "state=locked\n");
   testing::WriteFile(state_ + "/4244", "state=running\n");
@@ -161,7 +161,7 @@ TEST_F(SystemGpuBackendTest, ReleaseBringsCheckpointedProcessesBack) {
 TEST_F(SystemGpuBackendTest, MissingPluginOrCommandTurnsCudaOff) {
   unlink((libexec_ + "/cuda-checkpoint").c_str());
   auto gpu = Make(true);
-  EXPECT_EQ(gpu->name(), "none");
+  EXPECT_EQ(gpu->stacks(), GpuStacks::kNone);
   EXPECT_NE(gpu->unavailable_reason().find("cuda-checkpoint"), std::string::npos)
       << gpu->unavailable_reason();
   testing::WriteFile(libexec_ + "/cuda-checkpoint", "#!/bin/sh\n", 0755);
@@ -182,18 +182,18 @@ TEST_F(SystemGpuBackendTest, AmdGpuFromSysfsGetsTheAmdPlugin) {
                      "gfx_target_version 90010\nunique_id 1234\ndrm_render_minor 128\n");
   testing::WriteFile(node + "/mem_banks/0/properties", "heap_type 1\nsize_in_bytes 68702699520\n");
   auto gpu = Make(false, sysfs);
-  ASSERT_EQ(gpu->name(), "rocm") << gpu->unavailable_reason();
+  ASSERT_EQ(gpu->stacks(), GpuStacks::kRocm) << gpu->unavailable_reason();
   GpuRestoreOptions options;
-  options.checkpoint_backend = "rocm";
+  options.checkpoint_stacks = GpuStacks::kRocm;
   ASSERT_OK_AND_ASSIGN(CriuGpuSetup setup, gpu->SetupForRestore(options));
-  EXPECT_EQ(setup.kind, "rocm");
+  EXPECT_EQ(setup.stacks, GpuStacks::kRocm);
   EXPECT_EQ(setup.plugin_dir, work_ + "/plugins-rocm");
   struct stat st {};
   EXPECT_EQ(stat((setup.plugin_dir + "/amdgpu_plugin.so").c_str(), &st), 0);
   EXPECT_TRUE(setup.path_prepend.empty()) << "no cuda-checkpoint for ROCm";
   options.gpu_map = kGpu0 + "=" + kGpu1;
   EXPECT_CODE(gpu->SetupForRestore(options).status(), StatusCode::kInvalidArgument);
-  options.checkpoint_backend = "cuda";
+  options.checkpoint_stacks = GpuStacks::kCuda;
   options.gpu_map.clear();
   EXPECT_CODE(gpu->SetupForRestore(options).status(), StatusCode::kUnavailable);
 }

@@ -1,4 +1,4 @@
-#include "fs/device_view.h"
+#include "core/engine/device_view.h"
 
 #include <fmt/format.h>
 #include <unistd.h>
@@ -145,25 +145,11 @@ FileEntry DeviceEntry(const std::string& name, uint64_t size, const SnapshotInfo
   return e;  // stored_bytes 0: the bytes are the images' own
 }
 
-// The manifest's extra.device.cuda_host_ranges, or null where it has none.
-const nlohmann::json* CudaHostRanges(const nlohmann::json& extra) {
-  if (!extra.is_object() || !extra.contains("device") || !extra["device"].is_object())
-    return nullptr;
-  const auto& device = extra["device"];
-  if (!device.contains("cuda_host_ranges") || !device["cuda_host_ranges"].is_array())
-    return nullptr;
-  return &device["cuda_host_ranges"];
-}
-
 }  // namespace
 
 bool HasDeviceState(const SnapshotInfo& info) {
-  const auto extra = nlohmann::json::parse(info.extra_json, nullptr, false);
-  if (const nlohmann::json* ranges = CudaHostRanges(extra); ranges && !ranges->empty()) return true;
-  if (!extra.is_object() || !extra.contains("gpu_backend") || !extra["gpu_backend"].is_string())
-    return false;
-  const std::string backend = extra["gpu_backend"];
-  return backend == "cuda" || backend == "rocm";
+  const CheckpointManifest m = ManifestOrEmpty(info.extra_json);
+  return !m.cuda_host_ranges.empty() || m.gpu_backend.value_or(GpuStacks::kNone) != GpuStacks::kNone;
 }
 
 bool IsStoredDevicePath(const std::string& path) {
@@ -187,21 +173,16 @@ Result<std::vector<std::shared_ptr<const DeviceFile>>> BuildDeviceFiles(
   }
 
   // CUDA device memory moved to host memory.
-  const auto extra = nlohmann::json::parse(info.extra_json, nullptr, false);
-  const nlohmann::json* ranges = CudaHostRanges(extra);
-  if (ranges == nullptr) return out;
+  // Ranges that are not well formed were left out when the manifest was
+  // read: what is left names bytes of this checkpoint's own images.
+  const CheckpointManifest manifest = ManifestOrEmpty(info.extra_json);
+  if (manifest.cuda_host_ranges.empty()) return out;
   const uint64_t page_size = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
   std::map<int, CriuPagemap> pagemaps;
   nlohmann::json listing = nlohmann::json::array();
-  for (const auto& r : *ranges) {
-    if (!r.is_object() || !r.contains("pid") || !r["pid"].is_number_integer() ||
-        !r.contains("start") || !r["start"].is_number_unsigned() || !r.contains("end") ||
-        !r["end"].is_number_unsigned())
-      return Status::Corruption("checkpoint " + info.id + ": malformed device range");
-    const int pid = r["pid"];
-    const uint64_t start = r["start"], end = r["end"];
-    if (end <= start || pid <= 0)
-      return Status::Corruption("checkpoint " + info.id + ": empty device range");
+  for (const ManifestDeviceRange& r : manifest.cuda_host_ranges) {
+    const int pid = r.pid;
+    const uint64_t start = r.start, end = r.end;
     if (pagemaps.count(pid) == 0) {
       const std::string path = "images/pagemap-" + std::to_string(pid) + ".img";
       GPUCKPT_ASSIGN_OR_RETURN(std::string bytes,
