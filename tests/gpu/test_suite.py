@@ -163,6 +163,9 @@ class Suite(GpuWork):
         line = f"{verdict} {wl} {mode} rep={rep} ckpt={ckpt} restore={restore}"
         print(line, flush=True)
         RESULT_LINES.append(line)
+        # (One line a case: a reason that quotes a workload's output is
+        # joined into one.)
+        detail = " | ".join(x for x in detail.splitlines() if x.strip())
         with open(self.summary, "a") as f:
             f.write(f"{line}  # {detail}\n" if detail else line + "\n")
         if verdict == "PASS":
