@@ -14,9 +14,14 @@ Options (give them after the test file, from the repository root):
     --keep            keep the work directory under /var/tmp
 """
 
+import os
+import sys
+
 import pytest
 
-import gpurun
+# (Whatever pytest's import mode: gpurun.py sits beside this file.)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import gpurun  # noqa: E402
 
 
 def pytest_addoption(parser):

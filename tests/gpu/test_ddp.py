@@ -41,12 +41,15 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import time
 
 import pytest
 
-import gpurun
-from gpurun import RESULT_LINES, Failure, GpuWork, option
+# (Whatever pytest's import mode: gpurun.py sits beside this file.)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import gpurun  # noqa: E402
+from gpurun import RESULT_LINES, Failure, GpuWork, option  # noqa: E402
 
 PROG = "run-ddp"
 STEP_MS = 100

@@ -54,12 +54,15 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import time
 
 import pytest
 
-import gpurun
-from gpurun import RESULT_LINES, Failure, GpuWork, fail, option
+# (Whatever pytest's import mode: gpurun.py sits beside this file.)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import gpurun  # noqa: E402
+from gpurun import RESULT_LINES, Failure, GpuWork, fail, option  # noqa: E402
 
 PROG = "run-suite"
 STEP_MS = 100
