@@ -284,7 +284,8 @@ class Case:
         dest = os.path.join(self.s.logs, "failures", self.name)
         os.makedirs(dest, exist_ok=True)
         for d, dirs, names in os.walk(self.dir):
-            if os.path.relpath(d, self.dir).count(os.sep) >= 1:
+            # (The case's files and those one directory down.)
+            if d != self.dir:
                 dirs[:] = []
             for n in names:
                 p = os.path.join(d, n)
