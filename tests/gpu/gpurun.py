@@ -144,6 +144,10 @@ def become_subreaper():
         raise OSError(err, f"PR_SET_CHILD_SUBREAPER: {os.strerror(err)}")
 
 
+def stop_on_signal(signum, _frame):
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
 def reap():
     """Reaps every zombie child (exited workloads, restored orphans)."""
     while True:
@@ -647,6 +651,9 @@ class GpuWork:
             pytest.fail(why, pytrace=False)
         # Restored processes are orphans: this process reaps them.
         become_subreaper()
+        # A SIGTERM (a timeout's) ends the run as Ctrl-C does: through the
+        # fixtures' teardown, which ends the workloads and unmounts.
+        signal.signal(signal.SIGTERM, stop_on_signal)
         os.makedirs(self.out, exist_ok=True)
         self.work = tempfile.mkdtemp(prefix=prefix, dir="/var/tmp")
         self.mnt = os.path.join(self.work, "mnt")
