@@ -26,8 +26,9 @@ import pytest
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(REPO_ROOT, "tests", "integration"))
+sys.path.insert(0, os.path.join(REPO_ROOT, "tests", "gpu"))
 
-import gpurun  # noqa: E402  (beside this file)
+import gpurun  # noqa: E402  (after the path is set)
 import harness  # noqa: E402  (after the path is set)
 from harness import User, wait_for, status_line  # noqa: E402
 
