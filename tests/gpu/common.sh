@@ -1,5 +1,5 @@
 # shellcheck shell=bash disable=SC2034  # (variables used by the scripts that source this)
-# Shared by tests/gpu/run-suite and tests/gpu/gpu_bench (sourced): where the
+# Sourced by tests/gpu/gpu_bench (the pytest GPU tests have tests/gpu/gpurun.py): where the
 # bundle's programs are, how to run them, the mount, the workloads.
 #
 # The bundle (.gpu-bundle/, made by tests/gpu/prepare on the build machine)

@@ -26,29 +26,31 @@ import pytest
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(REPO_ROOT, "tests", "integration"))
+sys.path.insert(0, os.path.join(REPO_ROOT, "tests", "gpu"))
 
+import gpurun  # noqa: E402  (after the path is set)
 import harness  # noqa: E402  (after the path is set)
 from harness import User, wait_for, status_line  # noqa: E402
 
 BUNDLE = os.path.join(REPO_ROOT, ".gpu-bundle")
 USER = "gpuckpt-gpu-limits"
-# The bundle travels packed (tests/gpu/prepare): unpacked on first use, as
-# tests/gpu/common.sh does.
-if not os.path.isdir(BUNDLE) and os.path.isfile(BUNDLE + ".tar.gz") and os.geteuid() == 0:
-    subprocess.run(["tar", "-C", REPO_ROOT, "-xzf", BUNDLE + ".tar.gz"], check=True)
 
 
 def why_not_runnable():
     if os.geteuid() != 0:
         return "needs root (gpuckptfs, CRIU)"
-    if not os.path.isfile(os.path.join(BUNDLE, "bin", "gpuckptfs")):
-        return f"no bundle at {BUNDLE} (run tests/gpu/prepare on the build machine, carry it)"
     if shutil.which("nvidia-smi") is None:
         return "nvidia-smi not found: no NVIDIA driver here"
+    # The bundle travels packed (tests/gpu/prepare): unpacked on first use,
+    # on a GPU machine only.
+    gpurun.unpack_bundle()
+    if not os.path.isfile(os.path.join(BUNDLE, "bin", "gpuckptfs")):
+        return f"no bundle at {BUNDLE} (run tests/gpu/prepare on the build machine, carry it)"
     return None
 
 
-pytestmark = pytest.mark.skipif(why_not_runnable() is not None, reason=str(why_not_runnable()))
+WHY_NOT = why_not_runnable()
+pytestmark = pytest.mark.skipif(WHY_NOT is not None, reason=str(WHY_NOT))
 
 
 @pytest.fixture(scope="module")
