@@ -441,6 +441,15 @@ std::string CriuFailureCause(const std::string& summary) {
   return WithoutCriuPrefix(last);
 }
 
+CriuFailureKind ClassifyCriuFailure(const std::string& summary) {
+  // Neither CRIU nor gpuckpt calls setlocale(): both print the C locale's
+  // strerror() texts, whatever the environment says.
+  if (summary.find(std::strerror(ENOSPC)) != std::string::npos) return CriuFailureKind::kNoSpace;
+  if (summary.find(std::strerror(EADDRINUSE)) != std::string::npos)
+    return CriuFailureKind::kAddressInUse;
+  return CriuFailureKind::kOther;
+}
+
 std::string SummarizeCriuLog(const std::string& log_path, size_t max_lines) {
   const int fd = open(log_path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
   if (fd < 0) return "";

@@ -150,6 +150,17 @@ std::string SummarizeCriuLog(const std::string& log_path, size_t max_lines = 4);
 // when there is none.
 std::string CriuFailureCause(const std::string& summary);
 
+// What went wrong in a failed CRIU run, as far as gpuckpt answers it with an
+// errno of its own. CRIU exits 1 whatever happened and says why only in its
+// log, as the strerror() text of the failing call's errno: this is the one
+// place that reads it, from the lines SummarizeCriuLog picked.
+enum class CriuFailureKind {
+  kOther,
+  kNoSpace,       // ENOSPC: a disk CRIU wrote to is full
+  kAddressInUse,  // EADDRINUSE: a port a restored socket binds is taken
+};
+CriuFailureKind ClassifyCriuFailure(const std::string& summary);
+
 // "4.1.1" from `criu --version` output ("Version: 4.1.1\nGitID: ..."), or
 // "" when there is no version line. Exposed for tests.
 std::string ParseCriuVersion(const std::string& output);

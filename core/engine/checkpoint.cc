@@ -17,7 +17,6 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
-#include <functional>
 #include <optional>
 #include <set>
 
@@ -187,6 +186,119 @@ FrozenTime MeasureFrozenTime(const GpuBackend::LockSpan& gpu, int64_t dump_end_n
   return frozen;
 }
 
+// Everything a checkpoint must undo on a way out that does not publish it,
+// in one object: the kill-journal entry, the GPU locks the backend took
+// before CRIU ran, and for --kill the tree CRIU left stopped. Whatever is
+// still held when it goes is given back, so that every early return undoes
+// exactly what was done. Not thread-safe: one checkpoint's.
+class CheckpointRollback {
+ public:
+  CheckpointRollback(GpuBackend& gpu, KillJournal& journal, const CheckpointRequest& request,
+                     const std::vector<int>& tree, const std::vector<uint64_t>& start_times)
+      : gpu_(gpu), journal_(journal), request_(request), tree_(tree), start_times_(start_times) {}
+  CheckpointRollback(const CheckpointRollback&) = delete;
+  CheckpointRollback& operator=(const CheckpointRollback&) = delete;
+
+  ~CheckpointRollback() {
+    // CRIU gives a failed dump's processes back running itself; a dump
+    // that succeeded with --leave-stopped left them stopped with their
+    // device state in host memory, so a commit that fails must continue
+    // them and bring their GPU state back.
+    if (tree_stopped_)
+      ReleaseGpusOrLog(gpu_, ResumeProcesses(tree_, start_times_),
+                       "failed checkpoint --kill of " + std::to_string(request_.pid));
+    ReleaseLocks();
+    if (journaled_) journal_.Remove(tree_, start_times_);
+  }
+
+  // A --kill leaves the tree stopped until it is killed, and a tree of
+  // several processes may have its GPU processes locked by the backend
+  // before CRIU runs: a daemon that dies meanwhile leaves the journal to
+  // the next one, which lets them go (Engine::RecoverInterruptedKills()).
+  Status JournalIfNeeded() {
+    if (!request_.kill && tree_.size() <= 1) return Status::Ok();
+    GPUCKPT_RETURN_IF_ERROR(journal_.Add(tree_, start_times_));
+    journaled_ = true;
+    return Status::Ok();
+  }
+
+  // The backend locked `pids` itself, beginning at `since_ns`: they stay
+  // locked through CRIU's dump (its plugin leaves them so) until
+  // ReleaseLocks(); their lock times are ours to take.
+  void HoldLocks(const std::vector<int>& pids, int64_t since_ns) {
+    locked_pids_ = pids;
+    if (!pids.empty()) lock_span_.first_lock_ns = since_ns;
+  }
+
+  void ReleaseLocks() {
+    if (locked_pids_.empty()) return;
+    ReleaseGpusOrLog(gpu_, locked_pids_, "checkpoint of " + std::to_string(request_.pid));
+    lock_span_.last_unlock_ns = MonotonicNowNs();
+    locked_pids_.clear();
+  }
+
+  // CRIU is about to run: with --kill it may leave the tree stopped.
+  void DumpStarting() { tree_stopped_ = request_.kill; }
+
+  // The checkpoint is published: a --kill tree is killed (nothing of it is
+  // left to give back), and the journal entry goes.
+  void Published() {
+    if (request_.kill) {
+      for (size_t i = tree_.size(); i-- > 0;) {
+        auto p = ReadProcess(tree_[i], ProcReadOptions{.read_gpu_devices = false});
+        if (p.ok() && p->start_time == start_times_[i]) kill(tree_[i], SIGKILL);
+      }
+      locked_pids_.clear();
+    }
+    tree_stopped_ = false;
+  }
+
+  // When the locks HoldLocks() took were taken and given back (empty when
+  // the backend took none).
+  const GpuBackend::LockSpan& lock_span() const { return lock_span_; }
+
+ private:
+  GpuBackend& gpu_;
+  KillJournal& journal_;
+  const CheckpointRequest& request_;
+  const std::vector<int>& tree_;
+  const std::vector<uint64_t>& start_times_;
+  bool journaled_ = false;
+  bool tree_stopped_ = false;
+  std::vector<int> locked_pids_;
+  GpuBackend::LockSpan lock_span_;
+};
+
+// The GPUs of the whole tree (a launcher's child may be the GPU user), each
+// once, and the device memory they all hold.
+void DescribeGpus(GpuBackend& gpu, const std::vector<int>& tree, CheckpointManifest* manifest) {
+  uint64_t device_memory = 0;
+  std::set<std::string> seen_gpus;
+  for (int pid : tree) {
+    auto g = gpu.Describe(pid);
+    if (!g.ok()) continue;
+    device_memory += g->device_memory_bytes;
+    for (const auto& d : g->gpus) {
+      if (!seen_gpus.insert(d.uuid.empty() ? d.name : d.uuid).second) continue;
+      manifest->gpus.push_back({d.name, d.uuid, d.memory_bytes});
+    }
+  }
+  manifest->device_memory_bytes = device_memory;
+}
+
+// The image files CRIU streams are the process owner's.
+FileEntry ImageEntry(std::string path, FileType type, uint32_t mode, const ProcessInfo& process,
+                     int64_t mtime_ns) {
+  FileEntry e;
+  e.path = std::move(path);
+  e.type = type;
+  e.mode = mode;
+  e.uid = process.creds.ruid;
+  e.gid = process.creds.rgid;
+  e.mtime_ns = mtime_ns;
+  return e;
+}
+
 Status CriuFailure(const std::string& what, const CriuLogs& logs, const Status& served,
                    Result<int>& exit, std::vector<std::string>* detail) {
   const std::string summary = logs.Summary();
@@ -197,7 +309,8 @@ Status CriuFailure(const std::string& what, const CriuLogs& logs, const Status& 
   if (served.code() == StatusCode::kNoSpace) {
     return Status::NoSpace(what + " failed: " + served.message());
   }
-  if (summary.find("No space left") != std::string::npos) {
+  const CriuFailureKind kind = ClassifyCriuFailure(summary);
+  if (kind == CriuFailureKind::kNoSpace) {
     return Status::NoSpace(what + " failed: no space left on a disk CRIU wrote to (" +
                            CriuFailureCause(summary) + ")");
   }
@@ -211,6 +324,16 @@ Status CriuFailure(const std::string& what, const CriuLogs& logs, const Status& 
   }
   if (const std::string cause = CriuFailureCause(summary); !cause.empty()) message += ": " + cause;
   if (!served.ok() && (exit.ok() && *exit == 0)) message += ": " + served.message();
+  // A port the checkpoint's sockets bind is taken. Most often by the
+  // checkpointed job's own closed connections, which the kernel keeps in
+  // TIME_WAIT for a minute after they closed (a restore right after a
+  // kill): nothing is wrong with the checkpoint, try again (EBUSY).
+  if (kind == CriuFailureKind::kAddressInUse)
+    return Status::Busy(
+        "a TCP port the checkpoint's sockets use is taken on this machine (by connections "
+        "that closed less than a minute ago and wait in TIME_WAIT, e.g. the checkpointed "
+        "job's own, or by another process): try again in a minute; " +
+        message);
   return Status::IOError(message);
 }
 
@@ -293,7 +416,7 @@ Result<SnapshotInfo> Engine::DumpAndStore(const CheckpointRequest& request,
   const std::string images = work + "/images";
   if (mkdir(images.c_str(), 0700) != 0) return StatusFromErrno(errno, images);
   // Where gpuckpt's cuda-checkpoint records the device memory it saw the
-  // driver move into host memory.
+  // driver move into host memory, and its lock events.
   GpuCheckpointOptions gpu_options;
   gpu_options.lock_timeout_ms =
       request.lock_timeout_ms != 0 ? request.lock_timeout_ms : options_.lock_timeout_ms;
@@ -308,41 +431,123 @@ Result<SnapshotInfo> Engine::DumpAndStore(const CheckpointRequest& request,
     if (p.ok()) owners_in_tree.insert(p->creds.ruid);
   }
 
-  // A `--kill` leaves the tree stopped until it is killed, and a tree of
-  // several processes may have its GPU processes locked by the backend
-  // before CRIU runs: a daemon that dies meanwhile leaves the journal to
-  // the next one, which lets them go (RecoverInterruptedKills()).
   KillJournal journal(JournalDir());
-  const bool journaled = request.kill || tree.size() > 1;
-  if (journaled) GPUCKPT_RETURN_IF_ERROR(journal.Add(tree, start_times));
+  CheckpointRollback rollback(*gpu_, journal, request, tree, start_times);
+  GPUCKPT_RETURN_IF_ERROR(rollback.JournalIfNeeded());
   const int64_t setup_start_ns = MonotonicNowNs();
-  auto setup = gpu_->SetupForCheckpoint(tree, gpu_options);
-  if (!setup.ok()) {
-    if (journaled) journal.Remove(tree, start_times);
-    return setup.status();
-  }
-  const CriuGpuSetup gpu = std::move(setup).value();
-  // The processes the backend locked stay locked through CRIU's dump (its
-  // plugin leaves them so): let go as soon as CRIU is done, and on every
-  // way out before that. Their lock times are ours to take: from when the
-  // backend began locking them to when they are let go.
-  bool holding_locks = !gpu.locked_pids.empty();
-  GpuBackend::LockSpan group_lock;
-  if (holding_locks) group_lock.first_lock_ns = setup_start_ns;
-  auto release_locks = [&] {
-    if (!holding_locks) return;
-    ReleaseGpusOrLog(*gpu_, gpu.locked_pids, "checkpoint of " + std::to_string(request.pid));
-    group_lock.last_unlock_ns = MonotonicNowNs();
-    holding_locks = false;
-  };
-  struct AtExit {
-    std::function<void()> run;
-    ~AtExit() { run(); }
-  } at_exit{[&] {
-    release_locks();
-    if (journaled) journal.Remove(tree, start_times);
-  }};
+  GPUCKPT_ASSIGN_OR_RETURN(const CriuGpuSetup gpu, gpu_->SetupForCheckpoint(tree, gpu_options));
+  rollback.HoldLocks(gpu.locked_pids, setup_start_ns);
 
+  const std::optional<OwnMountNamespace> mount_namespace = ReadOwnMountNamespace(request.pid);
+  CheckpointManifest manifest = DescribeCheckpoint(request, process, tree, gpu, gpu_options);
+  if (mount_namespace) manifest.mount_namespace = ManifestMountNamespace{mount_namespace->root};
+  GPUCKPT_ASSIGN_OR_RETURN(std::unique_ptr<SnapshotWriter> writer,
+                           BeginCheckpointSnapshot(request, process, footprint, &manifest));
+  writer->SetProgress([ticket](uint64_t done, uint64_t) { ticket->SetBytes(done); },
+                      process.rss_bytes);
+  GPUCKPT_ASSIGN_OR_RETURN(auto server, ImageCaptureServer::Listen(images));
+
+  CriuCommand cmd = DumpCommand(request, process, tree, gpu, work, images);
+  if (mount_namespace)
+    cmd.args.insert(cmd.args.end(), mount_namespace->criu_args.begin(),
+                    mount_namespace->criu_args.end());
+  const bool dump_as_owner = process.creds.ruid != 0 && owners_in_tree.size() == 1;
+  // Made before the work dir is the user's, so the names are the daemon's.
+  GPUCKPT_ASSIGN_OR_RETURN(
+      auto criu_logs,
+      CriuLogs::Create(work, "dump.log",
+                       dump_as_owner ? std::optional<uint32_t>(process.creds.ruid) : std::nullopt,
+                       process.creds.rgid));
+  if (dump_as_owner) {
+    // CRIU dumps a tree that is wholly one user's as that user
+    // (CAP_CHECKPOINT_RESTORE and CAP_SYS_PTRACE only): least privilege, and
+    // root may lack what a dump of another uid needs (CAP_SYS_RESOURCE for
+    // prlimit, in containers). A tree of several owners (only root may ask
+    // for that) is dumped as root. CAP_NET_ADMIN only for a tree with TCP
+    // connections (the ranks of a multi-GPU job), whose sockets CRIU reads
+    // in repair mode: the user's own sockets, nothing it could not see.
+    cmd.run_as = CriuCredentials{process.creds.ruid, process.creds.rgid, process.creds.groups,
+                                 /*keep_sys_ptrace=*/true, /*keep_setpcap=*/false};
+    cmd.run_as->keep_net_admin = TreeHoldsTcpConnection(tree);
+    cmd.args.push_back("--unprivileged");
+    GPUCKPT_RETURN_IF_ERROR(GiveTo(process.creds.ruid, process.creds.rgid,
+                                   {work, images, gpu_options.scratch_dir, server->socket_path()}));
+  }
+  cmd.stderr_fd = criu_logs->stderr_fd();
+
+  ticket->SetStage("dump");
+  const int64_t mtime = NowNs();
+  GPUCKPT_RETURN_IF_ERROR(
+      writer->AddEntry(ImageEntry("images", FileType::kDirectory, 0700, process, mtime)));
+  rollback.DumpStarting();
+  GPUCKPT_ASSIGN_OR_RETURN(auto criu, criu_.Start(cmd));
+  Status served = server->Serve(
+      [&](const std::string& file, int fd) -> Status {
+        // CRIU splices pages into this pipe 64 KiB at a time by default: a
+        // larger pipe halves the wake-ups on both sides. Best effort (the
+        // limit is /proc/sys/fs/pipe-max-size).
+        fcntl(fd, F_SETPIPE_SZ, kPipeBytes);
+        return writer->AddFile(
+            ImageEntry("images/" + file, FileType::kRegular, 0600, process, mtime), fd);
+      },
+      criu.pidfd());
+  Result<int> exit = criu.Wait();
+  // A tree that runs on gets its GPUs back now, not after the commit; a
+  // --kill tree stays stopped and locked until it is killed.
+  if (!request.kill) rollback.ReleaseLocks();
+  const int64_t dump_end_ns = MonotonicNowNs();
+  // CRIU is done: what is staged is now what everyone waits for.
+  writer->SetBackground(false);
+  const double dump_s = SecondsSince(start);
+  metrics_.ObserveStage("checkpoint", "dump", dump_s);
+  if (!served.ok() || !exit.ok() || *exit != 0) {
+    std::vector<std::string> detail;
+    Status failure = CriuFailure("criu dump of process " + std::to_string(request.pid), *criu_logs,
+                                 served, exit, &detail);
+    *kept_log = KeepCriuLog(*criu_logs, "checkpoint-" + std::to_string(request.pid));
+    ticket->AddDetail(detail);
+    if (!kept_log->empty()) ticket->SetCriuLog(*kept_log);
+    // The driver could not lock the process in time (long GPU work in
+    // flight): nothing is wrong, it runs on; try again later (EAGAIN).
+    // cuda-checkpoint recorded it in the scratch directory.
+    if (gpu_->LockTimes(gpu_options).lock_timed_out)
+      return Status::Aborted(fmt::format(
+          "the GPU driver could not lock process {} within {} ms (GPU work in flight); it was "
+          "left running: try again, or with a longer --lock-timeout",
+          request.pid, gpu_options.lock_timeout_ms));
+    return failure;
+  }
+
+  // The device memory the driver moved into host memory, found by
+  // cuda-checkpoint: shown under device/ as slices of the pages images.
+  auto ranges = gpu_->DeviceRanges(gpu_options);
+  if (ranges.ok()) {
+    for (const auto& r : *ranges) manifest.cuda_host_ranges.push_back({r.pid, r.start, r.end});
+  } else {
+    manifest.device_error = ranges.status().message();
+  }
+  const GpuBackend::LockSpan locks =
+      rollback.lock_span().first_lock_ns ? rollback.lock_span() : gpu_->LockTimes(gpu_options);
+  const FrozenTime frozen = MeasureFrozenTime(locks, dump_end_ns, ReadCriuDumpStats(work));
+  manifest.stages =
+      ManifestStages{dump_s, frozen.seconds, frozen.seconds ? frozen.how : "", frozen.criu_seconds};
+  manifest.staging_memory_bytes = staging_->capacity();
+
+  ticket->SetStage("store");
+  const auto commit_start = std::chrono::steady_clock::now();
+  writer->SetExtraJson(EncodeManifest(manifest));
+  GPUCKPT_ASSIGN_OR_RETURN(SnapshotInfo info, writer->Commit());
+  metrics_.ObserveStage("checkpoint", "commit", SecondsSince(commit_start));
+  rollback.Published();
+  if (request.kill) processes_->Invalidate();
+  work_dir->MarkSucceeded();
+  return info;
+}
+
+CheckpointManifest Engine::DescribeCheckpoint(const CheckpointRequest& request,
+                                              const ProcessInfo& process,
+                                              const std::vector<int>& tree, const CriuGpuSetup& gpu,
+                                              const GpuCheckpointOptions& gpu_options) {
   CheckpointManifest manifest;
   manifest.pid = request.pid;
   manifest.command = DisplayCommand(process);
@@ -355,26 +560,16 @@ Result<SnapshotInfo> Engine::DumpAndStore(const CheckpointRequest& request,
   manifest.gpu_backend = gpu.stacks;
   const bool uses_gpu = gpu.stacks != GpuStacks::kNone;
   manifest.driver_version = uses_gpu ? gpu_->driver_version() : "";
-  if (uses_gpu) manifest.lock_timeout_ms = gpu_options.lock_timeout_ms;
-  const std::optional<OwnMountNamespace> mount_namespace = ReadOwnMountNamespace(request.pid);
-  if (mount_namespace) manifest.mount_namespace = ManifestMountNamespace{mount_namespace->root};
-  // The GPUs of the whole tree (a launcher's child may be the GPU user),
-  // each once, and the device memory they all hold.
-  uint64_t device_memory = 0;
-  std::set<std::string> seen_gpus;
   if (uses_gpu) {
-    for (int pid : tree) {
-      auto g = gpu_->Describe(pid);
-      if (!g.ok()) continue;
-      device_memory += g->device_memory_bytes;
-      for (const auto& d : g->gpus) {
-        if (!seen_gpus.insert(d.uuid.empty() ? d.name : d.uuid).second) continue;
-        manifest.gpus.push_back({d.name, d.uuid, d.memory_bytes});
-      }
-    }
-    manifest.device_memory_bytes = device_memory;
+    manifest.lock_timeout_ms = gpu_options.lock_timeout_ms;
+    DescribeGpus(*gpu_, tree, &manifest);
   }
+  return manifest;
+}
 
+Result<std::unique_ptr<SnapshotWriter>> Engine::BeginCheckpointSnapshot(
+    const CheckpointRequest& request, const ProcessInfo& process, const TreeFootprint& footprint,
+    CheckpointManifest* manifest) {
   // The checkpoint this one follows (the process's latest), for users
   // tracing a series. It is also the base the store compares the new
   // chunks with, if it was written for the same owner: chunks the process
@@ -383,7 +578,7 @@ Result<SnapshotInfo> Engine::DumpAndStore(const CheckpointRequest& request,
   if (auto all = store_->List(); all.ok()) {
     for (auto it = all->rbegin(); it != all->rend(); ++it) {
       if (IsCheckpointOfProcess(*it, request.pid, process.creds.ruid)) {
-        manifest.parent = it->id;
+        manifest->parent = it->id;
         base = it->id;
         break;
       }
@@ -398,7 +593,7 @@ Result<SnapshotInfo> Engine::DumpAndStore(const CheckpointRequest& request,
   }
   SnapshotSpec spec{name,
                     "pid " + std::to_string(request.pid) + " (" + DisplayText(process.comm) + ")",
-                    EncodeManifest(manifest), base, DedupDomainFor(process.creds.ruid)};
+                    EncodeManifest(*manifest), base, DedupDomainFor(process.creds.ruid)};
   // CRIU's pipes are drained into staging memory as fast as CRIU writes
   // them, with hashing, compression and the disk behind, on idle CPU only
   // until CRIU is done: the tree is frozen for as long as CRIU runs. What
@@ -407,12 +602,14 @@ Result<SnapshotInfo> Engine::DumpAndStore(const CheckpointRequest& request,
   SnapshotWriterOptions writer_options;
   writer_options.staging_bytes = staging_->capacity();
   writer_options.shared_staging = staging_;
-  writer_options.prefault_bytes = footprint.rss_bytes + device_memory;
+  writer_options.prefault_bytes = footprint.rss_bytes + manifest->device_memory_bytes.value_or(0);
   writer_options.background = true;
-  GPUCKPT_ASSIGN_OR_RETURN(auto writer, store_->BeginSnapshot(spec, writer_options));
-  writer->SetProgress([ticket](uint64_t done, uint64_t) { ticket->SetBytes(done); },
-                      process.rss_bytes);
-  GPUCKPT_ASSIGN_OR_RETURN(auto server, ImageCaptureServer::Listen(images));
+  return store_->BeginSnapshot(spec, writer_options);
+}
+
+CriuCommand Engine::DumpCommand(const CheckpointRequest& request, const ProcessInfo& process,
+                                const std::vector<int>& tree, const CriuGpuSetup& gpu,
+                                const std::string& work, const std::string& images) const {
   CriuCommand cmd;
   cmd.work_dir = work;
   cmd.args = {"dump",
@@ -440,148 +637,10 @@ Result<SnapshotInfo> Engine::DumpAndStore(const CheckpointRequest& request,
   // limit (1 MiB) would refuse the checkpoint.
   cmd.args.insert(cmd.args.end(), {"--ghost-limit", kGhostLimit});
   if (NeedsShellJob(process, tree)) cmd.args.push_back("--shell-job");
-  if (mount_namespace)
-    cmd.args.insert(cmd.args.end(), mount_namespace->criu_args.begin(),
-                    mount_namespace->criu_args.end());
   cmd.args.insert(cmd.args.end(), gpu.criu_args.begin(), gpu.criu_args.end());
   cmd.path_prepend = gpu.path_prepend;
   cmd.environment = gpu.environment;
-  const bool dump_as_owner = process.creds.ruid != 0 && owners_in_tree.size() == 1;
-  // Made before the work dir is the user's, so the names are the daemon's.
-  GPUCKPT_ASSIGN_OR_RETURN(
-      auto criu_logs,
-      CriuLogs::Create(work, "dump.log",
-                       dump_as_owner ? std::optional<uint32_t>(process.creds.ruid) : std::nullopt,
-                       process.creds.rgid));
-  if (dump_as_owner) {
-    // CRIU dumps a tree that is wholly one user's as that user
-    // (CAP_CHECKPOINT_RESTORE and CAP_SYS_PTRACE only): least privilege, and
-    // root may lack what a dump of another uid needs (CAP_SYS_RESOURCE for
-    // prlimit, in containers). A tree of several owners (only root may ask
-    // for that) is dumped as root. CAP_NET_ADMIN only for a tree with TCP
-    // connections (the ranks of a multi-GPU job), whose sockets CRIU reads
-    // in repair mode: the user's own sockets, nothing it could not see.
-    cmd.run_as = CriuCredentials{process.creds.ruid, process.creds.rgid, process.creds.groups,
-                                 /*keep_sys_ptrace=*/true, /*keep_setpcap=*/false};
-    cmd.run_as->keep_net_admin = TreeHoldsTcpConnection(tree);
-    cmd.args.push_back("--unprivileged");
-    GPUCKPT_RETURN_IF_ERROR(GiveTo(process.creds.ruid, process.creds.rgid,
-                                   {work, images, gpu_options.scratch_dir, server->socket_path()}));
-  }
-  cmd.stderr_fd = criu_logs->stderr_fd();
-
-  // CRIU gives a failed dump's GPU processes back running itself; a dump
-  // that succeeded with --leave-stopped left them stopped with their device
-  // state in host memory, so a commit that fails must continue them and
-  // bring their GPU state back.
-  auto resume_on_failure = [&] {
-    if (!request.kill) return;
-    ReleaseGpusOrLog(*gpu_, ResumeProcesses(tree, start_times),
-                     "failed checkpoint --kill of " + std::to_string(request.pid));
-    journal.Remove(tree, start_times);
-  };
-
-  ticket->SetStage("dump");
-  const int64_t mtime = NowNs();
-  const uint32_t uid = process.creds.ruid, gid = process.creds.rgid;
-  FileEntry images_entry;
-  images_entry.path = "images";
-  images_entry.type = FileType::kDirectory;
-  images_entry.mode = 0700;
-  images_entry.uid = uid;
-  images_entry.gid = gid;
-  images_entry.mtime_ns = mtime;
-  if (Status s = writer->AddEntry(images_entry); !s.ok()) {
-    resume_on_failure();
-    return s;
-  }
-  auto criu = criu_.Start(cmd);
-  if (!criu.ok()) {
-    resume_on_failure();
-    return criu.status();
-  }
-  Status served = server->Serve(
-      [&](const std::string& file, int fd) -> Status {
-        FileEntry e;
-        e.path = "images/" + file;
-        e.mode = 0600;
-        e.uid = uid;
-        e.gid = gid;
-        e.mtime_ns = mtime;
-        // CRIU splices pages into this pipe 64 KiB at a time by default: a
-        // larger pipe halves the wake-ups on both sides. Best effort (the
-        // limit is /proc/sys/fs/pipe-max-size).
-        fcntl(fd, F_SETPIPE_SZ, kPipeBytes);
-        return writer->AddFile(e, fd);
-      },
-      criu->pidfd());
-  Result<int> exit = criu->Wait();
-  // A tree that runs on gets its GPUs back now, not after the commit; a
-  // --kill tree stays stopped and locked until it is killed.
-  if (!request.kill) release_locks();
-  const int64_t dump_end_ns = MonotonicNowNs();
-  // CRIU is done: what is staged is now what everyone waits for.
-  writer->SetBackground(false);
-  const double dump_s = SecondsSince(start);
-  metrics_.ObserveStage("checkpoint", "dump", dump_s);
-  if (!served.ok() || !exit.ok() || *exit != 0) {
-    resume_on_failure();
-    std::vector<std::string> detail;
-    Status failure = CriuFailure("criu dump of process " + std::to_string(request.pid), *criu_logs,
-                                 served, exit, &detail);
-    *kept_log = KeepCriuLog(*criu_logs, "checkpoint-" + std::to_string(request.pid));
-    ticket->AddDetail(detail);
-    if (!kept_log->empty()) ticket->SetCriuLog(*kept_log);
-    // The driver could not lock the process in time (long GPU work in
-    // flight): nothing is wrong, it runs on; try again later (EAGAIN).
-    // (CRIU's summary also holds unrelated error lines; the log has all.)
-    const bool not_locked = std::any_of(detail.begin(), detail.end(), [](const std::string& l) {
-      return l.find("not locked within") != std::string::npos;
-    });
-    if (not_locked)
-      return Status::Aborted(fmt::format(
-          "the GPU driver could not lock process {} within {} ms (GPU work in flight); it was "
-          "left running: try again, or with a longer --lock-timeout",
-          request.pid, gpu_options.lock_timeout_ms));
-    return failure;
-  }
-
-  // The device memory the driver moved into host memory, found by
-  // cuda-checkpoint: shown under device/ as slices of the pages images.
-  auto ranges = gpu_->DeviceRanges(gpu_options);
-  if (ranges.ok()) {
-    for (const auto& r : *ranges) manifest.cuda_host_ranges.push_back({r.pid, r.start, r.end});
-  } else {
-    manifest.device_error = ranges.status().message();
-  }
-
-  const FrozenTime frozen =
-      MeasureFrozenTime(group_lock.first_lock_ns ? group_lock : gpu_->LockTimes(gpu_options),
-                        dump_end_ns, ReadCriuDumpStats(work));
-
-  ticket->SetStage("store");
-  const auto commit_start = std::chrono::steady_clock::now();
-  manifest.stages = ManifestStages{dump_s, frozen.seconds, frozen.seconds ? frozen.how : "",
-                                   frozen.criu_seconds};
-  manifest.staging_memory_bytes = staging_->capacity();
-  writer->SetExtraJson(EncodeManifest(manifest));
-  auto info = writer->Commit();
-  metrics_.ObserveStage("checkpoint", "commit", SecondsSince(commit_start));
-  if (!info.ok()) {
-    resume_on_failure();
-    return info.status();
-  }
-  if (request.kill) {
-    for (size_t i = tree.size(); i-- > 0;) {
-      auto p = ReadProcess(tree[i], ProcReadOptions{.read_gpu_devices = false});
-      if (p.ok() && p->start_time == start_times[i]) kill(tree[i], SIGKILL);
-    }
-    holding_locks = false;  // nothing left to let go
-    journal.Remove(tree, start_times);
-    processes_->Invalidate();
-  }
-  work_dir->MarkSucceeded();
-  return info;
+  return cmd;
 }
 
 }  // namespace gpuckpt

@@ -174,7 +174,8 @@ class CriuLogs {
 
 // The error for a failed CRIU run, in one line: `what` failed, and the line
 // of its log (or stderr) that says why (CriuFailureCause); classed kNoSpace
-// when the disk filled, else kIOError. `detail` (if not null) gets the lines
+// when the disk filled, kBusy when a port a restored socket binds is taken
+// (ClassifyCriuFailure), else kIOError. `detail` (if not null) gets the lines
 // of the log that say more.
 Status CriuFailure(const std::string& what, const CriuLogs& logs, const Status& served,
                    Result<int>& exit, std::vector<std::string>* detail = nullptr);
@@ -317,9 +318,29 @@ class Engine {
   Status CheckRoomForCheckpoint(int pid, const TreeFootprint& footprint, bool check_space);
   // The dedup domain of a checkpoint owned by `owner_uid`.
   std::optional<uint32_t> DedupDomainFor(uint32_t owner_uid) const;
+  // A checkpoint's steps (checkpoint.cc): DumpAndStore runs CRIU into a
+  // snapshot and publishes it; it undoes whatever it did on every way out
+  // that does not publish.
   Result<SnapshotInfo> DumpAndStore(const CheckpointRequest& request, const ProcessInfo& process,
                                     const std::vector<int>& tree, const TreeFootprint& footprint,
                                     OperationBoard::Ticket* ticket, std::string* kept_log);
+  // The manifest's fields known before the dump: the process, its owner
+  // and maker, its GPUs.
+  CheckpointManifest DescribeCheckpoint(const CheckpointRequest& request,
+                                        const ProcessInfo& process, const std::vector<int>& tree,
+                                        const CriuGpuSetup& gpu,
+                                        const GpuCheckpointOptions& gpu_options);
+  // Names the checkpoint, finds the one it follows (manifest->parent, the
+  // base of its chunks) and begins its snapshot, staged in the background.
+  Result<std::unique_ptr<SnapshotWriter>> BeginCheckpointSnapshot(const CheckpointRequest& request,
+                                                                  const ProcessInfo& process,
+                                                                  const TreeFootprint& footprint,
+                                                                  CheckpointManifest* manifest);
+  // `criu dump --stream` of the tree into `images`, with the GPU setup's
+  // plugins, path and environment.
+  CriuCommand DumpCommand(const CheckpointRequest& request, const ProcessInfo& process,
+                          const std::vector<int>& tree, const CriuGpuSetup& gpu,
+                          const std::string& work, const std::string& images) const;
   // The id of the checkpoint a restore names; *imported when it was
   // imported from outside the mount for this restore.
   Result<std::string> ResolveRestoreSource(const RestoreRequest& request, bool* imported);

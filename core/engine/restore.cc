@@ -632,19 +632,6 @@ Result<int> Engine::RestoreSnapshot(const std::string& id, const TreeSetup& setu
     *kept_log = KeepCriuLog(*criu_logs, "restore-" + id);
     ticket->AddDetail(detail);
     if (!kept_log->empty()) ticket->SetCriuLog(*kept_log);
-    // A port the checkpoint's sockets bind is taken. Most often by the
-    // checkpointed job's own closed connections, which the kernel keeps in
-    // TIME_WAIT for a minute after they closed (a restore right after a
-    // kill): nothing is wrong with the checkpoint, try again (EBUSY).
-    const bool port_taken = std::any_of(detail.begin(), detail.end(), [](const std::string& l) {
-      return l.find("Address already in use") != std::string::npos;
-    });
-    if (port_taken)
-      return Status::Busy(
-          "a TCP port the checkpoint's sockets use is taken on this machine (by connections "
-          "that closed less than a minute ago and wait in TIME_WAIT, e.g. the checkpointed "
-          "job's own, or by another process): try again in a minute; " +
-          failure.message());
     return failure;
   }
   // CRIU (perhaps the user's) wrote the pid file into the work dir: read

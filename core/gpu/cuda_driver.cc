@@ -221,10 +221,9 @@ Status CudaDriver::Error(int result, int pid, std::string_view call,
         Result<CudaProcessState> st = StateFromCuda(s);
         if (st.ok()) state = std::string(CudaProcessStateName(st.value()));
       }
-      std::string m =
-          fmt::format("pid {}: {}: CUDA is {}, needs {}: {}", pid, call, state,
-                      needs ? CudaProcessStateName(*needs) : "another state",
-                      DescribeCudaError(*api_, r));
+      std::string m = fmt::format("pid {}: {}: CUDA is {}, needs {}: {}", pid, call, state,
+                                  needs ? CudaProcessStateName(*needs) : "another state",
+                                  DescribeCudaError(*api_, r));
       // A lock that finds the process locked or checkpointed meets another
       // checkpoint holding it; the other calls were simply called out of turn.
       if (needs == CudaProcessState::kRunning) return Status::Busy(std::move(m));
@@ -284,7 +283,7 @@ Status CudaDriver::Lock(int pid, unsigned timeout_ms) const {
   if ((r == CUDA_ERROR_TIMEOUT || r == CUDA_ERROR_NOT_READY) && timeout_ms > 0) {
     // The driver leaves the process running on timeout; say so first, since
     // CRIU keeps only the first 127 bytes of what cuda-checkpoint prints.
-    return Status::Busy(
+    return Status::Aborted(
         fmt::format("pid {}: CUDA not locked within {} ms; the process is left running "
                     "(cuCheckpointProcessLock: {})",
                     pid, timeout_ms, DescribeCudaError(*api_, r)));
@@ -314,8 +313,7 @@ Status CudaDriver::Restore(int pid, const std::vector<GpuUuidPair>& gpu_map) con
     args.gpuPairsCount = static_cast<unsigned>(pairs.size());
   }
   if (CUresult r = api_->restore(pid, &args); r != CUDA_SUCCESS) {
-    Status s = Error(r, pid, "cuCheckpointProcessRestore",
-                     CudaProcessState::kCheckpointed);
+    Status s = Error(r, pid, "cuCheckpointProcessRestore", CudaProcessState::kCheckpointed);
     if (!gpu_map.empty() && s.code() == StatusCode::kInvalidArgument) {
       // A map that lacks one of the process's GPUs, or names a GPU that is
       // not here, is the likely cause.

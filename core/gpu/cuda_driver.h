@@ -92,8 +92,9 @@ class CudaDriver {
   Result<int> GetRestoreThreadId(int pid) const;
 
   // running -> locked: further CUDA calls of the process block. Waits at
-  // most `timeout_ms` for work in flight (0: no limit); on timeout kBusy
-  // "pid P: CUDA not locked within N ms; the process is left running".
+  // most `timeout_ms` for work in flight (0: no limit); on timeout kAborted
+  // "pid P: CUDA not locked within N ms; the process is left running" (a
+  // process another checkpoint holds locked is kBusy).
   Status Lock(int pid, unsigned timeout_ms) const;
 
   // locked -> checkpointed: GPU memory moved into the process's host memory,

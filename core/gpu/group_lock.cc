@@ -48,9 +48,11 @@ Status LockTogether(const CudaDriver& cuda, const std::vector<int>& pids,
     for (size_t i = 0; i < pids.size(); ++i) {
       if (results[i].ok()) continue;
       not_locked.push_back(pids[i]);
-      // Only a timeout is worth another attempt; anything else (a process
-      // gone, a driver error) will not get better.
-      if (results[i].code() != StatusCode::kBusy && hard.ok()) hard = results[i];
+      // Only a timeout, or a lock another checkpoint holds for a moment, is
+      // worth another attempt; anything else (a process gone, a driver
+      // error) will not get better.
+      const StatusCode code = results[i].code();
+      if (code != StatusCode::kAborted && code != StatusCode::kBusy && hard.ok()) hard = results[i];
     }
     if (not_locked.empty()) return Status::Ok();
     UnlockWhereLocked(cuda, pids, results);
@@ -58,7 +60,8 @@ Status LockTogether(const CudaDriver& cuda, const std::vector<int>& pids,
     const auto now = Clock::now();
     if (now + std::chrono::milliseconds(options.backoff_ms) >= deadline) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(options.backoff_ms));
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
     if (left.count() <= 0) break;
     attempt_ms = static_cast<unsigned>(
         std::min<int64_t>(int64_t{attempt_ms} * 2, std::max<int64_t>(1, left.count())));

@@ -16,6 +16,7 @@ namespace {
 
 constexpr std::string_view kLockPrefix = "gpu-lock-";
 constexpr std::string_view kUnlockPrefix = "gpu-unlock-";
+constexpr std::string_view kTimeoutPrefix = "gpu-lock-timeout-";
 constexpr size_t kMaxFileBytes = 64;
 
 bool AllDigits(std::string_view s) {
@@ -34,8 +35,10 @@ std::optional<int64_t> ParseNs(std::string_view text) {
 }  // namespace
 
 Status RecordLockEvent(const std::string& dir, LockEvent event, int pid) {
-  const std::string name =
-      std::string(event == LockEvent::kLock ? kLockPrefix : kUnlockPrefix) + std::to_string(pid);
+  const std::string_view prefix = event == LockEvent::kLock     ? kLockPrefix
+                                  : event == LockEvent::kUnlock ? kUnlockPrefix
+                                                                : kTimeoutPrefix;
+  const std::string name = std::string(prefix) + std::to_string(pid);
   const std::string path = dir + "/" + name;
   const std::string tmp = path + ".tmp";
   const std::string text = std::to_string(MonotonicNowNs()) + "\n";
@@ -64,13 +67,16 @@ GpuBackend::LockSpan ReadLockSpan(const std::string& dir) {
                       AllDigits(name.substr(kLockPrefix.size()));
     const bool unlock = name.substr(0, kUnlockPrefix.size()) == kUnlockPrefix &&
                         AllDigits(name.substr(kUnlockPrefix.size()));
-    if (!lock && !unlock) continue;
+    const bool timeout = name.substr(0, kTimeoutPrefix.size()) == kTimeoutPrefix &&
+                         AllDigits(name.substr(kTimeoutPrefix.size()));
+    if (!lock && !unlock && !timeout) continue;
     auto text = ReadSmallFileNoFollow(dir + "/" + std::string(name), kMaxFileBytes);
     if (!text.ok()) continue;
     const std::optional<int64_t> ns = ParseNs(*text);
     if (!ns) continue;
     if (lock) span.first_lock_ns = std::min(span.first_lock_ns.value_or(*ns), *ns);
     if (unlock) span.last_unlock_ns = std::max(span.last_unlock_ns.value_or(*ns), *ns);
+    if (timeout) span.lock_timed_out = true;
   }
   closedir(d);
   return span;

@@ -6,6 +6,8 @@
 // and unlock it did as a file in the checkpoint's scratch directory
 // (GPUCKPT_DEVICE_RANGES_DIR):
 //   gpu-lock-<pid>, gpu-unlock-<pid>: "<CLOCK_MONOTONIC nanoseconds>\n"
+//   gpu-lock-timeout-<pid>: the same, for a lock the driver could not take
+//   within the lock timeout (the process was left running)
 // written through a temporary file and rename(2). CLOCK_MONOTONIC is one
 // clock for every process of the machine.
 //
@@ -25,14 +27,14 @@
 
 namespace gpuckpt {
 
-enum class LockEvent { kLock, kUnlock };
+enum class LockEvent { kLock, kUnlock, kLockTimedOut };
 
 // Records `event` of process `pid` at the present time in `dir`.
 Status RecordLockEvent(const std::string& dir, LockEvent event, int pid);
 
 // The earliest lock and the latest unlock recorded in `dir` (each absent
-// when none was), in MonotonicNowNs() time. Files that are not well-formed
-// are ignored.
+// when none was), in MonotonicNowNs() time, and whether a lock timed out.
+// Files that are not well-formed are ignored.
 GpuBackend::LockSpan ReadLockSpan(const std::string& dir);
 
 }  // namespace gpuckpt

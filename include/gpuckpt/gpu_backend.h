@@ -179,6 +179,9 @@ class GpuBackend {
   struct LockSpan {
     std::optional<int64_t> first_lock_ns;
     std::optional<int64_t> last_unlock_ns;
+    // A helper could not lock a process within the lock timeout (GPU work
+    // in flight): the dump failed, and the process was left running.
+    bool lock_timed_out = false;
   };
   virtual LockSpan LockTimes(const GpuCheckpointOptions& options) {
     (void)options;

@@ -290,6 +290,20 @@ TEST(CriuFailureCauseTest, PicksTheFirstErrorThatSaysWhy) {
   EXPECT_EQ(CriuFailureCause(""), "");
 }
 
+// The failures gpuckpt answers with an errno of its own, from the log lines
+// CRIU writes for them (the texts of CRIU 4.1's dump and restore).
+TEST(CriuFailureCauseTest, ClassifiesTheFailuresGpuckptAnswers) {
+  EXPECT_EQ(ClassifyCriuFailure("(00.2) Error (criu/image.c:234): Unable to write: No space left "
+                                "on device\nDumping FAILED."),
+            CriuFailureKind::kNoSpace);
+  EXPECT_EQ(ClassifyCriuFailure("(00.4) 4242: Error (criu/sk-inet.c:803): Can't bind inet "
+                                "socket (id 12): Address already in use\nRestoring FAILED."),
+            CriuFailureKind::kAddressInUse);
+  EXPECT_EQ(ClassifyCriuFailure("(00.1) Error (criu/cr-dump.c:1200): Dump failed\n"),
+            CriuFailureKind::kOther);
+  EXPECT_EQ(ClassifyCriuFailure(""), CriuFailureKind::kOther);
+}
+
 // The probe must agree with CRIU itself: where it says breakpoints fire, a
 // plain dump (hardware breakpoints on) ends; where it says they do not,
 // that dump hangs, which is why gpuckpt then turns them off.

@@ -486,7 +486,7 @@ TEST_F(FakeDriverTest, ErrorsNameThePidTheCallAndTheCudaError) {
   {
     ScopedEnv timeout("FAKE_CUDA_LOCK_TIMEOUT", "1");
     s = driver_->Lock(pid_, 500);
-    EXPECT_CODE(s, StatusCode::kBusy);
+    EXPECT_CODE(s, StatusCode::kAborted);
     EXPECT_EQ(
         s.message().rfind(pid + ": CUDA not locked within 500 ms; the process is left running", 0),
         0u)
@@ -999,12 +999,16 @@ TEST_F(CudaCheckpointCommandTest, LockAndUnlockAreRecordedInTheScratchDir) {
   ASSERT_TRUE(span.last_unlock_ns.has_value());
   EXPECT_GE(*span.last_unlock_ns, *span.first_lock_ns);
   EXPECT_LE(*span.last_unlock_ns, MonotonicNowNs());
-  // A lock that failed is no lock: nothing more is recorded.
+  EXPECT_FALSE(span.lock_timed_out);
+  // A lock that timed out is no lock, but is recorded as such: the failed
+  // checkpoint is then one to try again.
   SetState(pid_, "state=running\nlock_timeouts=1\n");
   const int64_t first = *span.first_lock_ns;
-  r = Run({"--action", "lock", "--pid", pid_text_}, env);
+  r = Run({"--action", "lock", "--pid", pid_text_, "--timeout", "500"}, env);
   EXPECT_NE(r.rc, 0) << r;
-  EXPECT_EQ(ReadLockSpan(scratch.path()).first_lock_ns, first);
+  span = ReadLockSpan(scratch.path());
+  EXPECT_EQ(span.first_lock_ns, first);
+  EXPECT_TRUE(span.lock_timed_out);
 }
 
 // The scratch dir of an unprivileged dump is the user's: what is planted
@@ -1021,12 +1025,14 @@ TEST(LockEventsTest, PlantedFilesAreIgnoredOrTakenAsNumbersOnly) {
   write("gpu-unlock-11", "not a number\n");
   write("gpu-lock-12", "-5\n");
   write("gpu-lock-x", "1\n");
+  write("gpu-lock-timeout-x", "1\n");
   write("gpu-unlock-13", std::string(1000, '9'));
   ASSERT_EQ(mkfifo((dir.path() + "/gpu-unlock-14").c_str(), 0600), 0);
   ASSERT_EQ(symlink("/proc/self/stat", (dir.path() + "/gpu-lock-15").c_str()), 0);
   const GpuBackend::LockSpan span = ReadLockSpan(dir.path());
   EXPECT_EQ(span.first_lock_ns, 300);
   EXPECT_EQ(span.last_unlock_ns, 900);
+  EXPECT_FALSE(span.lock_timed_out);
   EXPECT_FALSE(ReadLockSpan(dir.path() + "/missing").first_lock_ns.has_value());
 }
 

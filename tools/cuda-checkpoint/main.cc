@@ -56,7 +56,8 @@ Environment (gpuckptfs sets these when it runs CRIU):
   GPUCKPT_DEVICE_RANGES_DIR=D checkpoint also writes D/cuda-ranges-PID.json:
                               the memory the driver filled with GPU contents;
                               lock and unlock record when they happened there
-                              (D/gpu-lock-PID, D/gpu-unlock-PID)
+                              (D/gpu-lock-PID, D/gpu-unlock-PID), a lock
+                              that timed out too (D/gpu-lock-timeout-PID)
   GPUCKPT_LIBCUDA=FILE        the CUDA driver library (default libcuda.so.1)
 Exit status: 0 done; 1 the driver or the process failed; 2 bad usage.
 )";
@@ -126,8 +127,9 @@ Status CheckpointRecordingRanges(const CudaDriver& driver, int pid, const std::s
 }
 
 // Tells gpuckptfs when the process's GPU work stopped or went on (it
-// reports how long the job stood still). Best effort: a checkpoint does not
-// fail for want of a report.
+// reports how long the job stood still), or that it could not be stopped in
+// time (then the dump failed for a reason the user can simply retry). Best effort: a checkpoint
+// does not fail for want of a report.
 void RecordForGpuckpt(const Request& r, LockEvent event) {
   if (r.ranges_dir.empty()) return;
   Status s = RecordLockEvent(r.ranges_dir, event, r.pid);
@@ -140,7 +142,9 @@ Status Toggle(const CudaDriver& driver, const Request& r) {
   GPUCKPT_ASSIGN_OR_RETURN(CudaProcessState state, driver.GetState(r.pid));
   switch (state) {
     case CudaProcessState::kRunning: {
-      GPUCKPT_RETURN_IF_ERROR(driver.Lock(r.pid, r.timeout_ms));
+      Status locked = driver.Lock(r.pid, r.timeout_ms);
+      if (locked.code() == StatusCode::kAborted) RecordForGpuckpt(r, LockEvent::kLockTimedOut);
+      GPUCKPT_RETURN_IF_ERROR(locked);
       RecordForGpuckpt(r, LockEvent::kLock);
       Status s = CheckpointRecordingRanges(driver, r.pid, r.ranges_dir);
       if (s.ok()) return s;
@@ -184,6 +188,7 @@ int Run(const CudaDriver& driver, const Request& r) {
     case Mode::kLock: {
       Status locked = driver.Lock(r.pid, r.timeout_ms);
       if (locked.ok()) RecordForGpuckpt(r, LockEvent::kLock);
+      if (locked.code() == StatusCode::kAborted) RecordForGpuckpt(r, LockEvent::kLockTimedOut);
       return Finish(locked);
     }
     case Mode::kCheckpoint:
