@@ -27,6 +27,7 @@
 #include "core/criu/image_streamer.h"
 #include "core/criu/images.h"
 #include "core/engine/engine.h"
+#include "core/engine/engine_internal.h"
 #include "core/engine/kill_journal.h"
 #include "core/proc/mount_table.h"
 

@@ -2,6 +2,7 @@
 // checkpoints or restores. The two big flows are in checkpoint.cc and
 // restore.cc.
 #include "core/engine/engine.h"
+#include "core/engine/engine_internal.h"
 
 #include <dirent.h>
 #include <fcntl.h>

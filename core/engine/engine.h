@@ -99,24 +99,6 @@ Status PrepareStateDir(const std::string& dir);
 // the machine keeps three quarters for its jobs.
 uint64_t DefaultStagingMemory();
 
-// How long a checkpoint kept the job from running.
-struct FrozenTime {
-  // For a tree with GPU processes, from the first lock to the last unlock
-  // of their GPU work (to the end of the dump when the tree is not unlocked:
-  // --kill); otherwise CRIU's own measure, from frozen to resumed (or left
-  // stopped). Absent when neither was recorded.
-  std::optional<double> seconds;
-  std::string how;  // "gpu lock to unlock", "criu freeze to resume", ...
-  // CRIU's frozen time, when CRIU reported it.
-  std::optional<double> criu_seconds;
-};
-// `gpu`: the lock span (CLOCK_MONOTONIC ns); `dump_end_ns`: when CRIU
-// exited, on the same clock; `criu`: CRIU's stats-dump, if any.
-FrozenTime MeasureFrozenTime(const GpuBackend::LockSpan& gpu, int64_t dump_end_ns,
-                             const std::optional<CriuDumpStats>& criu);
-// The frozen time recorded in a checkpoint's manifest (extra.stages.frozen_s).
-std::optional<double> FrozenSecondsOf(const SnapshotInfo& info);
-
 struct CheckpointRequest {
   int pid = 0;
   bool kill = false;             // stop the process after a successful checkpoint
@@ -139,60 +121,6 @@ struct RestoreRequest {
   Caller caller;
 };
 
-// CRIU's log and stderr for one run, made by the daemon in the run's work
-// directory before CRIU starts (given to `owner` when CRIU runs as a user)
-// and read back through the descriptors it keeps: the work directory is
-// the user's, and whatever they put at those names later (a symlink to a
-// root-only file, a FIFO) is never opened by the daemon.
-class CriuLogs {
- public:
-  // `log_name` is what CRIU is told with -o (relative to the work dir).
-  static Result<std::unique_ptr<CriuLogs>> Create(const std::string& work,
-                                                  const std::string& log_name,
-                                                  std::optional<uint32_t> owner_uid,
-                                                  uint32_t owner_gid);
-  ~CriuLogs();
-  CriuLogs(const CriuLogs&) = delete;
-  CriuLogs& operator=(const CriuLogs&) = delete;
-  int stderr_fd() const { return stderr_fd_; }
-  const std::string& log_path() const { return log_path_; }
-  // The lines that say why CRIU failed: of its log, or of its stderr when
-  // the log holds none (CRIU reports what happens before it opens its log
-  // there only).
-  std::string Summary() const;
-  // The log, then CRIU's stderr, through the held descriptors: at most the
-  // last `max_bytes` of each.
-  std::string Contents(size_t max_bytes) const;
-
- private:
-  CriuLogs(int log_fd, int stderr_fd, std::string log_path)
-      : log_fd_(log_fd), stderr_fd_(stderr_fd), log_path_(std::move(log_path)) {}
-  int log_fd_;
-  int stderr_fd_;
-  std::string log_path_;
-};
-
-// The error for a failed CRIU run, in one line: `what` failed, and the line
-// of its log (or stderr) that says why (CriuFailureCause); classed kNoSpace
-// when the disk filled, kBusy when a port a restored socket binds is taken
-// (ClassifyCriuFailure), else kIOError. `detail` (if not null) gets the lines
-// of the log that say more.
-Status CriuFailure(const std::string& what, const CriuLogs& logs, const Status& served,
-                   Result<int>& exit, std::vector<std::string>* detail = nullptr);
-
-// Gives the memory an operation freed back to the system: the read blocks
-// and chunk buffers of a large checkpoint would otherwise stay in malloc's
-// arenas, and the daemon's RSS would show its largest operation forever.
-void ReleaseFreeMemory();
-
-// Gives the GPU state of `pids` back (GpuBackend::Release); a failure is
-// logged (with `when`: which operation let go), since nobody else waits for
-// its result.
-void ReleaseGpusOrLog(GpuBackend& gpu, const std::vector<int>& pids, const std::string& when);
-
-// Hands the paths (work dirs, sockets) to a user's CRIU.
-Status GiveTo(uint32_t uid, uint32_t gid, const std::vector<std::string>& paths);
-
 // Who a checkpoint belongs to: its process's owner, recorded in the
 // manifest's "extra"; root for snapshots made without one (CLI imports).
 struct SnapshotOwner {
@@ -202,34 +130,13 @@ struct SnapshotOwner {
 };
 SnapshotOwner OwnerOf(const SnapshotInfo& info);
 
-// Who made a checkpoint: the user who asked for it (through <pid>/ctl) or
-// imported it, recorded in the manifest's "extra" as "made_by". A restore
-// never gives the restored tasks more than this user had, whoever asks for
-// it. Snapshots that predate the record count as made by their owner (the
-// least that the record could have said); CLI imports, by root.
-struct SnapshotMaker {
-  uint32_t uid = 0;
-  uint32_t gid = 0;
-  std::vector<uint32_t> groups;
-};
-SnapshotMaker MakerOf(const SnapshotInfo& info);
-// The manifest's made_by record of `caller`.
-ManifestMaker MakerRecordOf(const Caller& caller);
-
 // Whether `info` is listed under <pid>/checkpoints for the process `pid`
 // owned by `owner_uid`: a checkpoint of that pid, owned by that user, and
 // made by that user or by root. A checkpoint somebody else made (an import
 // claiming the pid of another user's job) is never among them.
 bool IsCheckpointOfProcess(const SnapshotInfo& info, int pid, uint32_t owner_uid);
 
-// A name given with `checkpoint --name` or `import PATH NAME` must not have
-// the form "<digits>-<digits>" that the automatic names ("<pid>-<n>") take;
-// the store checks the rest (letters, digits, '.', '_', '-'; 1 to 128).
-Status CheckCheckpointName(const std::string& name);
-// The id a checkpoint named `name` by `maker` gets: the name itself for
-// root, "<uid>.<name>" for anyone else, so that one user's names never
-// collide with, or block, another's.
-std::string CheckpointIdForName(const std::string& name, const Caller& maker);
+class CriuLogs;  // engine_internal.h
 
 class Engine {
  public:

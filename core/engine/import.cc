@@ -34,6 +34,7 @@
 #include "core/base/unique_fd.h"
 #include "core/criu/images.h"
 #include "core/engine/engine.h"
+#include "core/engine/engine_internal.h"
 #include "core/proc/acting_as.h"
 #include "core/snapshot/container_archive.h"
 

@@ -46,6 +46,7 @@
 #include "core/criu/image_streamer.h"
 #include "core/criu/images.h"
 #include "core/engine/engine.h"
+#include "core/engine/engine_internal.h"
 #include "core/proc/acting_as.h"
 #include "core/proc/cgroup_placement.h"
 
