@@ -34,10 +34,11 @@ def cli(store, *args):
                           capture_output=True, text=True, timeout=120)
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def imported():
     """A mount of a store into which the CLI imported a tree as ckpt-a
-    before the daemon started: (the mount, the source tree's images/)."""
+    before the daemon started: (the mount, the source tree's images/). One
+    for the whole file, the tests only read it; the last one unmounts."""
     m = Mount("gpuckpt-test_mount.", mounted=False)
     try:
         # A snapshot's files appear under checkpoints/<id>/ as they were
@@ -125,6 +126,7 @@ def test_images_are_read_only(imported):
         open(os.path.join(images, "new"), "w").close()
 
 
+# Last: it ends the mount the others read.
 def test_unmount_stops_the_daemon_and_frees_the_store(imported):
     m, _ = imported
     m.unmount()
