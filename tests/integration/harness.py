@@ -235,7 +235,7 @@ class Mount:
                            capture_output=True, text=True)
         return [int(p) for p in r.stdout.split()]
 
-    def unmount(self, seconds=10):
+    def unmount(self, seconds=5):
         """Unmounts; the daemon must then exit within `seconds` (it closes
         the store first)."""
         subprocess.run(["fusermount3", "-u", self.mnt], check=True)

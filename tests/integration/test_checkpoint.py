@@ -140,8 +140,8 @@ def test_io_uring_user_is_refused_with_enotsup_saying_why_and_runs_on(mount):
         wait_for(lambda: os.path.isdir(mount.path(str(proc.pid))), 10, "the io_uring user's dir")
         expect_error("checkpoint of an io_uring user", [errno.EOPNOTSUPP],
                      mount.path(str(proc.pid), "ctl"), "checkpoint")
-        last = status_line(mount.mnt, proc.pid, "last")
-        assert "uses io_uring" in last, f"the status of an io_uring user says: {last}"
+        status = read(mount.path(str(proc.pid), "status"))
+        assert "uses io_uring" in status, f"the status of an io_uring user says: {status}"
         assert mount.ids() == before, "a refused checkpoint left a checkpoint"
         assert proc.poll() is None, "the io_uring user did not run on"
     finally:
