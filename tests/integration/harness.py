@@ -335,6 +335,11 @@ class Mount:
         if os.path.ismount(self.mnt) and (
                 fusermount is None or subprocess.run([fusermount, "-u", self.mnt]).returncode != 0):
             subprocess.run(["umount", "-l", self.mnt])
+        # The daemon closes its store after the unmount returns: removed
+        # before, the store would come back as a stray directory.
+        deadline = time.monotonic() + 10
+        while self.daemon_pids() and time.monotonic() < deadline:
+            time.sleep(0.05)
         if keep:
             print(f"work dir kept: {self.work}")
         else:
