@@ -47,7 +47,8 @@ def check_drop_caches():
     try:
         drop_caches()
     except OSError:
-        raise Failed("cannot write /proc/sys/vm/drop_caches (run as root, on a host that allows it)")
+        raise Failed("cannot write /proc/sys/vm/drop_caches "
+                     "(run as root, on a host that allows it)")
 
 
 def fresh_work_dir(work, marker, prog):

@@ -94,12 +94,14 @@ def test_checkpoint_bench_runs_end_to_end_with_its_rows_and_columns():
         frozen = by_step["frozen, measured by the workload: checkpoint 1"]
         assert 0 < min_med(frozen[2]) <= min_med(durable[2]) + 1.0, (frozen, durable)
         # An unchanged process's second checkpoint adds next to nothing.
-        new, logical = (int(x) for x in by_step["checkpoint 2: new bytes / logical"][2].split(" / "))
+        new, logical = (int(x) for x in
+                        by_step["checkpoint 2: new bytes / logical"][2].split(" / "))
         assert logical > MIB << 19 and new < logical // 10, (new, logical)
         rss = by_step["daemon peak RSS"]
         assert int(rss[2]) > 0 and rss[4] == "≤ 1.0x", rss
         assert re.search(r"^- ckpt1-r1: [0-9.]+ s wall", report, re.M), "no CPU account of ckpt1"
-        assert re.search(r"^- restore-r1: [0-9.]+ s wall", report, re.M), "no CPU account of restore"
+        assert re.search(r"^- restore-r1: [0-9.]+ s wall", report, re.M), \
+            "no CPU account of restore"
         # Its tmpfs dumps are gone, and so is the store (no --keep).
         assert not [n for n in os.listdir(os.path.join(work, "bench")) if n.startswith("store")]
     finally:
