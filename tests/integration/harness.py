@@ -6,6 +6,9 @@ The tests run under ctest, inside wl_reaper (restored processes are
 orphans), with GPUCKPTFS and WORKLOAD_BIN naming the built gpuckptfs and the
 directory of the workloads. They need root, /dev/fuse and CRIU; a module
 skips, saying why, where one of them is missing (`why_not_runnable`).
+
+The benchmarks (tests/bench/checkpoint_bench) use it too, configured through
+the same two variables, without pytest.
 """
 
 import contextlib
@@ -18,10 +21,10 @@ import subprocess
 import tempfile
 import time
 
-import pytest
-
 GPUCKPTFS = os.environ.get("GPUCKPTFS", "")
 WORKLOAD_BIN = os.environ.get("WORKLOAD_BIN", "")
+# The store's command line, built beside the workloads.
+GPUCKPT_CLI = os.path.join(WORKLOAD_BIN, "tools", "gpuckpt", "gpuckpt")
 CRIU = shutil.which("criu") or "/usr/local/sbin/criu"
 
 PYTHON = "/usr/bin/python3"
@@ -136,24 +139,43 @@ class Workload:
         subprocess.run(["sh", "-c", 'log=$1; shift; setsid "$@" </dev/null >"$log" 2>&1 &', "sh",
                         log, *run_as, binary, self.result, *args], check=True, env=env)
         ready = self.result + ".ready"
-        wait_for(lambda: os.path.exists(ready), 120, f"{name} to get ready")
+        # A large workload fills its memory first: minutes on a busy machine.
+        wait_for(lambda: os.path.exists(ready), 300,
+                 f"{name} to get ready ({read(log).strip()})")
         with open(ready) as f:
             self.pid = int(f.read())
 
     def alive(self):
         return os.path.exists(f"/proc/{self.pid}")
 
+    def gone(self):
+        """Whether the workload and every process of its session are gone
+        (reaped): only then is its pid free for a restore of its tree."""
+        return not self.alive() and subprocess.run(
+            ["pgrep", "-s", str(self.pid)], capture_output=True).returncode != 0
+
     def kill(self):
+        """SIGKILL to the workload's whole session (wl_tree's children
+        too), then waits until all of it is gone."""
+        subprocess.run(["pkill", "-KILL", "-s", str(self.pid)], capture_output=True)
         kill_if_alive(self.pid)
-        wait_for(lambda: not self.alive(), 10, f"pid {self.pid} to go")
+        wait_for(self.gone, 30, f"pid {self.pid} and its session to go")
 
     def verdict(self):
         if os.path.exists(self.result):
             os.unlink(self.result)
         os.kill(self.pid, signal.SIGUSR1)
-        wait_for(lambda: os.path.exists(self.result), 120, "the workload's verdict")
+        wait_for(lambda: os.path.exists(self.result), 300, "the workload's verdict")
         with open(self.result) as f:
             return f.read().strip()
+
+    def assert_passes(self, what):
+        """The workload runs, checks its state on SIGUSR1, says PASS and
+        exits."""
+        assert self.alive(), f"{what}: pid {self.pid} is not running"
+        verdict = self.verdict()
+        assert verdict == "PASS", f"{what}: {verdict}"
+        wait_for(self.gone, 30, f"{what}: pid {self.pid} to go after its verdict")
 
 
 def kill_if_alive(pid):
@@ -168,28 +190,131 @@ def kill_if_alive(pid):
 
 class Mount:
     """gpuckptfs on a fresh store in a fresh work dir; `close()` unmounts.
-    `env`: the daemon's environment (default: this process's)."""
+    `env`: the daemon's environment (default: this process's). With
+    `mounted=False` the daemon is started later, by `start_daemon()` (after
+    the store was filled through the CLI, say). `work`: this work dir
+    instead of a fresh one; `own_dirs=False`: the daemon keeps its state and
+    CRIU's files where it does by default, as when installed (what a
+    benchmark measures), not in the work dir."""
 
-    def __init__(self, prefix, *options, store=None, env=None):
-        self.work = tempfile.mkdtemp(prefix=prefix, dir="/var/tmp")
+    def __init__(self, prefix, *options, store=None, env=None, mounted=True, work=None,
+                 own_dirs=True):
+        if work is None:
+            work = tempfile.mkdtemp(prefix=prefix, dir="/var/tmp")
+        self.work = work
+        os.makedirs(self.work, exist_ok=True)
         # Workloads run from here, also as the test users.
         os.chmod(self.work, 0o755)
         self.mnt = os.path.join(self.work, "mnt")
-        os.mkdir(self.mnt)
+        os.makedirs(self.mnt, exist_ok=True)
         self.store = store or os.path.join(self.work, "store")
         self.run_dir = os.path.join(self.work, "run")
         # The daemon's state (its log, kept CRIU logs) stays with this mount.
         self.state_dir = os.path.join(self.work, "state")
         self.log_path = os.path.join(self.work, "daemon.log")
+        self.own_dirs = own_dirs
+        self.options = options
+        self.env = env
         self.workloads = []
-        with open(self.log_path, "w") as log:
-            subprocess.run([GPUCKPTFS, "--store", self.store, "--all-processes",
-                            "--work-dir", self.run_dir, "--state-dir", self.state_dir,
-                            *options, self.mnt],
-                           stdout=log, stderr=log, check=True, timeout=120, env=env)
+        if mounted:
+            self.start_daemon()
+
+    def start_daemon(self):
+        """Mounts: gpuckptfs returns once the mount is up (its daemon runs
+        on in the background)."""
+        dirs = ["--work-dir", self.run_dir, "--state-dir", self.state_dir] if self.own_dirs else []
+        with open(self.log_path, "a") as log:
+            subprocess.run([GPUCKPTFS, "--store", self.store, "--all-processes", *dirs,
+                            *self.options, self.mnt],
+                           stdout=log, stderr=log, check=True, timeout=120, env=self.env)
+        assert os.path.ismount(self.mnt), "not mounted after gpuckptfs returned"
+
+    def daemon_pids(self):
+        """The pids of gpuckptfs processes serving this mount's store."""
+        r = subprocess.run(["pgrep", "-f", f"gpuckptfs --store {self.store} "],
+                           capture_output=True, text=True)
+        return [int(p) for p in r.stdout.split()]
+
+    def unmount(self, seconds=5):
+        """Unmounts; the daemon must then exit within `seconds` (it closes
+        the store first)."""
+        subprocess.run(["fusermount3", "-u", self.mnt], check=True)
+        wait_for(lambda: not self.daemon_pids(), seconds, "the daemon to exit after the unmount")
 
     def path(self, *parts):
         return os.path.join(self.mnt, *parts)
+
+    def ids(self):
+        """The checkpoint ids the mount lists (as root), sorted."""
+        return sorted(os.listdir(self.path("checkpoints")))
+
+    def checkpoint(self, pid, options="", user=None):
+        """`checkpoint OPTIONS` written to <pid>/ctl as `user` (default
+        root); exactly one checkpoint must appear: its id."""
+        before = set(self.ids())
+        command = f"checkpoint {options}".strip()
+        ok, err = (user or Root()).write(self.path(str(pid), "ctl"), command)
+        assert ok, f"{command} of pid {pid}: {err}"
+        new = sorted(set(self.ids()) - before)
+        assert len(new) == 1, f"{command} of pid {pid} added ids {new}"
+        return new[0]
+
+    def restore(self, source, pid, user=None):
+        """Restores from `source` through the restore file as `user`
+        (default root); the process must come back with its pid, as the
+        restore file tells that user (each reads their own last restore)."""
+        user = user or Root()
+        ok, err = user.write(self.path("restore"), source)
+        assert ok, f"restore of {source}: {err}; {user.read(self.path('restore'))[1]}"
+        ok, said = user.read(self.path("restore"))
+        assert ok and said.strip() == f"pid {pid}", \
+            f"restore of {source}: the restore file says {said.strip()!r}, expected 'pid {pid}'"
+
+    def assert_complete(self, ckpt_id, pid=None):
+        """The checkpoint has a manifest with its id (and pid), a CRIU image
+        set, and a logical size that covers its images."""
+        ckpt = self.path("checkpoints", ckpt_id)
+        manifest = json.loads(read(os.path.join(ckpt, "manifest.json")))
+        assert manifest["id"] == ckpt_id, ("id", manifest["id"])
+        images = os.path.join(ckpt, "images")
+        names = os.listdir(images)
+        for name in ("inventory.img", "pstree.img"):
+            assert name in names, (name, "missing from", names)
+        assert any(n.startswith("pages-") for n in names), ("no pages", names)
+        size = sum(os.path.getsize(os.path.join(images, n)) for n in names)
+        assert manifest["logical_bytes"] >= size, ("logical_bytes", manifest["logical_bytes"],
+                                                   "images", size)
+        if pid is not None:
+            assert manifest["extra"]["pid"] == pid, ("extra.pid", manifest["extra"])
+
+    def diagnostics(self):
+        """What explains a failure: the status of each workload, the restore
+        file, the daemon's log and the newest CRIU logs."""
+        out = []
+
+        def section(title, text):
+            out.append(f"--- {title}\n{text.rstrip()}")
+
+        if os.path.ismount(self.mnt):
+            for w in self.workloads:
+                status = self.path(str(w.pid), "status")
+                if os.path.isfile(status):
+                    section(status, Root().read(status)[1])
+            section(self.path("restore"), Root().read(self.path("restore"))[1])
+        for log in (self.log_path, os.path.join(self.state_dir, "gpuckptfs.log")):
+            if os.path.isfile(log):
+                section(f"last lines of {log}", "\n".join(read(log).splitlines()[-20:]))
+        criu_logs = []
+        for root, dirs, files in os.walk(self.work):
+            # Not into the mount: its checkpoints are no logs of this run.
+            dirs[:] = [d for d in dirs if not os.path.ismount(os.path.join(root, d))]
+            for f in files:
+                if f.endswith(".log") and ("dump" in f or "restore" in f or f.startswith("criu")):
+                    full = os.path.join(root, f)
+                    criu_logs.append((os.path.getmtime(full), full))
+        for _, log in sorted(criu_logs, reverse=True)[:3]:
+            section(f"last lines of {log}", "\n".join(read(log).splitlines()[-15:]))
+        return "\n".join(out)
 
     def start(self, name, *args, user=None, env=None):
         """Starts a workload (in `env`, default this process's environment),
@@ -200,13 +325,56 @@ class Mount:
                  f"{self.path(str(wl.pid))} to appear")
         return wl
 
-    def close(self):
+    def close(self, keep=False):
+        """Kills the workloads, unmounts and removes the work dir (`keep`:
+        leaves it, to look into after a failure)."""
         for w in self.workloads:
+            subprocess.run(["pkill", "-KILL", "-s", str(w.pid)], capture_output=True)
             kill_if_alive(w.pid)
         fusermount = shutil.which("fusermount3")
-        if fusermount is None or subprocess.run([fusermount, "-u", self.mnt]).returncode != 0:
+        if os.path.ismount(self.mnt) and (
+                fusermount is None or subprocess.run([fusermount, "-u", self.mnt]).returncode != 0):
             subprocess.run(["umount", "-l", self.mnt])
-        shutil.rmtree(self.work, ignore_errors=True)
+        # The daemon closes its store after the unmount returns: removed
+        # before, the store would come back as a stray directory.
+        deadline = time.monotonic() + 10
+        while self.daemon_pids() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if keep:
+            print(f"work dir kept: {self.work}")
+        else:
+            shutil.rmtree(self.work, ignore_errors=True)
+
+
+def proc_status_field(pid, key):
+    """The value of the `key:` line of /proc/PID/status."""
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith(key + ":"):
+                return line.split(":", 1)[1].strip()
+    raise AssertionError(f"no {key} in /proc/{pid}/status")
+
+
+def assert_runs_on(workload, within=10):
+    """The process runs: within `within` seconds it is neither stopped
+    (state T/t) nor traced, and it keeps waking up (the workloads sleep
+    50 ms at a time), so that it was left neither frozen nor seized."""
+    deadline = time.monotonic() + within
+    switches = None
+    state = tracer = "?"
+    while time.monotonic() < deadline:
+        assert workload.alive(), f"pid {workload.pid} is gone"
+        with open(f"/proc/{workload.pid}/stat") as f:
+            state = f.read().rsplit(")", 1)[1].split()[0]
+        tracer = proc_status_field(workload.pid, "TracerPid")
+        if state not in ("T", "t") and tracer == "0":
+            now = int(proc_status_field(workload.pid, "voluntary_ctxt_switches"))
+            if switches is not None and now > switches:
+                return
+            switches = now
+        time.sleep(0.1)
+    raise AssertionError(f"pid {workload.pid} is stopped, traced or frozen "
+                         f"(state {state}, tracer {tracer}) after {within} s")
 
 
 def mount_in_cgroup(cgroup, monkeypatch, tmp_path, prefix, *options):
@@ -231,6 +399,8 @@ def small_tmpfs(prefix, mib):
     r = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={mib}m,mode=0700", "tmpfs", disk],
                        capture_output=True, text=True)
     if r.returncode != 0:
+        # Imported only here: the benchmarks use this module without pytest.
+        import pytest  # pylint: disable=import-outside-toplevel
         os.rmdir(disk)
         pytest.skip(f"cannot mount a tmpfs: {r.stderr.strip()}")
     try:

@@ -30,7 +30,7 @@ import tempfile
 
 import pytest
 
-from harness import WORKLOAD_BIN, Mount, listdir_as, read, why_not_runnable
+from harness import GPUCKPT_CLI, Mount, listdir_as, read, why_not_runnable
 # The one-call probe and the checkpoint helper of the mount's other rules.
 from test_mount_rules import checkpoint, probe
 
@@ -38,7 +38,6 @@ pytestmark = pytest.mark.skipif(why_not_runnable() is not None,
                                 reason=str(why_not_runnable()))
 
 MIB = "16"
-GPUCKPT_CLI = os.path.join(WORKLOAD_BIN, "tools", "gpuckpt", "gpuckpt")
 
 
 def read_sequentially(path):

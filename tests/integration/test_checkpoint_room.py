@@ -33,7 +33,7 @@ import time
 import pytest
 
 import harness
-from harness import (Mount, Root, ctl, read, small_tmpfs, status_line, wait_for,
+from harness import (Mount, Root, assert_runs_on, ctl, read, small_tmpfs, status_line, wait_for,
                      why_not_runnable)
 
 MiB = 1 << 20
@@ -57,32 +57,6 @@ def used_bytes(path):
 def free_bytes(path):
     st = os.statvfs(path)
     return st.f_bavail * st.f_frsize
-
-
-def proc_state(pid):
-    """The state letter of /proc/PID/stat (after the command's ')')."""
-    with open(f"/proc/{pid}/stat") as f:
-        return f.read().rsplit(")", 1)[1].split()[0]
-
-
-def context_switches(pid):
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("voluntary_ctxt_switches:"):
-                return int(line.split()[1])
-    raise AssertionError(f"no voluntary_ctxt_switches in /proc/{pid}/status")
-
-
-def assert_runs_on(workload):
-    """The process is neither stopped nor frozen: its state is not T/t and
-    it keeps waking up (the workloads sleep 50 ms at a time)."""
-    assert workload.alive(), "the process must still exist"
-    state = proc_state(workload.pid)
-    assert state not in ("T", "t"), f"the process is stopped (state {state})"
-    before = context_switches(workload.pid)
-    time.sleep(0.5)
-    after = context_switches(workload.pid)
-    assert after > before, f"the process made no progress in 0.5 s ({before} -> {after} wake-ups)"
 
 
 def refused(mnt, workload, expected_errno):

@@ -18,12 +18,10 @@ import tempfile
 
 import pytest
 
-from harness import WORKLOAD_BIN, ctl, read, wait_for, why_not_runnable
+from harness import GPUCKPT_CLI, ctl, read, wait_for, why_not_runnable
 
 pytestmark = pytest.mark.skipif(why_not_runnable() is not None,
                                 reason=str(why_not_runnable()))
-
-GPUCKPT_CLI = os.path.join(WORKLOAD_BIN, "tools", "gpuckpt", "gpuckpt")
 
 
 def cli(store, *args):

@@ -1,0 +1,301 @@
+"""gpuckptfs end to end with real CRIU on a real FUSE mount: the
+self-checking workloads (tests/workloads/) are checkpointed through
+<pid>/ctl, copied out with cp -r, killed, restored from the copy and from
+the mount, and must say PASS each time; then bad input, concurrent
+checkpoints, an ordinary user's view and rights, and a daemon killed with
+SIGKILL in the middle of a checkpoint.
+
+Run by ctest under wl_reaper (restored processes are orphans):
+    wl_reaper python3 -m pytest tests/integration/test_checkpoint.py
+with GPUCKPTFS and WORKLOAD_BIN pointing at the built gpuckptfs and the
+build directory. Needs root, /dev/fuse and CRIU; skipped, saying why, where
+one of them is missing.
+"""
+
+import concurrent.futures
+import errno
+import os
+import re
+import signal
+import subprocess
+import time
+
+import pytest
+
+from harness import (PYTHON, Root, assert_runs_on, listdir_as, proc_status_field, read,
+                     status_line, wait_for, why_not_runnable)
+
+pytestmark = pytest.mark.skipif(why_not_runnable("wl_big") is not None,
+                                reason=str(why_not_runnable("wl_big")))
+
+BIG_MIB = "1024"
+
+
+def expect_error(what, errnos, path, text, user=None):
+    """Writing `text` into `path` (as `user`, default root) must fail with
+    one of `errnos`."""
+    ok, err = (user or Root()).write(path, text)
+    assert not ok, f"{what}: the write succeeded"
+    assert err in [os.strerror(e) for e in errnos], f"{what}: expected {errnos}, got: {err}"
+
+
+def can_read(user, path):
+    """Whether `user` can read the (binary) file `path` to its end."""
+    return user.run(["dd", f"if={path}", "of=/dev/null", "status=none"]).returncode == 0
+
+
+def same_tree(user, a, b):
+    """diff -r of two trees, as `user` sees them."""
+    r = user.run(["diff", "-r", a, b], timeout=300)
+    assert r.returncode == 0, f"{a} and {b} differ: {r.stdout}{r.stderr}"
+
+
+# --- The matrix: every workload, both modes ----------------------------------------
+
+CASES = [(mode, name, args)
+         for mode in ("", "--kill")
+         for name, args in (("wl_memory", ()), ("wl_threads", ()), ("wl_files", ()),
+                            ("wl_tree", ()), ("wl_big", ("--mib", BIG_MIB)))]
+CASES.append(("--name files-named", "wl_files", ()))
+
+
+@pytest.mark.parametrize("mode,name,args", CASES,
+                         ids=[f"{n} checkpoint {m}".strip() for m, n, a in CASES])
+def test_checkpoint_copy_kill_restore_from_the_copy_and_the_mount(mount, mode, name, args):
+    what = f"{name} {' '.join(args)} (checkpoint {mode})"
+    wl = mount.start(name, *args)
+    ckpt_id = mount.checkpoint(wl.pid, mode)
+    if "--kill" in mode:
+        wait_for(wl.gone, 10, f"{what}: pid {wl.pid} to end after checkpoint --kill")
+    else:
+        assert_runs_on(wl)
+        latest = os.path.realpath(mount.path(str(wl.pid), "checkpoints", "latest"))
+        assert latest == mount.path("checkpoints", ckpt_id), f"{what}: latest -> {latest}"
+        assert re.search(r"^last: ", read(mount.path(str(wl.pid), "status")), re.M), \
+            f"{what}: no 'last:' in status"
+    if "--name" in mode:
+        assert ckpt_id == mode.split("--name ")[1], f"{what}: id is {ckpt_id}"
+    else:
+        assert re.fullmatch(rf"{wl.pid}-\d+", ckpt_id), f"{what}: id {ckpt_id} is not <pid>-<n>"
+    mount.assert_complete(ckpt_id, wl.pid)
+
+    copy = os.path.join(mount.work, "copy")
+    subprocess.run(["cp", "-r", mount.path("checkpoints", ckpt_id), copy], check=True)
+    same_tree(Root(), mount.path("checkpoints", ckpt_id), copy)
+    wl.kill()
+    mount.restore(copy, wl.pid)
+    wl.assert_passes(f"{what}, restored from a copy")
+    mount.restore(mount.path("checkpoints", ckpt_id), wl.pid)
+    wl.assert_passes(f"{what}, restored again from the mount")
+
+
+# --- Bad input, busy pids ----------------------------------------------------------
+
+
+def test_unknown_commands_and_options_fail_with_einval(mount):
+    wl = mount.start("wl_memory", "--mib", "16")
+    ctl = mount.path(str(wl.pid), "ctl")
+    expect_error("unknown command", [errno.EINVAL], ctl, "bogus")
+    expect_error("unknown option", [errno.EINVAL], ctl, "checkpoint --bogus")
+
+
+def test_restore_over_a_pid_in_use_fails_with_ebusy_saying_so(mount):
+    wl = mount.start("wl_memory", "--mib", "16")
+    ckpt_id = mount.checkpoint(wl.pid)
+    expect_error("restore over a running pid", [errno.EBUSY], mount.path("restore"),
+                 mount.path("checkpoints", ckpt_id))
+    said = read(mount.path("restore"))
+    assert "in use" in said.lower(), f"restore over a running pid says: {said}"
+    wl.assert_passes("wl_memory after a refused restore")
+
+
+def test_restore_from_a_non_image_dir_is_einval_and_from_a_missing_one_enoent(mount):
+    expect_error("restore of /etc", [errno.EINVAL], mount.path("restore"), "/etc")
+    said = read(mount.path("restore"))
+    assert said.startswith("error:"), f"restore of /etc says: {said}"
+    expect_error("restore of a missing dir", [errno.ENOENT], mount.path("restore"), "/nonexistent")
+
+
+# Holds an io_uring instance (io_uring_setup, syscall 425), says so, sleeps.
+IO_URING_USER = """
+import ctypes, os, sys, time
+params = ctypes.create_string_buffer(120)  # struct io_uring_params, zeroed
+fd = ctypes.CDLL(None, use_errno=True).syscall(425, 4, params)
+if fd < 0:
+    sys.exit("io_uring_setup: " + os.strerror(ctypes.get_errno()))
+open(sys.argv[1], "w").close()
+time.sleep(600)
+"""
+
+
+def test_io_uring_user_is_refused_with_enotsup_saying_why_and_runs_on(mount):
+    ready = os.path.join(mount.work, "uring.ready")
+    before = mount.ids()
+    # Its own session, so that CRIU would need no --shell-job.
+    proc = subprocess.Popen([PYTHON, "-c", IO_URING_USER, ready], stdin=subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            start_new_session=True, text=True)
+    try:
+        deadline = time.monotonic() + 10
+        while not os.path.exists(ready) and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        if not os.path.exists(ready):
+            proc.kill()
+            pytest.skip(f"this kernel gives no io_uring ({proc.communicate()[0].strip()})")
+        wait_for(lambda: os.path.isdir(mount.path(str(proc.pid))), 10, "the io_uring user's dir")
+        expect_error("checkpoint of an io_uring user", [errno.EOPNOTSUPP],
+                     mount.path(str(proc.pid), "ctl"), "checkpoint")
+        status = read(mount.path(str(proc.pid), "status"))
+        assert "uses io_uring" in status, f"the status of an io_uring user says: {status}"
+        assert mount.ids() == before, "a refused checkpoint left a checkpoint"
+        assert proc.poll() is None, "the io_uring user did not run on"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.communicate()
+
+
+def test_checkpoint_through_an_open_ctl_of_a_vanished_pid_fails_with_esrch(mount):
+    wl = mount.start("wl_memory", "--mib", "8")
+    fd = os.open(mount.path(str(wl.pid), "ctl"), os.O_WRONLY)
+    try:
+        wl.kill()
+        with pytest.raises(OSError) as e:
+            os.write(fd, b"checkpoint\n")
+        assert e.value.errno == errno.ESRCH, e.value
+    finally:
+        os.close(fd)
+
+
+def test_concurrent_checkpoints_one_ebusy_or_both_and_each_restores(mount):
+    """Two checkpoints of one pid at once: one fails with EBUSY, or both
+    succeed one after the other; whatever appears is complete and restores."""
+    wl = mount.start("wl_memory", "--mib", "32")
+    before = set(mount.ids())
+    ctl = mount.path(str(wl.pid), "ctl")
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        results = list(pool.map(lambda _: Root().write(ctl, "checkpoint"), range(2)))
+    oks = sum(ok for ok, _ in results)
+    errors = [err for ok, err in results if not ok]
+    assert oks in (1, 2), f"concurrent checkpoints: {results}"
+    if oks == 1:
+        assert errors == [os.strerror(errno.EBUSY)], f"concurrent checkpoints: {results}"
+    made = sorted(set(mount.ids()) - before)
+    assert len(made) == oks, f"concurrent checkpoints: {oks} succeeded, new ids: {made}"
+    for ckpt_id in made:
+        mount.assert_complete(ckpt_id, wl.pid)
+    wl.kill()
+    for ckpt_id in made:
+        mount.restore(mount.path("checkpoints", ckpt_id), wl.pid)
+        wl.assert_passes(f"wl_memory restored from concurrent checkpoint {ckpt_id}")
+
+
+# --- Permissions: an ordinary user -------------------------------------------------
+
+
+def test_user_neither_sees_checkpoints_reads_nor_restores_roots_process(mount, users):
+    user = users[0]
+    wl = mount.start("wl_memory", "--mib", "8")
+    ckpt_id = mount.checkpoint(wl.pid)
+    assert str(wl.pid) not in listdir_as(user, mount.mnt), f"the user sees root's pid {wl.pid}"
+    expect_error("the user checkpoints root's process",
+                 [errno.EACCES, errno.EPERM, errno.ENOENT],
+                 mount.path(str(wl.pid), "ctl"), "checkpoint", user)
+    assert not can_read(user, mount.path("checkpoints", ckpt_id, "images", "pstree.img")), \
+        "the user reads root's images"
+    wl.kill()
+    expect_error("the user restores root's checkpoint", [errno.EACCES, errno.EPERM],
+                 mount.path("restore"), mount.path("checkpoints", ckpt_id), user)
+    assert not wl.alive(), "root's process came back from the user's restore"
+
+
+def test_user_sees_checkpoints_copies_and_restores_their_own_process(mount, users):
+    user = users[0]
+    wl = mount.start("wl_memory", "--mib", "8", user=user)
+    # Listings come from a /proc scan cached for a second: a process
+    # appears within one.
+    wait_for(lambda: str(wl.pid) in listdir_as(user, mount.mnt), 3,
+             f"the user to see their own pid {wl.pid}")
+    ckpt_id = mount.checkpoint(wl.pid, user=user)
+    mount.assert_complete(ckpt_id, wl.pid)
+    assert can_read(user, mount.path("checkpoints", ckpt_id, "images", "pstree.img")), \
+        "the user cannot read their images"
+    home = os.path.join(mount.work, "user")
+    os.mkdir(home, 0o700)
+    os.chown(home, user.uid, user.gid)
+    copy = os.path.join(home, "copy")
+    r = user.run(["cp", "-r", mount.path("checkpoints", ckpt_id), copy], timeout=300)
+    assert r.returncode == 0, f"the user cannot cp -r their checkpoint: {r.stderr}"
+    same_tree(user, mount.path("checkpoints", ckpt_id), copy)
+    wl.kill()
+    mount.restore(copy, wl.pid, user)
+    assert proc_status_field(wl.pid, "Uid").split()[0] == str(user.uid), \
+        "the user's restored process does not run as the user"
+    wl.assert_passes("the user's wl_memory restored from their copy")
+
+
+# --- The daemon killed in the middle of a checkpoint -------------------------------
+
+# One write of "checkpoint\n" into argv[1], whatever its outcome.
+_CHECKPOINT_WRITER = """
+import os, sys
+try:
+    fd = os.open(sys.argv[1], os.O_WRONLY)
+    os.write(fd, b"checkpoint\\n")
+except OSError:
+    pass
+"""
+
+
+def test_daemon_killed_during_a_checkpoint_leaves_the_process_running(mount):
+    # A checkpoint before, so that the new daemon has a complete one to show.
+    small = mount.start("wl_memory", "--mib", "8")
+    mount.checkpoint(small.pid)
+    big = mount.start("wl_big", "--mib", BIG_MIB)
+    conn = os.minor(os.stat(mount.mnt).st_dev)
+    writer = subprocess.Popen([PYTHON, "-c", _CHECKPOINT_WRITER, mount.path(str(big.pid), "ctl")])
+    try:
+        # Killed once the checkpoint is under way (or after half a second).
+        deadline = time.monotonic() + 0.5
+        while time.monotonic() < deadline:
+            try:
+                if status_line(mount.mnt, big.pid, "operation") != "idle":
+                    break
+            except (OSError, AssertionError):
+                pass
+            time.sleep(0.01)
+        daemons = mount.daemon_pids()
+        assert daemons, "no daemon to kill"
+        for pid in daemons:
+            os.kill(pid, signal.SIGKILL)
+        subprocess.run(["fusermount3", "-u", "-z", mount.mnt], check=True)
+        try:
+            writer.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            with open(f"/sys/fs/fuse/connections/{conn}/abort", "w") as f:
+                f.write("1\n")
+            raise AssertionError("the ctl write still blocks 20 s after the daemon was killed")
+    finally:
+        if writer.poll() is None:
+            writer.kill()
+        writer.wait()
+    assert_runs_on(big)
+
+    # A new daemon on the same store: the interrupted checkpoint's id is
+    # absent, or complete; so is every other.
+    mount.start_daemon()
+    ids = mount.ids()
+    assert f"{small.pid}-1" in ids, ids
+    for ckpt_id in ids:
+        mount.assert_complete(ckpt_id)
+
+    # It checkpoints and restores; wl_big still passes.
+    wl = mount.start("wl_memory", "--mib", "8")
+    ckpt_id = mount.checkpoint(wl.pid, "--kill")
+    wait_for(wl.gone, 10, f"pid {wl.pid} to end after checkpoint --kill")
+    mount.restore(mount.path("checkpoints", ckpt_id), wl.pid)
+    wl.assert_passes("wl_memory checkpointed by the new daemon")
+    big.assert_passes("wl_big after its checkpoint's daemon was killed")
+    small.assert_passes("wl_memory checkpointed by the killed daemon")
+
+    mount.unmount()
