@@ -270,8 +270,10 @@ class FileWorkers {
   }
 
   void Fail(const Status& status) EXCLUDES(mu_) {
-    MutexLock lock(&mu_);
-    if (first_error_.ok()) first_error_ = status;
+    {
+      MutexLock lock(&mu_);
+      if (first_error_.ok()) first_error_ = status;
+    }
     socket_->Shutdown();
   }
 
