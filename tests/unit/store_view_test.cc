@@ -116,7 +116,8 @@ TEST_F(StoreViewTest, ACheckpointAsItsOwnerRootAndOthersSeeIt) {
     EXPECT_EQ(Names(in_dir), (std::vector<std::string>{"manifest.json", "images"}));
     ASSERT_OK_AND_ASSIGN(NodeId images, view.Child(dir, "images", c));
     ASSERT_OK_AND_ASSIGN(auto in_images, view.Children(images, c));
-    EXPECT_EQ(std::set<std::string>(Names(in_images).begin(), Names(in_images).end()),
+    const std::vector<std::string> image_names = Names(in_images);
+    EXPECT_EQ(std::set<std::string>(image_names.begin(), image_names.end()),
               (std::set<std::string>{"core-1.img", "pages-1.img"}));
     ASSERT_OK_AND_ASSIGN(NodeId file, view.Child(images, "pages-1.img", c));
     EXPECT_EQ(file.kind, NodeKind::kSnapshotEntry);
