@@ -13,12 +13,12 @@
 #include <exception>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <set>
 #include <unordered_map>
 #include <vector>
 
+#include "core/base/mutex.h"
 #include "fs/commands.h"
 #include "fs/inode_table.h"
 #include "fs/kernel_readahead.h"
@@ -102,13 +102,13 @@ class Filesystem {
     return e;
   }
 
-  Result<struct stat> DoGetattr(fuse_ino_t ino, const Caller& caller) {
+  Result<struct stat> DoGetattr(fuse_ino_t ino, const Caller& caller) EXCLUDES(mu_) {
     GPUCKPT_ASSIGN_OR_RETURN(NodeId node, Node(ino));
     auto st = view_.Attributes(node, caller);
     if (!st.ok() && st.status().code() == StatusCode::kNotFound) {
       // A file of a removed checkpoint that is still open: fstat() works
       // on it, as on any unlinked file (no link count), until it is closed.
-      std::lock_guard lock(mu_);
+      MutexLock lock(&mu_);
       if (auto open = open_files_.find(ino); open != open_files_.end()) {
         struct stat removed = open->second.attributes;
         removed.st_nlink = 0;
@@ -131,13 +131,13 @@ class Filesystem {
     std::vector<std::pair<std::string, struct stat>> entries;
     std::optional<OpenCheckpoint> checkpoint;  // a checkpoint's own directory
   };
-  Result<std::unique_ptr<DirHandle>> DoOpendir(fuse_ino_t ino, const Caller& caller) {
+  Result<std::unique_ptr<DirHandle>> DoOpendir(fuse_ino_t ino, const Caller& caller) EXCLUDES(mu_) {
     GPUCKPT_ASSIGN_OR_RETURN(NodeId node, Node(ino));
     GPUCKPT_ASSIGN_OR_RETURN(auto children, view_.Children(node, caller));
     auto h = std::make_unique<DirHandle>();
     if (node.kind == NodeKind::kSnapshotDir) {
       h->checkpoint = OpenCheckpoint{node.key, caller.pid};
-      std::lock_guard lock(mu_);
+      MutexLock lock(&mu_);
       open_checkpoints_.insert(*h->checkpoint);
     }
     struct stat self {};
@@ -160,9 +160,9 @@ class Filesystem {
     return h;
   }
 
-  void DoReleasedir(std::unique_ptr<DirHandle> h) {
+  void DoReleasedir(std::unique_ptr<DirHandle> h) EXCLUDES(mu_) {
     if (!h->checkpoint) return;
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     open_checkpoints_.erase(open_checkpoints_.find(*h->checkpoint));
   }
 
@@ -173,13 +173,14 @@ class Filesystem {
     std::string content;                 // generated files, taken at open
     fuse_ino_t ino = 0;                  // image files: counted in open_files_
   };
-  void DoRelease(std::unique_ptr<FileHandle> h) {
+  void DoRelease(std::unique_ptr<FileHandle> h) EXCLUDES(mu_) {
     if (h->ino == 0) return;
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     auto open = open_files_.find(h->ino);
     if (open != open_files_.end() && --open->second.handles == 0) open_files_.erase(open);
   }
-  Result<std::unique_ptr<FileHandle>> DoOpen(fuse_ino_t ino, int flags, const Caller& caller) {
+  Result<std::unique_ptr<FileHandle>> DoOpen(fuse_ino_t ino, int flags, const Caller& caller)
+      EXCLUDES(mu_) {
     GPUCKPT_ASSIGN_OR_RETURN(NodeId node, Node(ino));
     const bool writing = (flags & O_ACCMODE) != O_RDONLY || (flags & O_TRUNC);
     if (writing && !StoreView::IsControl(node.kind)) {
@@ -191,7 +192,7 @@ class Filesystem {
       GPUCKPT_ASSIGN_OR_RETURN(h->attributes, DoGetattr(ino, caller));
       GPUCKPT_ASSIGN_OR_RETURN(h->reader, view_.OpenImage(node));
       h->ino = ino;
-      std::lock_guard lock(mu_);
+      MutexLock lock(&mu_);
       auto [open, added] = open_files_.try_emplace(ino, OpenFile{h->attributes, 0});
       ++open->second.handles;
     } else if (!writing) {
@@ -301,15 +302,15 @@ class Filesystem {
   // that gives it, so that a release can never come first; and taken back
   // at its release (or when the reply failed).
   template <typename Handle>
-  uint64_t GiveToKernel(std::unique_ptr<Handle> h) {
-    std::lock_guard lock(mu_);
+  uint64_t GiveToKernel(std::unique_ptr<Handle> h) EXCLUDES(mu_) {
+    MutexLock lock(&mu_);
     KernelHandles(h.get()).insert(h.get());
     return reinterpret_cast<uint64_t>(h.release());
   }
   template <typename Handle>
-  std::unique_ptr<Handle> TakeFromKernel(uint64_t fh) {
+  std::unique_ptr<Handle> TakeFromKernel(uint64_t fh) EXCLUDES(mu_) {
     auto* h = reinterpret_cast<Handle*>(fh);
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     KernelHandles(h).erase(h);
     return std::unique_ptr<Handle>(h);
   }
@@ -322,8 +323,8 @@ class Filesystem {
   }
 
   // Whether process `pid` holds the directory of checkpoint `key` open.
-  bool RemovingCheckpoint(uint64_t key, int pid) {
-    std::lock_guard lock(mu_);
+  bool RemovingCheckpoint(uint64_t key, int pid) EXCLUDES(mu_) {
+    MutexLock lock(&mu_);
     return open_checkpoints_.count(OpenCheckpoint{key, pid}) != 0;
   }
 
@@ -331,22 +332,23 @@ class Filesystem {
   Engine* engine_;
   StoreView view_;
   InodeTable inodes_;
-  std::mutex mu_;  // guards open_checkpoints_, open_files_ and the kernel's handles
+  // Never held across a call into view_ (the store) or libfuse.
+  Mutex mu_;
   // Checkpoint directories open, by checkpoint key and the opener's pid
   // (once per handle); see DoRemove().
-  std::multiset<OpenCheckpoint> open_checkpoints_;
+  std::multiset<OpenCheckpoint> open_checkpoints_ GUARDED_BY(mu_);
   // Image files open, by inode: their attributes at the first open, for
   // fstat() once their checkpoint is removed (see DoGetattr()).
   struct OpenFile {
     struct stat attributes;
     int handles;
   };
-  std::unordered_map<fuse_ino_t, OpenFile> open_files_;
-  // The handles the kernel holds (guarded by mu_); see GiveToKernel().
-  std::set<FileHandle*> kernel_files_;
-  std::set<DirHandle*> kernel_dirs_;
-  std::set<FileHandle*>& KernelHandles(FileHandle*) { return kernel_files_; }
-  std::set<DirHandle*>& KernelHandles(DirHandle*) { return kernel_dirs_; }
+  std::unordered_map<fuse_ino_t, OpenFile> open_files_ GUARDED_BY(mu_);
+  // The handles the kernel holds; see GiveToKernel().
+  std::set<FileHandle*> kernel_files_ GUARDED_BY(mu_);
+  std::set<DirHandle*> kernel_dirs_ GUARDED_BY(mu_);
+  std::set<FileHandle*>& KernelHandles(FileHandle*) REQUIRES(mu_) { return kernel_files_; }
+  std::set<DirHandle*>& KernelHandles(DirHandle*) REQUIRES(mu_) { return kernel_dirs_; }
 };
 
 // Every callback goes through here: exceptions never cross into libfuse

@@ -15,7 +15,7 @@ InodeTable::InodeTable() : next_ino_(kRootIno + 1) {
 }
 
 uint64_t InodeTable::Ref(const NodeId& node) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   auto it = by_node_.find(node);
   if (it != by_node_.end()) {
     ++by_ino_[it->second].lookups;
@@ -29,7 +29,7 @@ uint64_t InodeTable::Ref(const NodeId& node) {
 
 void InodeTable::Forget(uint64_t ino, uint64_t count) {
   if (ino == kRootIno) return;
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   auto it = by_ino_.find(ino);
   if (it == by_ino_.end() || it->second.lookups < count) {
     std::fprintf(stderr, "gpuckptfs: forget of %llu references to inode %llu it does not hold\n",
@@ -44,7 +44,7 @@ void InodeTable::Forget(uint64_t ino, uint64_t count) {
 }
 
 std::optional<NodeId> InodeTable::Get(uint64_t ino) const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   auto it = by_ino_.find(ino);
   if (it == by_ino_.end()) return std::nullopt;
   return it->second.node;

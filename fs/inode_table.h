@@ -14,10 +14,10 @@
 
 #include <cstdint>
 #include <map>
-#include <mutex>
 #include <optional>
 #include <unordered_map>
 
+#include "core/base/mutex.h"
 #include "fs/store_view.h"
 
 namespace gpuckpt {
@@ -27,20 +27,20 @@ class InodeTable {
   InodeTable();
 
   // The number of `node`, adding one lookup reference.
-  uint64_t Ref(const NodeId& node);
+  uint64_t Ref(const NodeId& node) EXCLUDES(mu_);
   // Drops `count` lookup references.
-  void Forget(uint64_t ino, uint64_t count);
-  std::optional<NodeId> Get(uint64_t ino) const;
+  void Forget(uint64_t ino, uint64_t count) EXCLUDES(mu_);
+  std::optional<NodeId> Get(uint64_t ino) const EXCLUDES(mu_);
 
  private:
   struct Entry {
     NodeId node;
     uint64_t lookups = 0;
   };
-  mutable std::mutex mu_;
-  uint64_t next_ino_;
-  std::unordered_map<uint64_t, Entry> by_ino_;
-  std::map<NodeId, uint64_t> by_node_;
+  mutable Mutex mu_;
+  uint64_t next_ino_ GUARDED_BY(mu_);
+  std::unordered_map<uint64_t, Entry> by_ino_ GUARDED_BY(mu_);
+  std::map<NodeId, uint64_t> by_node_ GUARDED_BY(mu_);
 };
 
 }  // namespace gpuckpt

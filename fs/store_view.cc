@@ -98,21 +98,21 @@ void SetTime(struct stat* st, int64_t ns) {
 
 Result<std::vector<SnapshotInfo>> StoreView::Snapshots() {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     if (snapshots_read_ != std::chrono::steady_clock::time_point{} &&
         std::chrono::steady_clock::now() - snapshots_read_ < std::chrono::seconds(1)) {
       return snapshots_;
     }
   }
   GPUCKPT_ASSIGN_OR_RETURN(auto list, store_->List());
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   snapshots_ = list;
   snapshots_read_ = std::chrono::steady_clock::now();
   return list;
 }
 
 void StoreView::Invalidate() {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   snapshots_read_ = {};
 }
 
@@ -197,7 +197,7 @@ Result<std::shared_ptr<const StoreView::SnapshotTree>> StoreView::CurrentTree(
   // has another key, and gets its own tree.
   GPUCKPT_ASSIGN_OR_RETURN(SnapshotInfo info, store_->Get(id));
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     auto it = trees_.find(id);
     if (it != trees_.end() && it->second->info.key == info.key) return it->second;
   }
@@ -228,7 +228,7 @@ Result<std::shared_ptr<const StoreView::SnapshotTree>> StoreView::CurrentTree(
   } else {
     tree->archive_status = archive.status();
   }
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   // Two threads may build the same tree: the first one stays.
   auto& cached = trees_[id];
   if (cached == nullptr || cached->info.key != tree->info.key) cached = std::move(tree);
@@ -237,7 +237,7 @@ Result<std::shared_ptr<const StoreView::SnapshotTree>> StoreView::CurrentTree(
 
 Result<std::shared_ptr<const StoreView::SnapshotTree>> StoreView::Tree(const NodeId& node) {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     auto it = trees_.find(node.snapshot);
     if (it != trees_.end() && it->second->info.key == node.key) return it->second;
   }
@@ -273,7 +273,7 @@ Status StoreView::RemoveSnapshot(const NodeId& node, const Caller& caller) {
   if (engine_ != nullptr) engine_->NoteStoreChanged();
   spdlog::info("rm uid={} id={} result=ok logical_bytes={} stored_bytes={}", caller.uid,
                LogValue(node.snapshot), tree->info.logical_bytes, tree->info.stored_bytes);
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   if (auto it = trees_.find(node.snapshot); it != trees_.end() && it->second == tree)
     trees_.erase(it);
   snapshots_read_ = {};

@@ -52,11 +52,11 @@
 #include <cstdint>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "core/base/mutex.h"
 #include "core/engine/engine.h"
 #include "fs/archive_view.h"
 #include "core/engine/device_view.h"
@@ -102,25 +102,28 @@ class StoreView {
 
   // The child `name` of `parent`, or kNotFound (also where `caller` may
   // not see it).
-  Result<NodeId> Child(const NodeId& parent, const std::string& name, const Caller& caller);
+  Result<NodeId> Child(const NodeId& parent, const std::string& name, const Caller& caller)
+      EXCLUDES(mu_);
   // Names and ids of a directory's children as `caller` may list them, sorted.
   Result<std::vector<std::pair<std::string, NodeId>>> Children(const NodeId& dir,
-                                                               const Caller& caller);
+                                                               const Caller& caller) EXCLUDES(mu_);
   // Attributes as `caller` may see them: kNotFound for a removed
   // checkpoint's nodes, and for someone else's checkpoint. st_ino is left 0
   // for the caller to fill.
-  Result<struct stat> Attributes(const NodeId& node, const Caller& caller);
+  Result<struct stat> Attributes(const NodeId& node, const Caller& caller) EXCLUDES(mu_);
   // Attributes as root sees them (for tests; the FUSE layer always asks as
   // the caller).
-  Result<struct stat> Attributes(const NodeId& node) { return Attributes(node, Caller{}); }
+  Result<struct stat> Attributes(const NodeId& node) EXCLUDES(mu_) {
+    return Attributes(node, Caller{});
+  }
   // Contents of generated files (README, manifest.json, status, ...), as
   // `caller` sees them.
-  Result<std::string> GeneratedContent(const NodeId& node, const Caller& caller);
+  Result<std::string> GeneratedContent(const NodeId& node, const Caller& caller) EXCLUDES(mu_);
   // Opens a snapshot or device entry that is a regular file, or an archive.
-  Result<std::unique_ptr<FileReader>> OpenImage(const NodeId& node);
+  Result<std::unique_ptr<FileReader>> OpenImage(const NodeId& node) EXCLUDES(mu_);
   // Target of a snapshot or device entry that is a symlink, or of a
   // checkpoint link.
-  Result<std::string> SymlinkTarget(const NodeId& node);
+  Result<std::string> SymlinkTarget(const NodeId& node) EXCLUDES(mu_);
   // Whether a node is a control file (writes are commands).
   static bool IsControl(NodeKind kind) {
     return kind == NodeKind::kCtl || kind == NodeKind::kRestore || kind == NodeKind::kPidCtl;
@@ -145,10 +148,10 @@ class StoreView {
            kind == NodeKind::kArchive;
   }
   // Forgets cached listings (after a checkpoint, import or delete).
-  void Invalidate();
+  void Invalidate() EXCLUDES(mu_);
   // Deletes the checkpoint `node` (a kSnapshotDir) for `caller` (its owner
   // or root); kNotFound if that incarnation is gone.
-  Status RemoveSnapshot(const NodeId& node, const Caller& caller);
+  Status RemoveSnapshot(const NodeId& node, const Caller& caller) EXCLUDES(mu_);
 
  private:
   // The files of one directory tree, with paths relative to its top.
@@ -178,32 +181,34 @@ class StoreView {
   static void AddToListing(std::vector<FileEntry> files, const SnapshotTree& tree,
                            Listing* listing);
   // Fills tree->device, tree->device_files from the stored `files`.
-  void BuildDeviceListing(const std::vector<FileEntry>& files, SnapshotTree* tree);
+  void BuildDeviceListing(const std::vector<FileEntry>& files, SnapshotTree* tree) EXCLUDES(mu_);
   // The listing that `node` (a checkpoint's or a device/<id> node) is in.
   static const Listing& ListingOf(const SnapshotTree& tree, const NodeId& node) {
     return InDeviceView(node.kind) ? tree.device : tree.files;
   }
   // The checkpoint published as `id` now (asks the store which one it is).
-  Result<std::shared_ptr<const SnapshotTree>> CurrentTree(const std::string& id);
+  Result<std::shared_ptr<const SnapshotTree>> CurrentTree(const std::string& id) EXCLUDES(mu_);
   // The incarnation `node` belongs to, or kNotFound once it is removed.
-  Result<std::shared_ptr<const SnapshotTree>> Tree(const NodeId& node);
+  Result<std::shared_ptr<const SnapshotTree>> Tree(const NodeId& node) EXCLUDES(mu_);
   // Tree(node), and kNotFound where `caller` may not see it (or, for a
   // device/<id> node, where the checkpoint has no device/<id>).
-  Result<std::shared_ptr<const SnapshotTree>> VisibleTree(const NodeId& node, const Caller& caller);
-  Result<std::vector<SnapshotInfo>> Snapshots();
+  Result<std::shared_ptr<const SnapshotTree>> VisibleTree(const NodeId& node, const Caller& caller)
+      EXCLUDES(mu_);
+  Result<std::vector<SnapshotInfo>> Snapshots() EXCLUDES(mu_);
   // This pid's checkpoints, oldest first.
-  Result<std::vector<std::string>> CheckpointsOf(int pid);
-  Result<ProcessInfo> Process(int pid);
+  Result<std::vector<std::string>> CheckpointsOf(int pid) EXCLUDES(mu_);
+  Result<ProcessInfo> Process(int pid) EXCLUDES(mu_);
   static bool Visible(const SnapshotOwner& owner, const Caller& caller) {
     return caller.is_root() || owner.uid == caller.uid;
   }
 
   Store* store_;
   Engine* engine_;
-  std::mutex mu_;  // guards the caches below; never held across Store calls
-  std::map<std::string, std::shared_ptr<const SnapshotTree>> trees_;  // by id, latest seen
-  std::vector<SnapshotInfo> snapshots_;
-  std::chrono::steady_clock::time_point snapshots_read_{};
+  Mutex mu_;  // guards the caches below; never held across Store calls
+  // By id, latest seen.
+  std::map<std::string, std::shared_ptr<const SnapshotTree>> trees_ GUARDED_BY(mu_);
+  std::vector<SnapshotInfo> snapshots_ GUARDED_BY(mu_);
+  std::chrono::steady_clock::time_point snapshots_read_ GUARDED_BY(mu_){};
 };
 
 }  // namespace gpuckpt

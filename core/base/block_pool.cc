@@ -3,8 +3,9 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include <mutex>
 #include <vector>
+
+#include "core/base/mutex.h"
 
 #ifndef MADV_POPULATE_WRITE
 #define MADV_POPULATE_WRITE 23  // Linux >= 5.14
@@ -45,13 +46,13 @@ void Populate(uint8_t* block, size_t size) {
 struct BlockPool::State {
   size_t block_size = 0;
   size_t keep = 0;
-  std::mutex mu;  // guards the members below
-  std::vector<uint8_t*> free;
-  size_t mapped = 0;
+  Mutex mu;
+  std::vector<uint8_t*> free GUARDED_BY(mu);
+  size_t mapped GUARDED_BY(mu) = 0;
 
-  void Put(uint8_t* block) {
+  void Put(uint8_t* block) EXCLUDES(mu) {
     {
-      std::lock_guard lock(mu);
+      MutexLock lock(&mu);
       if (free.size() < keep) {
         free.push_back(block);
         return;
@@ -78,13 +79,13 @@ size_t BlockPool::block_size() const { return state_->block_size; }
 void BlockPool::Prefault(size_t count) {
   for (size_t i = 0; i < count; ++i) {
     {
-      std::lock_guard lock(state_->mu);
+      MutexLock lock(&state_->mu);
       if (state_->free.size() >= state_->keep) return;
     }
     uint8_t* block = MapBlock(state_->block_size);
     if (block == nullptr) return;
     Populate(block, state_->block_size);
-    std::lock_guard lock(state_->mu);
+    MutexLock lock(&state_->mu);
     ++state_->mapped;
     state_->free.push_back(block);
   }
@@ -93,7 +94,7 @@ void BlockPool::Prefault(size_t count) {
 std::shared_ptr<uint8_t[]> BlockPool::Get() {
   uint8_t* block = nullptr;
   {
-    std::lock_guard lock(state_->mu);
+    MutexLock lock(&state_->mu);
     if (!state_->free.empty()) {
       block = state_->free.back();
       state_->free.pop_back();
@@ -102,7 +103,7 @@ std::shared_ptr<uint8_t[]> BlockPool::Get() {
   if (block == nullptr) {
     block = MapBlock(state_->block_size);
     if (block == nullptr) return nullptr;
-    std::lock_guard lock(state_->mu);
+    MutexLock lock(&state_->mu);
     ++state_->mapped;
   }
   // The deleter holds the state, so a block may outlive the pool object.
@@ -110,7 +111,7 @@ std::shared_ptr<uint8_t[]> BlockPool::Get() {
 }
 
 size_t BlockPool::mapped_blocks() const {
-  std::lock_guard lock(state_->mu);
+  MutexLock lock(&state_->mu);
   return state_->mapped;
 }
 

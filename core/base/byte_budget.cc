@@ -3,28 +3,28 @@
 namespace gpuckpt {
 
 bool ByteBudget::TryAcquire(uint64_t bytes) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   if (!Fits(bytes)) return false;
   used_ += bytes;
   return true;
 }
 
 void ByteBudget::Acquire(uint64_t bytes) {
-  std::unique_lock lock(mu_);
-  released_.wait(lock, [&] { return Fits(bytes); });
+  MutexLock lock(&mu_);
+  while (!Fits(bytes)) released_.Wait(mu_);
   used_ += bytes;
 }
 
 void ByteBudget::Release(uint64_t bytes) {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     used_ -= bytes < used_ ? bytes : used_;
   }
-  released_.notify_all();
+  released_.NotifyAll();
 }
 
 uint64_t ByteBudget::used() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   return used_;
 }
 

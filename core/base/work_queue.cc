@@ -48,15 +48,15 @@ WorkQueue::WorkQueue(unsigned threads, uint64_t max_bytes_in_flight,
 WorkQueue::~WorkQueue() { Finish().PermitUnchecked(); }
 
 Status WorkQueue::Submit(uint64_t bytes, Task task) {
-  std::unique_lock lock(mu_);
-  auto has_room = [&] {
+  MutexLock lock(&mu_);
+  auto has_room = [&]() REQUIRES(mu_) {
     return !first_error_.ok() || bytes_in_flight_ == 0 || bytes_in_flight_ + bytes <= max_bytes_;
   };
   if (!has_room()) {
     // The producer now waits for the workers: they must not wait for idle
     // cores.
     priority_ = Priority::kNormal;
-    space_ready_.wait(lock, has_room);
+    while (!has_room()) space_ready_.Wait(mu_);
   }
   if (!first_error_.ok()) return first_error_;
   if (stopping_) return Status::Internal("task submitted to a finished WorkQueue");
@@ -65,44 +65,44 @@ Status WorkQueue::Submit(uint64_t bytes, Task task) {
     // Other queues hold the shared budget: wait for them, not holding mu_
     // (this queue's workers take it to finish their tasks).
     priority_ = Priority::kNormal;
-    lock.unlock();
+    lock.Unlock();
     shared_->Acquire(bytes);
-    lock.lock();
+    lock.Lock();
   }
   queue_.push_back(Item{bytes, std::move(task)});
-  lock.unlock();
-  work_ready_.notify_one();
+  lock.Unlock();
+  work_ready_.NotifyOne();
   return Status::Ok();
 }
 
 Status WorkQueue::Finish() {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     stopping_ = true;
   }
-  work_ready_.notify_all();
+  work_ready_.NotifyAll();
   for (auto& t : workers_) {
     if (t.joinable()) t.join();
   }
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   return first_error_;
 }
 
 void WorkQueue::SetPriority(Priority priority) {
   if (priority == Priority::kBackground && !CanLeaveIdlePriority()) return;
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   priority_ = priority;
 }
 
 WorkQueue::Priority WorkQueue::priority() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   return priority_;
 }
 
 void WorkQueue::ApplyPriority(Priority* applied) {
   Priority wanted;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     wanted = priority_;
   }
   if (wanted == *applied) return;
@@ -115,16 +115,16 @@ void WorkQueue::ApplyPriority(Priority* applied) {
 
 void WorkQueue::Run(unsigned worker) {
   Priority applied = Priority::kNormal;
-  std::unique_lock lock(mu_);
+  MutexLock lock(&mu_);
   for (;;) {
-    work_ready_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+    while (!stopping_ && queue_.empty()) work_ready_.Wait(mu_);
     if (queue_.empty()) break;  // stopping and drained
     Item item = std::move(queue_.front());
     queue_.pop_front();
     const bool skip = !first_error_.ok();
     ++busy_;
     const bool reschedule = priority_ != applied;
-    lock.unlock();
+    lock.Unlock();
     if (reschedule) ApplyPriority(&applied);
     Status s;
     if (!skip) {
@@ -137,11 +137,11 @@ void WorkQueue::Run(unsigned worker) {
     }
     item.task = nullptr;  // free captured buffers before taking the lock
     if (shared_) shared_->Release(item.bytes);
-    lock.lock();
+    lock.Lock();
     --busy_;
     bytes_in_flight_ -= item.bytes;
     if (!s.ok() && first_error_.ok()) first_error_ = s;
-    space_ready_.notify_all();
+    space_ready_.NotifyAll();
   }
 }
 

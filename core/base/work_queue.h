@@ -17,15 +17,14 @@
 #ifndef GPUCKPT_CORE_BASE_WORK_QUEUE_H_
 #define GPUCKPT_CORE_BASE_WORK_QUEUE_H_
 
-#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <thread>
 #include <vector>
 
+#include "core/base/mutex.h"
 #include "gpuckpt/byte_budget.h"
 #include "gpuckpt/status.h"
 
@@ -48,10 +47,10 @@ class WorkQueue {
   // bound (or the shared budget) would be exceeded (a single task larger
   // than the bound still runs, alone). Returns the first error of any task
   // so far.
-  Status Submit(uint64_t bytes, Task task);
+  Status Submit(uint64_t bytes, Task task) EXCLUDES(mu_);
 
   // Waits for every queued task, stops the workers, returns the first error.
-  Status Finish();
+  Status Finish() EXCLUDES(mu_);
 
   // kBackground: workers run their next tasks under SCHED_IDLE, only when a
   // core is otherwise idle. The queue returns to kNormal by itself as soon
@@ -60,15 +59,15 @@ class WorkQueue {
   // could not return a thread from SCHED_IDLE (no CAP_SYS_NICE and an
   // RLIMIT_NICE below 20), kBackground is ignored. Default: kNormal.
   enum class Priority { kNormal, kBackground };
-  void SetPriority(Priority priority);
-  Priority priority() const;
+  void SetPriority(Priority priority) EXCLUDES(mu_);
+  Priority priority() const EXCLUDES(mu_);
 
   unsigned threads() const { return static_cast<unsigned>(workers_.size()); }
 
  private:
-  void Run(unsigned worker);
+  void Run(unsigned worker) EXCLUDES(mu_);
   // Applies priority_ to the calling worker if it runs under another one.
-  void ApplyPriority(Priority* applied);
+  void ApplyPriority(Priority* applied) EXCLUDES(mu_);
 
   struct Item {
     uint64_t bytes;
@@ -76,15 +75,16 @@ class WorkQueue {
   };
   const uint64_t max_bytes_;
   const std::shared_ptr<ByteBudget> shared_;
-  mutable std::mutex mu_;  // guards everything below
-  std::condition_variable work_ready_;
-  std::condition_variable space_ready_;
-  std::deque<Item> queue_;
-  uint64_t bytes_in_flight_ = 0;
-  unsigned busy_ = 0;
-  bool stopping_ = false;
-  Priority priority_ = Priority::kNormal;
-  Status first_error_;
+  mutable Mutex mu_;
+  CondVar work_ready_;
+  CondVar space_ready_;
+  std::deque<Item> queue_ GUARDED_BY(mu_);
+  uint64_t bytes_in_flight_ GUARDED_BY(mu_) = 0;
+  unsigned busy_ GUARDED_BY(mu_) = 0;
+  bool stopping_ GUARDED_BY(mu_) = false;
+  Priority priority_ GUARDED_BY(mu_) = Priority::kNormal;
+  Status first_error_ GUARDED_BY(mu_);
+  // Written by the constructor alone, before any other thread runs.
   std::vector<std::thread> workers_;
 };
 

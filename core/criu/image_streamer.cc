@@ -13,10 +13,11 @@
 #include <cerrno>
 #include <cstring>
 #include <list>
-#include <mutex>
 #include <optional>
 #include <thread>
 #include <vector>
+
+#include "core/base/mutex.h"
 
 namespace gpuckpt {
 
@@ -268,16 +269,18 @@ class FileWorkers {
     workers_.push_back({std::move(thread), done});
   }
 
-  void Fail(const Status& status) {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (first_error_.ok()) first_error_ = status;
+  void Fail(const Status& status) EXCLUDES(mu_) {
+    {
+      MutexLock lock(&mu_);
+      if (first_error_.ok()) first_error_ = status;
+    }
     socket_->Shutdown();
   }
 
-  Status JoinAll() {
+  Status JoinAll() EXCLUDES(mu_) {
     for (Worker& w : workers_) w.thread.join();
     workers_.clear();
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     return first_error_;
   }
 
@@ -302,8 +305,8 @@ class FileWorkers {
 
   StreamerSocket* const socket_;
   std::list<Worker> workers_;  // only the serving thread touches the list
-  std::mutex mu_;
-  Status first_error_;
+  Mutex mu_;
+  Status first_error_ GUARDED_BY(mu_);
 };
 
 // Whether the reader of pipe write end `fd` is gone (poll reports POLLERR).

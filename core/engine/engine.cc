@@ -367,7 +367,7 @@ void Engine::FinishWorkDir(const std::string& dir, bool ok) {
   }
   std::string drop;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     kept_work_dirs_.push_back(dir);
     if (kept_work_dirs_.size() > kKeptWorkDirs) {
       drop = kept_work_dirs_.front();
@@ -539,20 +539,20 @@ std::string Engine::ProcessStatus(const ProcessInfo& p) {
 }
 
 std::string Engine::RestoreResult(uint32_t uid) const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   auto it = restore_results_.find(uid);
   return it == restore_results_.end() ? "none\n" : it->second.text;
 }
 
 int64_t Engine::RestoreResultTime(uint32_t uid) const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   auto it = restore_results_.find(uid);
   return it == restore_results_.end() ? started_ns_ : it->second.set_ns;
 }
 
 void Engine::SetRestoreResult(uint32_t uid, std::string text) {
   if (text.empty() || text.back() != '\n') text += '\n';
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   restore_results_[uid] = RestoreText{std::move(text), UnixNowNs()};
 }
 
@@ -561,7 +561,7 @@ std::string Engine::MetricsText() {
   {
     // The scan runs at the first scrape after a change, not at every
     // scrape: changes are operations, each far costlier than the scan.
-    std::lock_guard lock(stats_mu_);
+    MutexLock lock(&stats_mu_);
     if (!store_stats_ || store_changed_.load(std::memory_order_relaxed)) {
       store_changed_.store(false, std::memory_order_relaxed);
       if (auto fresh = store_->Stats(); fresh.ok()) {

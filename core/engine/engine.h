@@ -23,12 +23,12 @@
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "core/base/mutex.h"
 #include "core/criu/criu_runner.h"
 #include "core/criu/images.h"
 #include "core/engine/metrics.h"
@@ -164,16 +164,16 @@ class Engine {
   // The same as a JSON object (<pid>/status.json; schema in README.md).
   nlohmann::json ProcessStatusJson(const ProcessInfo& process);
   // The text of `restore` for `uid`: "pid N", "error: ...", or "none".
-  std::string RestoreResult(uint32_t uid) const;
+  std::string RestoreResult(uint32_t uid) const EXCLUDES(mu_);
   // When that text last changed (CLOCK_REALTIME ns): the daemon's start
   // when it never did.
-  int64_t RestoreResultTime(uint32_t uid) const;
-  void SetRestoreResult(uint32_t uid, std::string text);
+  int64_t RestoreResultTime(uint32_t uid) const EXCLUDES(mu_);
+  void SetRestoreResult(uint32_t uid, std::string text) EXCLUDES(mu_);
   // The `metrics` file. The store's totals in it (StoreStats, a scan of the
   // chunk index) are computed again only at the first call after the store
   // changed (an operation ended, NoteStoreChanged()); else the last ones
   // are shown.
-  std::string MetricsText();
+  std::string MetricsText() EXCLUDES(stats_mu_);
   // Says that the store changed outside the engine (a checkpoint removed).
   void NoteStoreChanged() { store_changed_.store(true, std::memory_order_relaxed); }
   // When this engine started (CLOCK_REALTIME ns).
@@ -202,7 +202,7 @@ class Engine {
     bool succeeded_ = false;
   };
   Result<std::unique_ptr<WorkDir>> MakeWorkDir(const std::string& label);
-  void FinishWorkDir(const std::string& dir, bool ok);
+  void FinishWorkDir(const std::string& dir, bool ok) EXCLUDES(mu_);
   Result<std::string> NextCheckpointName(int pid);
   // Refuses (kNoSpace) when `caller` (not root) is limited by a quota that
   // `worst_case_bytes` more could exceed; `what` names the operation.
@@ -306,20 +306,22 @@ class Engine {
 
   const int64_t started_ns_;
 
-  // The store's totals for `metrics`; stats_mu_ is held through a scan, so
-  // that concurrent scrapes wait for one scan rather than each running one.
-  std::mutex stats_mu_;
-  std::optional<StoreStats> store_stats_;
+  // The store's totals for `metrics`. stats_mu_ is held through a scan (the
+  // store's I/O), so that concurrent scrapes wait for one scan rather than
+  // each running one; only scrapes take it, so it blocks nothing else.
+  Mutex stats_mu_;
+  std::optional<StoreStats> store_stats_ GUARDED_BY(stats_mu_);
   std::atomic<bool> store_changed_{true};
 
   struct RestoreText {
     std::string text;
     int64_t set_ns = 0;
   };
-  mutable std::mutex mu_;                            // guards the members below
-  std::map<uint32_t, RestoreText> restore_results_;  // by uid
-  std::vector<std::string> kept_work_dirs_;          // --keep-logs: the newest work dirs
-  uint64_t work_counter_ = 0;
+  mutable Mutex mu_;
+  std::map<uint32_t, RestoreText> restore_results_ GUARDED_BY(mu_);  // by uid
+  // --keep-logs: the newest work dirs
+  std::vector<std::string> kept_work_dirs_ GUARDED_BY(mu_);
+  uint64_t work_counter_ GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace gpuckpt

@@ -49,24 +49,24 @@ Metrics::Metrics() {
 }
 
 void Metrics::CountOperation(const std::string& operation, const std::string& result) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   ++operations_[{operation, result}];
 }
 
 void Metrics::AddCheckpointBytes(uint64_t logical, uint64_t added, uint64_t stored) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   logical_bytes_ += logical;
   new_bytes_ += added;
   stored_bytes_ += stored;
 }
 
 void Metrics::ObserveStage(const std::string& operation, const std::string& stage, double seconds) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   stages_[{operation, stage}].Observe(seconds);
 }
 
 void Metrics::ObserveFrozen(double seconds) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   frozen_.Observe(seconds);
   frozen_last_ = seconds;
   frozen_max_ = std::max(frozen_max_, seconds);
@@ -108,7 +108,7 @@ void Single(std::string* out, const char* name, const char* type, const char* he
 }  // namespace
 
 std::string Metrics::Render(const CacheStats& cache, const std::optional<StoreStats>& store) const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   std::string out;
   Header(&out, "gpuckpt_build_info", "gauge",
          "The running gpuckptfs: 1, labelled with its version and the commit it was built from.");

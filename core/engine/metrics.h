@@ -12,12 +12,12 @@
 #include <array>
 #include <cstdint>
 #include <map>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "core/base/mutex.h"
 #include "gpuckpt/status.h"
 #include "gpuckpt/store_types.h"
 
@@ -35,15 +35,17 @@ class Metrics {
   Metrics();
 
   // `operation` is one of Operations(); `result` "ok" or ResultLabel().
-  void CountOperation(const std::string& operation, const std::string& result);
-  void AddCheckpointBytes(uint64_t logical, uint64_t added, uint64_t stored);
+  void CountOperation(const std::string& operation, const std::string& result) EXCLUDES(mu_);
+  void AddCheckpointBytes(uint64_t logical, uint64_t added, uint64_t stored) EXCLUDES(mu_);
   // `operation`/`stage`: checkpoint/dump, checkpoint/commit, restore/restore.
-  void ObserveStage(const std::string& operation, const std::string& stage, double seconds);
+  void ObserveStage(const std::string& operation, const std::string& stage, double seconds)
+      EXCLUDES(mu_);
   // How long a successful checkpoint kept its job frozen (FrozenTime).
-  void ObserveFrozen(double seconds);
+  void ObserveFrozen(double seconds) EXCLUDES(mu_);
 
   // `store`: the store's totals, where known.
-  std::string Render(const CacheStats& cache, const std::optional<StoreStats>& store) const;
+  std::string Render(const CacheStats& cache, const std::optional<StoreStats>& store) const
+      EXCLUDES(mu_);
 
  private:
   struct Histogram {
@@ -55,15 +57,15 @@ class Metrics {
   static void RenderHistogram(const std::string& name, const std::string& labels,
                               const Histogram& h, std::string* out);
 
-  mutable std::mutex mu_;
-  std::map<std::pair<std::string, std::string>, uint64_t> operations_;
-  uint64_t logical_bytes_ = 0;
-  uint64_t new_bytes_ = 0;
-  uint64_t stored_bytes_ = 0;
-  std::map<std::pair<std::string, std::string>, Histogram> stages_;
-  Histogram frozen_;
-  double frozen_last_ = 0;
-  double frozen_max_ = 0;
+  mutable Mutex mu_;
+  std::map<std::pair<std::string, std::string>, uint64_t> operations_ GUARDED_BY(mu_);
+  uint64_t logical_bytes_ GUARDED_BY(mu_) = 0;
+  uint64_t new_bytes_ GUARDED_BY(mu_) = 0;
+  uint64_t stored_bytes_ GUARDED_BY(mu_) = 0;
+  std::map<std::pair<std::string, std::string>, Histogram> stages_ GUARDED_BY(mu_);
+  Histogram frozen_ GUARDED_BY(mu_);
+  double frozen_last_ GUARDED_BY(mu_) = 0;
+  double frozen_max_ GUARDED_BY(mu_) = 0;
 };
 
 // The label for a failed operation's Status ("busy", "denied", ...); one

@@ -17,7 +17,7 @@ std::vector<std::string> SplitLines(const std::string& text) {
 }
 
 Result<std::unique_ptr<OperationBoard::Ticket>> OperationBoard::Begin(int pid, std::string kind) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   Entry& e = entries_[pid];
   if (e.in_flight) {
     return Status::Busy("a " + e.kind + " of process " + std::to_string(pid) +
@@ -41,7 +41,7 @@ std::unique_ptr<OperationBoard::Ticket> OperationBoard::Unlisted() {
 }
 
 std::optional<OperationInFlight> OperationBoard::InFlightInfo(int pid) const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   auto it = entries_.find(pid);
   if (it == entries_.end() || !it->second.in_flight) return std::nullopt;
   const Entry& e = it->second;
@@ -66,7 +66,7 @@ std::string OperationBoard::Last(int pid) const {
 }
 
 std::optional<OperationOutcome> OperationBoard::LastOutcome(int pid) const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   auto it = entries_.find(pid);
   if (it == entries_.end()) return std::nullopt;
   return it->second.last;
@@ -74,7 +74,7 @@ std::optional<OperationOutcome> OperationBoard::LastOutcome(int pid) const {
 
 OperationBoard::Ticket::~Ticket() {
   if (board_ == nullptr) return;
-  std::lock_guard lock(board_->mu_);
+  MutexLock lock(&board_->mu_);
   Entry& e = board_->entries_[pid_];
   e.in_flight = false;
   e.ticket = nullptr;
@@ -88,13 +88,13 @@ OperationBoard::Ticket::~Ticket() {
 
 void OperationBoard::Ticket::SetStage(std::string stage) {
   if (board_ == nullptr) return;
-  std::lock_guard lock(board_->mu_);
+  MutexLock lock(&board_->mu_);
   board_->entries_[pid_].stage = std::move(stage);
 }
 
 void OperationBoard::Ticket::SetResult(std::string summary) {
   if (board_ == nullptr) return;
-  std::lock_guard lock(board_->mu_);
+  MutexLock lock(&board_->mu_);
   OperationOutcome& o = board_->entries_[pid_].pending;
   o.ok = true;
   o.summary = std::move(summary);
@@ -103,7 +103,7 @@ void OperationBoard::Ticket::SetResult(std::string summary) {
 void OperationBoard::Ticket::SetFailure(const Status& status, std::vector<std::string> detail) {
   if (board_ == nullptr) return;
   std::vector<std::string> lines = SplitLines(status.message());
-  std::lock_guard lock(board_->mu_);
+  MutexLock lock(&board_->mu_);
   OperationOutcome& o = board_->entries_[pid_].pending;
   o.ok = false;
   o.summary = o.operation + " failed: " + (lines.empty() ? status.ToString() : lines.front());
@@ -118,20 +118,20 @@ void OperationBoard::Ticket::SetFailure(const Status& status, std::vector<std::s
 
 void OperationBoard::Ticket::AddDetail(const std::vector<std::string>& lines) {
   if (board_ == nullptr) return;
-  std::lock_guard lock(board_->mu_);
+  MutexLock lock(&board_->mu_);
   for (const auto& line : lines)
     for (auto& part : SplitLines(line)) board_->entries_[pid_].pending.detail.push_back(part);
 }
 
 void OperationBoard::Ticket::SetCriuLog(std::string path) {
   if (board_ == nullptr) return;
-  std::lock_guard lock(board_->mu_);
+  MutexLock lock(&board_->mu_);
   board_->entries_[pid_].pending.criu_log = std::move(path);
 }
 
 void OperationBoard::Ticket::SetCheckpoint(std::string id) {
   if (board_ == nullptr) return;
-  std::lock_guard lock(board_->mu_);
+  MutexLock lock(&board_->mu_);
   board_->entries_[pid_].pending.checkpoint = std::move(id);
 }
 

@@ -13,11 +13,11 @@
 #include <cstdint>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "core/base/mutex.h"
 #include "gpuckpt/status.h"
 
 namespace gpuckpt {
@@ -51,7 +51,7 @@ class OperationBoard {
   class Ticket;
 
   // Marks an operation of `kind` ("checkpoint") on `pid` in flight.
-  Result<std::unique_ptr<Ticket>> Begin(int pid, std::string kind);
+  Result<std::unique_ptr<Ticket>> Begin(int pid, std::string kind) EXCLUDES(mu_);
   // A ticket for an operation no process's status shows and nothing needs
   // to keep off others: the restore of a tree with a pid namespace of its
   // own, whose pids (1 at its root) are no process's here until it is
@@ -59,12 +59,12 @@ class OperationBoard {
   static std::unique_ptr<Ticket> Unlisted();
 
   // "idle", or "checkpoint (stage dump, 1.2 GB read, 3.4 s)".
-  std::string InFlight(int pid) const;
-  std::optional<OperationInFlight> InFlightInfo(int pid) const;
+  std::string InFlight(int pid) const EXCLUDES(mu_);
+  std::optional<OperationInFlight> InFlightInfo(int pid) const EXCLUDES(mu_);
   // The last operation's summary line, or "none".
-  std::string Last(int pid) const;
+  std::string Last(int pid) const EXCLUDES(mu_);
   // The last operation's outcome, once one has ended (or set one).
-  std::optional<OperationOutcome> LastOutcome(int pid) const;
+  std::optional<OperationOutcome> LastOutcome(int pid) const EXCLUDES(mu_);
 
   class Ticket {
    public:
@@ -103,8 +103,8 @@ class OperationBoard {
     OperationOutcome pending;
     std::optional<OperationOutcome> last;
   };
-  mutable std::mutex mu_;
-  std::map<int, Entry> entries_;
+  mutable Mutex mu_;
+  std::map<int, Entry> entries_ GUARDED_BY(mu_);
 };
 
 // `text` split into lines, empty ones dropped.

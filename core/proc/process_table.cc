@@ -127,24 +127,24 @@ void ProcessTable::AddLaunchers(const std::unordered_map<int, uint64_t>& start_t
 }
 
 Result<std::vector<ProcessInfo>> ProcessTable::List() {
-  std::unique_lock lock(mu_);
+  MutexLock lock(&mu_);
   for (;;) {
     if (FreshLocked(Clock::now())) return list_;
     if (!scanning_) break;
-    scan_done_.wait(lock);
+    scan_done_.Wait(mu_);
   }
   scanning_ = true;
   const uint64_t generation = generation_;
   const Clock::time_point started = Clock::now();
   DeviceMap old_devices = devices_;
   KeySet tracked = tracked_;
-  lock.unlock();
+  lock.Unlock();
 
   Result<ScanResult> scan = Scan(old_devices, tracked);
 
-  lock.lock();
+  lock.Lock();
   scanning_ = false;
-  scan_done_.notify_all();
+  scan_done_.NotifyAll();
   if (!scan.ok()) return scan.status();
   ++counters_.scans;
   counters_.device_scans += scan->device_scans;
@@ -168,7 +168,7 @@ Result<std::vector<std::string>> ProcessTable::CachedDevicesOf(const ProcessHand
                                                                Clock::time_point now) {
   DeviceMap cached;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     auto it = devices_.find(key);
     if (it != devices_.end()) cached.emplace(key, it->second);
   }
@@ -176,7 +176,7 @@ Result<std::vector<std::string>> ProcessTable::CachedDevicesOf(const ProcessHand
   GPUCKPT_ASSIGN_OR_RETURN(std::vector<std::string> devices,
                            DevicesOf(handle, key, cached, now, &scanned));
   if (scanned) {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     ++counters_.device_scans;
     devices_[key] = Devices{devices, now};
   }
@@ -216,7 +216,7 @@ Result<ProcessInfo> ProcessTable::Get(int pid) {
 
   bool tracked = false;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     tracked = tracked_.count(key) != 0;
   }
   const Clock::time_point now = Clock::now();
@@ -249,19 +249,19 @@ Status ProcessTable::Track(int pid) {
   if (info.zombie()) return Status::NoSuchProcess(name + " has exited (zombie)");
   // A thread id is not a process (ReadStatus says so).
   GPUCKPT_RETURN_IF_ERROR(handle.ReadStatus(&info));
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   tracked_.insert(Key{pid, info.start_time});
   ++generation_;
   return Status::Ok();
 }
 
 void ProcessTable::Invalidate() {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   ++generation_;
 }
 
 ProcessTable::Counters ProcessTable::counters() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   return counters_;
 }
 

@@ -35,15 +35,14 @@
 #define GPUCKPT_CORE_PROC_PROCESS_TABLE_H_
 
 #include <chrono>
-#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
-#include <mutex>
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
 #include <vector>
 
+#include "core/base/mutex.h"
 #include "core/proc/process_info.h"
 #include "gpuckpt/status.h"
 
@@ -88,30 +87,30 @@ class ProcessTable {
 
   // The shown processes, sorted by pid. Processes that exit during the scan
   // are left out. Fails only when proc_root itself cannot be read.
-  Result<std::vector<ProcessInfo>> List();
+  Result<std::vector<ProcessInfo>> List() EXCLUDES(mu_);
 
   // One process by pid if it is shown, read now (no full scan; its GPU
   // devices, and for one without any its children's, come from the cache
   // when fresh). kNoSuchProcess if it is gone or not shown, the message
   // saying which.
-  Result<ProcessInfo> Get(int pid);
+  Result<ProcessInfo> Get(int pid) EXCLUDES(mu_);
 
   // `track <pid>`: show this process from now on, even without GPU devices;
   // forgotten once it exits (a later process with its pid is not tracked).
   // kNoSuchProcess if gone, kInvalidArgument for a kernel thread or the
   // daemon itself. Checking that the caller may do this is up to the caller
   // (MayCheckpoint()).
-  Status Track(int pid);
+  Status Track(int pid) EXCLUDES(mu_);
 
   // The next List() scans again (after a checkpoint --kill, a restore).
-  void Invalidate();
+  void Invalidate() EXCLUDES(mu_);
 
   // Counters, for tests and metrics.
   struct Counters {
     uint64_t scans = 0;         // full /proc scans by List()
     uint64_t device_scans = 0;  // processes whose fds and maps were read
   };
-  Counters counters() const;
+  Counters counters() const EXCLUDES(mu_);
 
  private:
   using Clock = std::chrono::steady_clock;
@@ -139,7 +138,7 @@ class ProcessTable {
     KeySet alive;  // every live user process seen, shown or not
     uint64_t device_scans = 0;
   };
-  Result<ScanResult> Scan(const DeviceMap& old_devices, const KeySet& tracked) const;
+  Result<ScanResult> Scan(const DeviceMap& old_devices, const KeySet& tracked) const EXCLUDES(mu_);
   // Adds to result->shown the job launchers among the processes the scan
   // saw (start_times: pid -> start_time of each), and their gpu_children
   // to launchers already shown; result->shown ends sorted by pid.
@@ -150,28 +149,30 @@ class ProcessTable {
   // (and *scanned set). kNoSuchProcess if it exited.
   Result<std::vector<std::string>> DevicesOf(const ProcessHandle& handle, const Key& key,
                                              const DeviceMap& cache, Clock::time_point now,
-                                             bool* scanned) const;
+                                             bool* scanned) const EXCLUDES(mu_);
   // DevicesOf with devices_ as the cache, kept up to date (for Get()).
   Result<std::vector<std::string>> CachedDevicesOf(const ProcessHandle& handle, const Key& key,
-                                                   Clock::time_point now);
+                                                   Clock::time_point now) EXCLUDES(mu_);
   // The direct children of `parent` that hold GPU devices, sorted (for Get()).
-  Result<std::vector<int>> GpuChildrenOf(const ProcessHandle& parent, Clock::time_point now);
-  bool FreshLocked(Clock::time_point now) const;
+  Result<std::vector<int>> GpuChildrenOf(const ProcessHandle& parent, Clock::time_point now)
+      EXCLUDES(mu_);
+  bool FreshLocked(Clock::time_point now) const REQUIRES(mu_);
 
   const ProcessTableOptions options_;
   const int self_pid_;
 
-  mutable std::mutex mu_;  // leaf lock; never held during /proc reads
-  std::condition_variable scan_done_;
-  bool scanning_ = false;         // a List() scan is in flight (guarded by mu_)
-  uint64_t generation_ = 0;       // bumped by Invalidate() and Track()
-  uint64_t list_generation_ = 0;  // generation_ when the scan behind list_ began
-  bool have_list_ = false;
-  Clock::time_point listed_at_;  // when the scan behind list_ began
-  std::vector<ProcessInfo> list_;
-  DeviceMap devices_;
-  KeySet tracked_;
-  Counters counters_;
+  mutable Mutex mu_;  // leaf lock; never held during /proc reads
+  CondVar scan_done_;
+  bool scanning_ GUARDED_BY(mu_) = false;    // a List() scan is in flight
+  uint64_t generation_ GUARDED_BY(mu_) = 0;  // bumped by Invalidate() and Track()
+  // generation_ when the scan behind list_ began
+  uint64_t list_generation_ GUARDED_BY(mu_) = 0;
+  bool have_list_ GUARDED_BY(mu_) = false;
+  Clock::time_point listed_at_ GUARDED_BY(mu_);  // when the scan behind list_ began
+  std::vector<ProcessInfo> list_ GUARDED_BY(mu_);
+  DeviceMap devices_ GUARDED_BY(mu_);
+  KeySet tracked_ GUARDED_BY(mu_);
+  Counters counters_ GUARDED_BY(mu_);
 };
 
 }  // namespace gpuckpt

@@ -20,14 +20,13 @@
 #include <atomic>
 #include <chrono>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <set>
-#include <shared_mutex>
 #include <string>
 #include <vector>
 
 #include "core/base/block_pool.h"
+#include "core/base/mutex.h"
 #include "core/base/work_queue.h"
 #include "core/snapshot/base_extents.h"
 #include "core/snapshot/store_impl.h"
@@ -51,8 +50,8 @@ class SnapshotWriterImpl final : public SnapshotWriter {
   Status AddFile(const FileEntry& meta, int fd) override;
   Status AddStream(const FileEntry& meta, const ReadFn& read) override;
   Status AddEntry(const FileEntry& meta) override;
-  void SetExtraJson(std::string extra_json) override {
-    std::lock_guard lock(entries_mu_);
+  void SetExtraJson(std::string extra_json) override EXCLUDES(entries_mu_) {
+    MutexLock lock(&entries_mu_);
     spec_.extra_json = std::move(extra_json);
   }
   void SetBackground(bool background) override {
@@ -80,18 +79,18 @@ class SnapshotWriterImpl final : public SnapshotWriter {
 
   // `base`: the base snapshot's extent at the same offset of the same file.
   Status ProcessChunk(unsigned worker, uint32_t file_index, uint64_t offset, const uint8_t* data,
-                      size_t len, const std::optional<Extent>& base);
+                      size_t len, const std::optional<Extent>& base) EXCLUDES(totals_mu_);
   Status WriteBatch(Batch* b);
-  Result<uint32_t> AppendEntry(FileEntry entry);  // the new file index
+  Result<uint32_t> AppendEntry(FileEntry entry) EXCLUDES(entries_mu_);  // the new file index
   bool IsPageImage(const std::string& path) const;
-  Status Fail(Status s);
-  Status failed() const {
-    std::lock_guard lock(entries_mu_);
+  Status Fail(Status s) EXCLUDES(entries_mu_);
+  Status failed() const EXCLUDES(entries_mu_) {
+    MutexLock lock(&entries_mu_);
     return failed_;
   }
 
   StoreImpl* store_;
-  std::shared_lock<std::shared_mutex> gc_guard_;
+  SharedMutexHold gc_guard_;
   SnapshotSpec spec_;
   uint64_t key_;
   Chunker generic_;
@@ -107,16 +106,17 @@ class SnapshotWriterImpl final : public SnapshotWriter {
   std::unique_ptr<WorkQueue> queue_;
   std::vector<std::unique_ptr<Batch>> batches_;  // one per worker, used only by it
 
-  std::mutex totals_mu_;
-  std::vector<FileTotals> totals_;  // by file index
+  Mutex totals_mu_;
+  std::vector<FileTotals> totals_ GUARDED_BY(totals_mu_);  // by file index
 
   // AddFile() may run on several threads at once (CRIU streams several
-  // image files at a time); entries_mu_ guards what they share. Lock order:
-  // entries_mu_ before totals_mu_.
-  mutable std::mutex entries_mu_;
-  std::vector<FileEntry> entries_;  // by file index
-  std::set<std::string> paths_;
-  Status failed_;  // sticky: a writer that failed once cannot be committed
+  // image files at a time); entries_mu_ guards what they share, and
+  // spec_.extra_json (SetExtraJson()).
+  mutable Mutex entries_mu_ ACQUIRED_BEFORE(totals_mu_);
+  std::vector<FileEntry> entries_ GUARDED_BY(entries_mu_);  // by file index
+  std::set<std::string> paths_ GUARDED_BY(entries_mu_);
+  // Sticky: a writer that failed once cannot be committed.
+  Status failed_ GUARDED_BY(entries_mu_);
   std::atomic<uint64_t> bytes_read_{0};
   ProgressFn progress_;
   uint64_t progress_total_ = 0;

@@ -72,7 +72,7 @@ SnapshotPin& SnapshotPin::operator=(SnapshotPin&& other) noexcept {
 void SnapshotPin::Release() {
   if (!registry_) return;
   {
-    std::lock_guard lock(registry_->mu);
+    MutexLock lock(&registry_->mu);
     auto found = registry_->keys.find(key_);
     if (found != registry_->keys.end()) registry_->keys.erase(found);
   }
@@ -112,7 +112,11 @@ StoreImpl::~StoreImpl() {
 }
 
 Result<uint64_t> StoreImpl::AllocateSnapshotKey() {
-  std::lock_guard lock(key_mu_);
+  // Held across the synced write below: the stored value must only grow,
+  // and two allocations writing outside the lock could store the smaller
+  // last, handing its successor out again after a crash. Only
+  // BeginSnapshot() comes here, once per snapshot.
+  MutexLock lock(&key_mu_);
   std::string value;
   uint64_t next = 1;
   rocksdb::Status s =
@@ -148,32 +152,20 @@ Result<std::unique_ptr<SnapshotWriter>> StoreImpl::BeginSnapshot(
   // start on a disk without the room rm and gc need.
   GPUCKPT_RETURN_IF_ERROR(db_->PrepareWrite(StoreDb::Purpose::kIngest));
   GPUCKPT_ASSIGN_OR_RETURN(const uint64_t key, AllocateSnapshotKey());
-  {
-    std::lock_guard lock(names_mu_);
-    if (spec.name.empty()) {
-      // The next free number, starting from the key.
-      for (uint64_t n = key;; ++n) {
-        std::string candidate = std::to_string(n);
-        std::string ignored;
-        rocksdb::Status s =
-            db_->db()->Get(rocksdb::ReadOptions(), db_->snapshots(), candidate, &ignored);
-        if (!s.ok() && !s.IsNotFound()) return FromRocks(s, "looking up snapshot names");
-        if (s.IsNotFound() && reserved_names_.count(candidate) == 0) {
-          spec.name = candidate;
-          break;
-        }
+  if (spec.name.empty()) {
+    // The next free number, starting from the key.
+    for (uint64_t n = key;; ++n) {
+      std::string candidate = std::to_string(n);
+      Status reserved = ReserveUnusedName(candidate);
+      if (reserved.ok()) {
+        spec.name = std::move(candidate);
+        break;
       }
-    } else {
-      GPUCKPT_RETURN_IF_ERROR(ValidateSnapshotName(spec.name));
-      std::string ignored;
-      rocksdb::Status s =
-          db_->db()->Get(rocksdb::ReadOptions(), db_->snapshots(), spec.name, &ignored);
-      if (s.ok() || reserved_names_.count(spec.name) != 0) {
-        return Status::AlreadyExists("snapshot '" + spec.name + "' already exists");
-      }
-      if (!s.IsNotFound()) return FromRocks(s, "looking up snapshot '" + spec.name + "'");
+      if (reserved.code() != StatusCode::kAlreadyExists) return reserved;
     }
-    reserved_names_.insert(spec.name);
+  } else {
+    GPUCKPT_RETURN_IF_ERROR(ValidateSnapshotName(spec.name));
+    GPUCKPT_RETURN_IF_ERROR(ReserveUnusedName(spec.name));
   }
   auto generic = Chunker::Create(options_.chunking.generic, 1);
   auto pages = Chunker::Create(options_.chunking.pages, options_.chunking.page_size);
@@ -187,13 +179,39 @@ Result<std::unique_ptr<SnapshotWriter>> StoreImpl::BeginSnapshot(
   return std::unique_ptr<SnapshotWriter>(std::move(writer));
 }
 
+Status StoreImpl::ReserveUnusedName(const std::string& name) {
+  {
+    MutexLock lock(&names_mu_);
+    if (!reserved_names_.insert(name).second) {
+      return Status::AlreadyExists("snapshot '" + name + "' already exists");
+    }
+  }
+  // Looked up once reserved, and without names_mu_ (no lock across I/O):
+  // a writer that held the name before published it, if it did, before it
+  // let the name go, so its snapshot is found here; and no writer can
+  // publish it from now on but ours.
+  std::string ignored;
+  rocksdb::Status s = db_->db()->Get(rocksdb::ReadOptions(), db_->snapshots(), name, &ignored);
+  if (s.IsNotFound()) return Status::Ok();
+  ReleaseName(name);
+  if (s.ok()) return Status::AlreadyExists("snapshot '" + name + "' already exists");
+  return FromRocks(s, "looking up snapshot '" + name + "'");
+}
+
 void StoreImpl::ReleaseName(const std::string& name) {
-  std::lock_guard lock(names_mu_);
+  MutexLock lock(&names_mu_);
   reserved_names_.erase(name);
 }
 
 Status StoreImpl::Publish(const SnapshotInfo& info) {
-  std::lock_guard lock(names_mu_);
+  {
+    // The reservation is what makes the check below and the write one
+    // step; names_mu_ is not held across them.
+    MutexLock lock(&names_mu_);
+    if (reserved_names_.count(info.id) == 0) {
+      return Status::Internal("snapshot '" + info.id + "' published without its name reserved");
+    }
+  }
   std::string ignored;
   rocksdb::Status s = db_->db()->Get(rocksdb::ReadOptions(), db_->snapshots(), info.id, &ignored);
   if (s.ok()) return Status::AlreadyExists("snapshot '" + info.id + "' already exists");
@@ -263,7 +281,7 @@ Result<std::vector<FileEntry>> StoreImpl::ListFiles(const std::string& id) {
 Result<std::pair<SnapshotInfo, SnapshotPin>> StoreImpl::PinSnapshot(const std::string& id) {
   GPUCKPT_ASSIGN_OR_RETURN(SnapshotInfo seen, Get(id));
   {
-    std::lock_guard lock(pins_->mu);
+    MutexLock lock(&pins_->mu);
     pins_->keys.insert(seen.key);
   }
   SnapshotPin pin(pins_, seen.key);
@@ -305,8 +323,10 @@ Status StoreImpl::RemoveOnce(const std::string& id) {
   rocksdb::WriteBatch batch;
   auto s = batch.Delete(db_->snapshots(), id);
   // Held until the write is done, so that a reader pins either before (and
-  // keeps the records) or after (and finds the snapshot gone).
-  std::lock_guard pins_lock(pins_->mu);
+  // keeps the records) or after (and finds the snapshot gone). A lock across
+  // a synced write, then, but only PinSnapshot(), a pin's release and Gc()
+  // take it, and an open of a file waits at most for one rm.
+  MutexLock pins_lock(&pins_->mu);
   if (pins_->keys.count(info.key) == 0) {
     // Nobody reads it: its index goes in the same atomic batch. Otherwise
     // the records stay for the readers, and the first Gc() after them
@@ -323,8 +343,11 @@ Status StoreImpl::RemoveOnce(const std::string& id) {
 }
 
 Result<GcReport> StoreImpl::Gc() {
-  std::unique_lock gc_lock(gc_mu_);  // no writer runs while we sweep
-  return Reclaiming(db_.get(), [&] { return GcLocked(); });
+  WriterMutexLock gc_lock(&gc_mu_);  // no writer runs while we sweep
+  return Reclaiming(db_.get(), [&] {
+    gc_mu_.AssertHeld();  // run by Reclaiming() within gc_lock's scope
+    return GcLocked();
+  });
 }
 
 Result<GcReport> StoreImpl::GcLocked() {
@@ -335,7 +358,7 @@ Result<GcReport> StoreImpl::GcLocked() {
   {
     // Snapshots open readers still read are live too. Read after List():
     // see PinSnapshot().
-    std::lock_guard lock(pins_->mu);
+    MutexLock lock(&pins_->mu);
     live_keys.insert(pins_->keys.begin(), pins_->keys.end());
   }
 

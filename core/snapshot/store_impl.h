@@ -2,10 +2,13 @@
 //
 // Locks, in acquisition order: gc_mu_ (shared by snapshot writers for their
 // whole life, exclusive for Gc) before names_mu_ (names reserved by writers
-// not yet committed, and publishing) and pins_->mu (snapshots that open
-// readers read). None is held across chunk I/O except gc_mu_, whose
-// purpose is exactly to keep Gc from sweeping chunks a running writer has
-// decided to reuse.
+// not yet committed) and pins_->mu (snapshots that open readers read).
+// names_mu_ is never held across I/O: a name is reserved in memory first
+// and looked up in the database after, and only its reserver publishes it.
+// gc_mu_ is held across chunk I/O, its purpose being exactly to keep Gc
+// from sweeping chunks a running writer has decided to reuse; pins_->mu
+// across one write of Remove() (see RemoveOnce()); key_mu_ across the
+// synced write of the next snapshot key (see AllocateSnapshotKey()).
 //
 // Pins: a FileReader (and an Export) holds a SnapshotPin on the snapshot's
 // key for its whole life. Remove() deletes the snapshot record at once (it
@@ -18,12 +21,11 @@
 
 #include <atomic>
 #include <memory>
-#include <mutex>
 #include <set>
-#include <shared_mutex>
 #include <string>
 #include <utility>
 
+#include "core/base/mutex.h"
 #include "core/store/chunk_cache.h"
 #include "core/store/chunk_store.h"
 #include "core/store/store_db.h"
@@ -41,8 +43,8 @@ bool IsInside(const std::string& path, const std::string& dir);
 // its pins, so that a pin destroyed after its store (which the API forbids,
 // but a destructor should survive) finds it still there.
 struct PinRegistry {
-  std::mutex mu;                 // after StoreImpl's gc_mu_ and names_mu_
-  std::multiset<uint64_t> keys;  // guarded by mu
+  Mutex mu;  // after StoreImpl's gc_mu_ and names_mu_
+  std::multiset<uint64_t> keys GUARDED_BY(mu);
 };
 
 // Keeps snapshot `key` readable while it lives (see above). Move-only.
@@ -84,7 +86,7 @@ class StoreImpl final : public Store {
   Result<std::unique_ptr<FileReader>> OpenFile(const std::string& id,
                                                const std::string& path) override;
   Status Remove(const std::string& id) override;
-  Result<GcReport> Gc() override;
+  Result<GcReport> Gc() override EXCLUDES(gc_mu_);
   Result<FsckReport> Fsck() override;
   Result<StoreStats> Stats() override;
   Result<uint64_t> FreeBytes() override { return db_->FreeBytesForIngest(); }
@@ -97,14 +99,15 @@ class StoreImpl final : public Store {
   StoreDb* db() const { return db_.get(); }
   ChunkStore& chunks() const { return *chunk_store_; }
   const StoreOptions& options() const { return options_; }
-  // Publishes a committed writer's manifest; fails if the name was taken
-  // meanwhile.
-  Status Publish(const SnapshotInfo& info);
+  // Publishes a committed writer's manifest under the name BeginSnapshot()
+  // reserved for it (info.id), which the writer still holds: no one else
+  // publishes that name meanwhile. Fails if a snapshot of that name exists.
+  Status Publish(const SnapshotInfo& info) EXCLUDES(names_mu_);
   // Forgets a name reserved by BeginSnapshot().
-  void ReleaseName(const std::string& name);
+  void ReleaseName(const std::string& name) EXCLUDES(names_mu_);
 
   // Held by a writer for its whole life: Gc waits for it.
-  std::shared_lock<std::shared_mutex> LockAgainstGc() { return std::shared_lock(gc_mu_); }
+  SharedMutexHold LockAgainstGc() { return SharedMutexHold(&gc_mu_); }
 
   // Files of snapshot `key` with their index numbers, in index order; as of
   // `view` when given (a RocksDB snapshot of db()), else as of now.
@@ -116,9 +119,12 @@ class StoreImpl final : public Store {
   Result<std::pair<SnapshotInfo, SnapshotPin>> PinSnapshot(const std::string& id);
 
  private:
-  Result<uint64_t> AllocateSnapshotKey();
-  Status RemoveOnce(const std::string& id);
-  Result<GcReport> GcLocked();
+  Result<uint64_t> AllocateSnapshotKey() EXCLUDES(key_mu_);
+  // Reserves `name` and checks the database for it: kAlreadyExists when a
+  // writer holds it or a snapshot has it.
+  Status ReserveUnusedName(const std::string& name) EXCLUDES(names_mu_);
+  Status RemoveOnce(const std::string& id) EXCLUDES(pins_->mu);
+  Result<GcReport> GcLocked() REQUIRES(gc_mu_) EXCLUDES(pins_->mu);
   // One pass of Fsck() over the database as this Store sees it now.
   Result<FsckReport> FsckOnce();
 
@@ -127,10 +133,11 @@ class StoreImpl final : public Store {
   std::unique_ptr<ChunkCache> cache_;
   std::unique_ptr<ChunkStore> chunk_store_;  // borrows db_ and cache_
 
-  std::shared_mutex gc_mu_;
-  std::mutex names_mu_;  // after gc_mu_
-  std::set<std::string> reserved_names_;
-  std::mutex key_mu_;  // guards snapshot key allocation
+  SharedMutex gc_mu_ ACQUIRED_BEFORE(names_mu_);
+  Mutex names_mu_;
+  std::set<std::string> reserved_names_ GUARDED_BY(names_mu_);
+  // Held through a whole key allocation, its synced write included.
+  Mutex key_mu_;
   const std::shared_ptr<PinRegistry> pins_ = std::make_shared<PinRegistry>();
 };
 

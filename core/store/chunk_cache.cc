@@ -3,7 +3,7 @@
 namespace gpuckpt {
 
 std::shared_ptr<const std::string> ChunkCache::Lookup(const ChunkHash& hash) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   auto it = index_.find(hash);
   if (it == index_.end()) {
     ++misses_;
@@ -16,7 +16,7 @@ std::shared_ptr<const std::string> ChunkCache::Lookup(const ChunkHash& hash) {
 
 void ChunkCache::Insert(const ChunkHash& hash, std::shared_ptr<const std::string> data) {
   if (capacity_ == 0 || data->size() > capacity_) return;
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   if (index_.count(hash) != 0) return;
   bytes_ += data->size();
   lru_.push_front(Entry{hash, std::move(data)});
@@ -29,7 +29,7 @@ void ChunkCache::Insert(const ChunkHash& hash, std::shared_ptr<const std::string
 }
 
 void ChunkCache::Erase(const ChunkHash& hash) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   auto it = index_.find(hash);
   if (it == index_.end()) return;
   bytes_ -= it->second->data->size();
@@ -38,15 +38,15 @@ void ChunkCache::Erase(const ChunkHash& hash) {
 }
 
 uint64_t ChunkCache::hits() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   return hits_;
 }
 uint64_t ChunkCache::misses() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   return misses_;
 }
 uint64_t ChunkCache::bytes() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   return bytes_;
 }
 

@@ -11,10 +11,10 @@
 #include <cstdint>
 #include <list>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <unordered_map>
 
+#include "core/base/mutex.h"
 #include "core/store/chunk_hash.h"
 
 namespace gpuckpt {
@@ -23,13 +23,13 @@ class ChunkCache {
  public:
   explicit ChunkCache(uint64_t capacity_bytes) : capacity_(capacity_bytes) {}
 
-  std::shared_ptr<const std::string> Lookup(const ChunkHash& hash);
-  void Insert(const ChunkHash& hash, std::shared_ptr<const std::string> data);
-  void Erase(const ChunkHash& hash);
+  std::shared_ptr<const std::string> Lookup(const ChunkHash& hash) EXCLUDES(mu_);
+  void Insert(const ChunkHash& hash, std::shared_ptr<const std::string> data) EXCLUDES(mu_);
+  void Erase(const ChunkHash& hash) EXCLUDES(mu_);
 
-  uint64_t hits() const;
-  uint64_t misses() const;
-  uint64_t bytes() const;
+  uint64_t hits() const EXCLUDES(mu_);
+  uint64_t misses() const EXCLUDES(mu_);
+  uint64_t bytes() const EXCLUDES(mu_);
 
  private:
   struct Entry {
@@ -37,12 +37,12 @@ class ChunkCache {
     std::shared_ptr<const std::string> data;
   };
   const uint64_t capacity_;
-  mutable std::mutex mu_;
-  std::list<Entry> lru_;  // front: most recent
-  std::unordered_map<ChunkHash, std::list<Entry>::iterator, ChunkHashHasher> index_;
-  uint64_t bytes_ = 0;
-  uint64_t hits_ = 0;
-  uint64_t misses_ = 0;
+  mutable Mutex mu_;
+  std::list<Entry> lru_ GUARDED_BY(mu_);  // front: most recent
+  std::unordered_map<ChunkHash, std::list<Entry>::iterator, ChunkHashHasher> index_ GUARDED_BY(mu_);
+  uint64_t bytes_ GUARDED_BY(mu_) = 0;
+  uint64_t hits_ GUARDED_BY(mu_) = 0;
+  uint64_t misses_ GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace gpuckpt

@@ -96,7 +96,10 @@ Result<std::unique_ptr<ChunkPacks>> ChunkPacks::OpenExisting(const std::string& 
   std::unique_ptr<ChunkPacks> packs(new ChunkPacks(dir, std::move(dir_fd), 1));
   GPUCKPT_ASSIGN_OR_RETURN(auto files, packs->List());
   // Never append to a pack of an earlier run: its tail may be torn.
-  if (!files.empty()) packs->next_id_ = files.back().id + 1;
+  if (!files.empty()) {
+    MutexLock lock(&packs->mu_);
+    packs->next_id_ = files.back().id + 1;
+  }
   return packs;
 }
 
@@ -126,7 +129,7 @@ Result<PackLocation> ChunkPacks::Append(std::string_view record) {
   std::shared_ptr<File> file;
   uint64_t offset = 0;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     if (!failed_.ok()) return failed_;
     if (!active_ || (active_->end > kHeaderSize && active_->end + record.size() > kTargetSize)) {
       GPUCKPT_RETURN_IF_ERROR(StartPackLocked());
@@ -147,24 +150,29 @@ Result<PackLocation> ChunkPacks::Append(std::string_view record) {
                     static_cast<off_t>(kWritebackStep), SYNC_FILE_RANGE_WRITE);
   }
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     dirty_.insert(file->id);
   }
   return PackLocation{file->id, offset, record.size()};
 }
 
 Result<std::shared_ptr<ChunkPacks::File>> ChunkPacks::FileFor(uint64_t id) const {
-  std::lock_guard lock(mu_);
-  auto found = open_.find(id);
-  if (found != open_.end()) return found->second;
+  {
+    MutexLock lock(&mu_);
+    auto found = open_.find(id);
+    if (found != open_.end()) return found->second;
+  }
+  // Opened without mu_, which every read and append takes: an open on a
+  // busy disk must not stall them. Of two threads opening one pack, the
+  // first to put its file in keeps it.
   UniqueFd fd(openat(dir_fd_.get(), PackName(id).c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
   if (fd.get() < 0) {
     if (errno == ENOENT) return Status::NotFound("pack " + PathOf(id) + " does not exist");
     return StatusFromErrno(errno, "opening pack " + PathOf(id));
   }
   auto file = std::make_shared<File>(id, std::move(fd), 0);
-  open_[id] = file;
-  return file;
+  MutexLock lock(&mu_);
+  return open_.emplace(id, std::move(file)).first->second;
 }
 
 Status ChunkPacks::Read(const PackLocation& location, std::string* out) const {
@@ -205,11 +213,11 @@ void ChunkPacks::ReadAhead(uint64_t pack, uint64_t offset, uint64_t len) const {
 Status ChunkPacks::Sync() {
   // One Sync() at a time: a second one must not return while the first is
   // still writing packs the second's caller appended to.
-  std::lock_guard sync_lock(sync_mu_);
+  MutexLock sync_lock(&sync_mu_);
   std::vector<std::shared_ptr<File>> files;
   bool dir_dirty = false;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     if (!failed_.ok()) return failed_;
     for (uint64_t id : dirty_) {
       auto found = open_.find(id);
@@ -229,14 +237,14 @@ Status ChunkPacks::Sync() {
     status = StatusFromErrno(errno, "syncing " + dir_);
   }
   if (!status.ok()) {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     failed_ = status;
   }
   return status;
 }
 
 void ChunkPacks::Rotate() {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   active_.reset();
 }
 
@@ -261,7 +269,7 @@ Result<std::vector<ChunkPacks::PackFile>> ChunkPacks::List() const {
   }
   closedir(d);
   std::vector<PackFile> out;
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   for (auto& [id, f] : found) {
     f.active = active_ && active_->id == id;
     out.push_back(f);
@@ -271,7 +279,7 @@ Result<std::vector<ChunkPacks::PackFile>> ChunkPacks::List() const {
 
 Status ChunkPacks::Remove(uint64_t id) {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     if (active_ && active_->id == id) {
       return Status::InvalidArgument("pack " + PathOf(id) + " is being appended to");
     }
@@ -288,7 +296,7 @@ Status ChunkPacks::Remove(uint64_t id) {
 Result<uint64_t> ChunkPacks::PunchHoles(
     uint64_t id, const std::vector<std::pair<uint64_t, uint64_t>>& ranges) {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     if (active_ && active_->id == id) {
       return Status::InvalidArgument("pack " + PathOf(id) + " is being appended to");
     }

@@ -27,13 +27,13 @@
 #include <cstdint>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <set>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
 
+#include "core/base/mutex.h"
 #include "core/base/unique_fd.h"
 #include "gpuckpt/status.h"
 
@@ -69,7 +69,7 @@ class ChunkPacks {
 
   // Appends `record` to the active pack (creating one when there is none or
   // it is full) and returns where it lies. Durable after the next Sync().
-  Result<PackLocation> Append(std::string_view record);
+  Result<PackLocation> Append(std::string_view record) EXCLUDES(mu_);
 
   // Reads `location` into `*out`. kNotFound when the pack is gone (removed
   // by gc after the caller looked the location up); kCorruption when the
@@ -77,21 +77,21 @@ class ChunkPacks {
   Status Read(const PackLocation& location, std::string* out) const;
   // Reads `len` bytes at `offset` of pack `pack` into `buf` (several records
   // in one read); errors as Read().
-  Status ReadRange(uint64_t pack, uint64_t offset, size_t len, char* buf) const;
+  Status ReadRange(uint64_t pack, uint64_t offset, size_t len, char* buf) const EXCLUDES(mu_);
 
   // Asks the kernel to start reading `len` bytes at `offset` of pack `pack`
   // into its cache (a reader about to come that way). Best effort.
-  void ReadAhead(uint64_t pack, uint64_t offset, uint64_t len) const;
+  void ReadAhead(uint64_t pack, uint64_t offset, uint64_t len) const EXCLUDES(mu_);
 
   // Makes every Append() that returned before this call durable. Once a
   // sync failed every later Append() and Sync() fails too: the kernel may
   // have dropped the unwritten pages, so nothing after may claim to be
   // durable.
-  Status Sync();
+  Status Sync() EXCLUDES(sync_mu_, mu_);
 
   // The next Append() starts a new pack; the current one is no longer
   // appended to (gc rewrites packs only once no one appends to them).
-  void Rotate();
+  void Rotate() EXCLUDES(mu_);
 
   struct PackFile {
     uint64_t id = 0;
@@ -99,10 +99,10 @@ class ChunkPacks {
     bool active = false;
   };
   // Every pack file in the directory, by id.
-  Result<std::vector<PackFile>> List() const;
+  Result<std::vector<PackFile>> List() const EXCLUDES(mu_);
 
   // Deletes pack `id` (must not be the active one) and syncs the directory.
-  Status Remove(uint64_t id);
+  Status Remove(uint64_t id) EXCLUDES(mu_);
 
   // Gives the filesystem back the blocks of `ranges` (offset, length) of
   // pack `id`, which must not be the active one: garbage between its live
@@ -111,8 +111,8 @@ class ChunkPacks {
   // live records elsewhere) and readers of live records are undisturbed.
   // Returns by how many bytes the pack's allocation shrank. kUnavailable
   // where the filesystem cannot punch holes.
-  Result<uint64_t> PunchHoles(uint64_t id,
-                              const std::vector<std::pair<uint64_t, uint64_t>>& ranges);
+  Result<uint64_t> PunchHoles(uint64_t id, const std::vector<std::pair<uint64_t, uint64_t>>& ranges)
+      EXCLUDES(mu_);
 
   const std::string& dir() const { return dir_; }
 
@@ -127,22 +127,26 @@ class ChunkPacks {
       : dir_(std::move(dir)), dir_fd_(std::move(dir_fd)), next_id_(next_id) {}
 
   std::string PathOf(uint64_t id) const;
-  // Creates the next pack; called with mu_ held.
-  Status StartPackLocked();
+  // Creates the next pack. Its file is made and its header written with mu_
+  // held: once in kTargetSize bytes appended, and every appender needs the
+  // new pack before it can go on anyway.
+  Status StartPackLocked() REQUIRES(mu_);
   // The open file of pack `id`, opened for reading on first use.
-  Result<std::shared_ptr<File>> FileFor(uint64_t id) const;
+  Result<std::shared_ptr<File>> FileFor(uint64_t id) const EXCLUDES(mu_);
 
   const std::string dir_;
   const UniqueFd dir_fd_;
 
-  std::mutex sync_mu_;  // held through a whole Sync(), before mu_
-  mutable std::mutex mu_;
-  uint64_t next_id_;                          // guarded by mu_
-  std::shared_ptr<File> active_;              // guarded by mu_; null: none yet
-  mutable std::map<uint64_t, std::shared_ptr<File>> open_;  // guarded by mu_
-  std::set<uint64_t> dirty_;                  // guarded by mu_: appended since Sync()
-  bool dir_dirty_ = false;                    // guarded by mu_: a pack was created
-  Status failed_;                             // guarded by mu_: sticky Sync() error
+  // Held through a whole Sync(), its fdatasync()s included: that is what it
+  // is for (see Sync()); only Sync() takes it.
+  Mutex sync_mu_ ACQUIRED_BEFORE(mu_);
+  mutable Mutex mu_;
+  uint64_t next_id_ GUARDED_BY(mu_);
+  std::shared_ptr<File> active_ GUARDED_BY(mu_);  // null: none yet
+  mutable std::map<uint64_t, std::shared_ptr<File>> open_ GUARDED_BY(mu_);
+  std::set<uint64_t> dirty_ GUARDED_BY(mu_);  // appended since Sync()
+  bool dir_dirty_ GUARDED_BY(mu_) = false;    // a pack was created
+  Status failed_ GUARDED_BY(mu_);             // sticky Sync() error
 };
 
 }  // namespace gpuckpt

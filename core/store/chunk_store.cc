@@ -59,17 +59,17 @@ Result<std::unique_ptr<ChunkStore>> ChunkStore::Open(StoreDb* db, ChunkCache* ca
 }
 
 void ChunkStore::Claim(const ChunkHash& hash) {
-  std::unique_lock lock(claims_mu_);
-  claims_cv_.wait(lock, [&] { return claims_.count(hash) == 0; });
+  MutexLock lock(&claims_mu_);
+  while (claims_.count(hash) != 0) claims_cv_.Wait(claims_mu_);
   claims_.insert(hash);
 }
 
 void ChunkStore::Release(const ChunkHash& hash) {
   {
-    std::lock_guard lock(claims_mu_);
+    MutexLock lock(&claims_mu_);
     claims_.erase(hash);
   }
-  claims_cv_.notify_all();
+  claims_cv_.NotifyAll();
 }
 
 Result<std::optional<ChunkMeta>> ChunkStore::Lookup(const ChunkHash& hash) const {

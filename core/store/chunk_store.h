@@ -28,14 +28,13 @@
 #define GPUCKPT_CORE_STORE_CHUNK_STORE_H_
 
 #include <atomic>
-#include <condition_variable>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <unordered_set>
 #include <vector>
 
+#include "core/base/mutex.h"
 #include "core/store/chunk_cache.h"
 #include "core/store/chunk_codec.h"
 #include "core/store/chunk_hash.h"
@@ -127,8 +126,8 @@ class ChunkStore {
 
   // Holds `hash` for the caller until Release(); waits while someone else
   // holds it.
-  void Claim(const ChunkHash& hash);
-  void Release(const ChunkHash& hash);
+  void Claim(const ChunkHash& hash) EXCLUDES(claims_mu_);
+  void Release(const ChunkHash& hash) EXCLUDES(claims_mu_);
   // Copies the live records of packs `ids` into new packs, points their
   // locations there and removes the old packs; returns the bytes copied. On
   // failure the copies are removed and the old packs stay.
@@ -149,9 +148,9 @@ class ChunkStore {
   ReadVerification verify_;
   std::atomic<uint64_t> next_seq_;
 
-  std::mutex claims_mu_;
-  std::condition_variable claims_cv_;
-  std::unordered_set<ChunkHash, ChunkHashHasher> claims_;  // guarded by claims_mu_
+  Mutex claims_mu_;
+  CondVar claims_cv_;
+  std::unordered_set<ChunkHash, ChunkHashHasher> claims_ GUARDED_BY(claims_mu_);
 };
 
 // Key of a chunk record: seq as 8 big-endian bytes.

@@ -82,7 +82,10 @@ class InfoLog : public rocksdb::Logger {
     if (m < 0) return;
     n = std::min<int>(n + m, static_cast<int>(sizeof(line)) - 2);
     if (line[n - 1] != '\n') line[n++] = '\n';
-    std::lock_guard lock(mu_);
+    // The write happens under mu_: lines must not interleave, nor a write
+    // go to a file being renamed. One short append to a file in the page
+    // cache, and only RocksDB's own logging waits for it.
+    MutexLock lock(&mu_);
     if (size_ > kMaxBytes) {
       rename(path_.c_str(), (path_ + ".old").c_str());
       Reopen();
@@ -94,7 +97,7 @@ class InfoLog : public rocksdb::Logger {
 
  private:
   static constexpr uint64_t kMaxBytes = 4u << 20;
-  void Reopen() {
+  void Reopen() REQUIRES(mu_) {
     if (fd_ >= 0) close(fd_);
     fd_ = open(path_.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0600);
     struct stat st {};
@@ -102,9 +105,9 @@ class InfoLog : public rocksdb::Logger {
   }
 
   const std::string path_;
-  std::mutex mu_;
-  int fd_ = -1;        // guarded by mu_
-  uint64_t size_ = 0;  // guarded by mu_
+  Mutex mu_;
+  int fd_ GUARDED_BY(mu_) = -1;
+  uint64_t size_ GUARDED_BY(mu_) = 0;
 };
 
 // RocksDB would retry a flush that failed for want of space by itself, on
@@ -372,7 +375,7 @@ Result<std::unique_ptr<StoreDb>> StoreDb::Open(const std::string& dir, bool crea
   // the store (rm and gc must open a full one); new snapshots are refused
   // until it is there (PrepareWrite()).
   {
-    std::lock_guard lock(store->reserve_mu_);
+    MutexLock lock(&store->reserve_mu_);
     store->MakeReserveLocked().PermitUnchecked();
   }
   return store;
@@ -459,7 +462,7 @@ Status StoreDb::MakeReserveLocked() {
 }
 
 bool StoreDb::ReleaseReserve() {
-  std::lock_guard lock(reserve_mu_);
+  MutexLock lock(&reserve_mu_);
   if (!reserve_held_) return false;
   const std::string path = dir_ + "/" + format::kReserveFileName;
   // Nothing holds the file open: its blocks are free once it is unlinked.
@@ -469,7 +472,7 @@ bool StoreDb::ReleaseReserve() {
 }
 
 void StoreDb::RestoreReserve() {
-  std::lock_guard lock(reserve_mu_);
+  MutexLock lock(&reserve_mu_);
   MakeReserveLocked().PermitUnchecked();
 }
 
@@ -481,7 +484,7 @@ Result<uint64_t> StoreDb::FreeBytes() const {
 
 Result<uint64_t> StoreDb::FreeBytesForIngest() {
   GPUCKPT_ASSIGN_OR_RETURN(uint64_t free, FreeBytes());
-  std::lock_guard lock(reserve_mu_);
+  MutexLock lock(&reserve_mu_);
   // A held reserve's blocks are allocated already: not among the free.
   if (reserve_held_) return free;
   return free - std::min(free, reserve_bytes_);
@@ -495,7 +498,7 @@ Status StoreDb::Resume() {
 Status StoreDb::PrepareWrite(Purpose purpose) {
   if (read_only_) return Status::PermissionDenied("store " + dir_ + " is open for reading only");
   if (purpose == Purpose::kIngest) {
-    std::lock_guard lock(reserve_mu_);
+    MutexLock lock(&reserve_mu_);
     Status made = MakeReserveLocked();
     if (made.code() == StatusCode::kNoSpace) {
       return OnStoreDisk(Status::NoSpace(

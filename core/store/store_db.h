@@ -26,11 +26,11 @@
 #include <rocksdb/db.h>
 
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "core/base/mutex.h"
 #include "core/store/chunk_fingerprint.h"
 #include "core/store/chunk_hash.h"
 #include "core/store/chunk_packs.h"
@@ -127,12 +127,12 @@ class StoreDb {
   // reserve again if it was given up, and fails with kNoSpace when it does
   // not fit; kReclaim gives the reserve up when the disk is (nearly) full or
   // resuming fails. Errors: kNoSpace, or RocksDB's.
-  Status PrepareWrite(Purpose purpose);
+  Status PrepareWrite(Purpose purpose) EXCLUDES(reserve_mu_);
   // Gives the reserve up (a deletion failed with kNoSpace; PrepareWrite()
   // then resumes the database); false when there was none left to give.
-  bool ReleaseReserve();
+  bool ReleaseReserve() EXCLUDES(reserve_mu_);
   // Makes the reserve again after a deletion, if it fits now. Best effort.
-  void RestoreReserve();
+  void RestoreReserve() EXCLUDES(reserve_mu_);
   // Size of the reserve while it is held.
   uint64_t reserve_bytes() const { return reserve_bytes_; }
 
@@ -140,22 +140,27 @@ class StoreDb {
   Result<uint64_t> FreeBytes() const;
   // Of those, what a new snapshot may take: less the reserve when it is
   // not held now (PrepareWrite(kIngest) makes it first).
-  Result<uint64_t> FreeBytesForIngest();
+  Result<uint64_t> FreeBytesForIngest() EXCLUDES(reserve_mu_);
 
  private:
   StoreDb() = default;
 
   // Creates (or completes) the reserve file; kNoSpace when it does not fit.
-  // Called with reserve_mu_ held.
-  Status MakeReserveLocked();
+  Status MakeReserveLocked() REQUIRES(reserve_mu_);
 
   std::string dir_;
   bool read_only_ = false;
   std::string secondary_dir_;  // a reader's own directory, removed on close
   int lock_fd_ = -1;
   uint64_t reserve_bytes_ = 0;  // set by Open()
-  std::mutex reserve_mu_;
-  bool reserve_held_ = false;          // guarded by reserve_mu_
+  // Held across the reserve file's creation, fallocate and unlink, so that
+  // reserve_held_ always says what is on disk and a release cannot unlink a
+  // file another thread is still allocating. Metadata operations, mostly
+  // (posix_fallocate writes zeros only where the filesystem cannot
+  // allocate), once per snapshot or deletion; no read or write of chunks
+  // waits for it.
+  Mutex reserve_mu_;
+  bool reserve_held_ GUARDED_BY(reserve_mu_) = false;
   std::unique_ptr<ChunkPacks> packs_;  // outlives db_: its flushes sync the packs
   std::unique_ptr<rocksdb::DB> db_;
   std::vector<rocksdb::ColumnFamilyHandle*> handles_;

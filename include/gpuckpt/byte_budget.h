@@ -6,9 +6,9 @@
 #ifndef GPUCKPT_BYTE_BUDGET_H_
 #define GPUCKPT_BYTE_BUDGET_H_
 
-#include <condition_variable>
 #include <cstdint>
-#include <mutex>
+
+#include "core/base/mutex.h"
 
 namespace gpuckpt {
 
@@ -23,24 +23,24 @@ class ByteBudget {
   // Whether `bytes` can be taken now; takes them if so. A request larger
   // than the whole budget is granted when nothing else is taken, so that
   // it can never wait forever.
-  bool TryAcquire(uint64_t bytes);
+  bool TryAcquire(uint64_t bytes) EXCLUDES(mu_);
 
   // Takes `bytes`, waiting until they are free (see TryAcquire). The caller
   // must not wait while holding what others need to give bytes back.
-  void Acquire(uint64_t bytes);
+  void Acquire(uint64_t bytes) EXCLUDES(mu_);
 
-  void Release(uint64_t bytes);
+  void Release(uint64_t bytes) EXCLUDES(mu_);
 
   // Bytes taken now.
-  uint64_t used() const;
+  uint64_t used() const EXCLUDES(mu_);
 
  private:
-  bool Fits(uint64_t bytes) const { return used_ == 0 || used_ + bytes <= capacity_; }
+  bool Fits(uint64_t bytes) const REQUIRES(mu_) { return used_ == 0 || used_ + bytes <= capacity_; }
 
   const uint64_t capacity_;
-  mutable std::mutex mu_;  // guards used_
-  std::condition_variable released_;
-  uint64_t used_ = 0;
+  mutable Mutex mu_;
+  CondVar released_;
+  uint64_t used_ GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace gpuckpt
