@@ -614,17 +614,26 @@ Result<std::string> StoreView::GeneratedContent(const NodeId& node, const Caller
 
 Result<std::unique_ptr<FileReader>> StoreView::OpenImage(const NodeId& node) {
   if (!IsSnapshotFile(node.kind)) return Status::InvalidArgument("not an image file");
-  // Of this incarnation: the store opens files by id.
+  // Of this incarnation (Tree() checks its key), through its own listing:
+  // the store reads that one file record, and only of that incarnation, so
+  // an id removed and made again meanwhile is never read in its place.
   GPUCKPT_ASSIGN_OR_RETURN(auto tree, Tree(node));
-  if (node.kind == NodeKind::kSnapshotEntry) return store_->OpenFile(node.snapshot, node.path);
   if (node.kind == NodeKind::kArchive) {
     if (tree->archive == nullptr) return tree->archive_status;
     return OpenArchive(store_, tree->archive);
   }
-  if (auto it = tree->device_files.find(node.path); it != tree->device_files.end())
-    return OpenDeviceFile(store_, node.snapshot, it->second);
-  // A file of the device/ an older import stored.
-  return store_->OpenFile(node.snapshot, "device/" + node.path);
+  if (InDeviceView(node.kind)) {
+    if (auto it = tree->device_files.find(node.path); it != tree->device_files.end())
+      return OpenDeviceFile(store_, node.snapshot, it->second);
+  }
+  const Listing& listing = ListingOf(*tree, node);
+  auto it = listing.entries.find(node.path);
+  if (it == listing.entries.end())
+    return Status::NotFound("no file '" + node.path + "' in checkpoint " + node.snapshot);
+  FileEntry stored = it->second;
+  // A file of the device/ an older import stored, listed without it.
+  if (InDeviceView(node.kind)) stored.path = "device/" + stored.path;
+  return store_->OpenListedFile(node.snapshot, node.key, stored);
 }
 
 Result<std::string> StoreView::SymlinkTarget(const NodeId& node) {

@@ -261,7 +261,8 @@ Result<std::vector<std::pair<uint32_t, FileEntry>>> StoreImpl::ReadFileRecords(
   for (it->Seek(lower); it->Valid(); it->Next()) {
     if (it->key().size() != 12) return Status::Corruption("malformed file record key");
     GPUCKPT_ASSIGN_OR_RETURN(FileEntry e, DecodeFileRecord(it->value().ToStringView()));
-    out.emplace_back(keys::FileIndexOf(it->key().ToStringView()), std::move(e));
+    e.index = keys::FileIndexOf(it->key().ToStringView());
+    out.emplace_back(e.index, std::move(e));
   }
   GPUCKPT_RETURN_IF_ERROR(FromRocks(it->status(), "reading file records"));
   return out;
@@ -312,6 +313,31 @@ Result<std::unique_ptr<FileReader>> StoreImpl::OpenFile(const std::string& id,
                            db_->domain_key(info.dedup_domain), index, std::move(e)));
   }
   return Status::NotFound("no file '" + path + "' in snapshot '" + id + "'");
+}
+
+Result<std::unique_ptr<FileReader>> StoreImpl::OpenListedFile(const std::string& id, uint64_t key,
+                                                              const FileEntry& entry) {
+  GPUCKPT_ASSIGN_OR_RETURN(auto pinned, PinSnapshot(id));
+  const SnapshotInfo& info = pinned.first;
+  if (info.key != key)
+    return Status::NotFound("snapshot '" + id + "' was removed since it was listed");
+  std::string record;
+  rocksdb::Status s = db_->db()->Get(rocksdb::ReadOptions(), db_->files(),
+                                     keys::FileKey(key, entry.index), &record);
+  if (s.IsNotFound())
+    return Status::NotFound("no file '" + entry.path + "' in snapshot '" + id + "'");
+  GPUCKPT_RETURN_IF_ERROR(FromRocks(s, "reading a file record of '" + id + "'"));
+  GPUCKPT_ASSIGN_OR_RETURN(FileEntry e, DecodeFileRecord(record));
+  // The record the listing named, or the listing is not of this snapshot.
+  if (e.path != entry.path)
+    return Status::NotFound("no file '" + entry.path + "' in snapshot '" + id + "'");
+  if (e.type != FileType::kRegular)
+    return Status::InvalidArgument("'" + entry.path + "' in snapshot '" + id +
+                                   "' is not a regular file");
+  e.index = entry.index;
+  return std::unique_ptr<FileReader>(new FileReaderImpl(this, std::move(pinned.second), id, key,
+                                                        db_->domain_key(info.dedup_domain),
+                                                        entry.index, std::move(e)));
 }
 
 Status StoreImpl::Remove(const std::string& id) {

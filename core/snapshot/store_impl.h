@@ -85,6 +85,8 @@ class StoreImpl final : public Store {
   Result<std::vector<FileEntry>> ListFiles(const std::string& id) override;
   Result<std::unique_ptr<FileReader>> OpenFile(const std::string& id,
                                                const std::string& path) override;
+  Result<std::unique_ptr<FileReader>> OpenListedFile(const std::string& id, uint64_t key,
+                                                     const FileEntry& entry) override;
   Status Remove(const std::string& id) override;
   Result<GcReport> Gc() override EXCLUDES(gc_mu_);
   Result<FsckReport> Fsck() override;

@@ -140,9 +140,17 @@ class Store {
   // The files of a snapshot in path order.
   virtual Result<std::vector<FileEntry>> ListFiles(const std::string& id) = 0;
 
-  // Opens one regular file of a snapshot for random reads.
+  // Opens one regular file of a snapshot for random reads (a scan of the
+  // snapshot's file records finds it).
   virtual Result<std::unique_ptr<FileReader>> OpenFile(const std::string& id,
                                                        const std::string& path) = 0;
+  // Opens `entry`, a regular file as ListFiles() listed it for the snapshot
+  // `id` whose key was `key`: one record is read, and only of that
+  // snapshot. kNotFound when `id` has been removed (and perhaps made again:
+  // another key) since, so that a listing never opens another snapshot's
+  // file of the same name.
+  virtual Result<std::unique_ptr<FileReader>> OpenListedFile(const std::string& id, uint64_t key,
+                                                             const FileEntry& entry) = 0;
 
   // Deletes a snapshot: it is gone from List() and Get() at once. Its
   // chunks stay until Gc() finds them unreferenced; FileReaders of it that

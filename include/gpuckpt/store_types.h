@@ -153,6 +153,9 @@ struct FileEntry {
   uint64_t chunk_count = 0;
   uint64_t new_bytes = 0;     // raw bytes of chunks this file added to the store
   uint64_t stored_bytes = 0;  // compressed bytes of those chunks
+  // Its number among its snapshot's file records (set by Store::ListFiles):
+  // Store::OpenListedFile() finds the file with it, without a scan.
+  uint32_t index = 0;
 };
 
 struct SnapshotInfo {

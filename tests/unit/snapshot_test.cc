@@ -243,6 +243,48 @@ TEST_F(SnapshotTest, DirectoriesSymlinksModesAndOwnersRoundTrip) {
 // Names are bytes: a file name and a symlink target that are not UTF-8
 // (Latin-1 here) are stored, listed, read and exported exactly, and the
 // snapshot's source path shows them escaped.
+// A file opened as a listing named it reads that snapshot's file, found
+// by its record, never another snapshot's that took the id meanwhile.
+TEST_F(SnapshotTest, AListedFileOpensOnlyInTheSnapshotItWasListedIn) {
+  const std::string first = tmp_.Sub("first"), second = tmp_.Sub("second");
+  testing::MakeDirs(first + "/d");
+  testing::MakeDirs(second + "/d");
+  testing::WriteFile(first + "/d/a.img", "first a");
+  testing::WriteFile(first + "/d/b.img", "first b");
+  testing::WriteFile(second + "/d/a.img", "second a");
+  auto store = Open();
+  ASSERT_NE(store, nullptr);
+  ASSERT_OK_AND_ASSIGN(SnapshotInfo info, Import(*store, first, "job"));
+  ASSERT_OK_AND_ASSIGN(auto entries, store->ListFiles("job"));
+  auto entry = [&](const std::string& path) {
+    auto it = std::find_if(entries.begin(), entries.end(),
+                           [&](const FileEntry& e) { return e.path == path; });
+    EXPECT_NE(it, entries.end()) << path;
+    return it == entries.end() ? FileEntry{} : *it;
+  };
+  for (const char* path : {"d/a.img", "d/b.img"}) {
+    ASSERT_OK_AND_ASSIGN(auto reader, store->OpenListedFile("job", info.key, entry(path)));
+    EXPECT_TRUE(PreadMatches(*reader, std::string("first ") + path[2], 0, 64)) << path;
+  }
+  // Not a regular file, or not the record the listing named.
+  EXPECT_CODE(store->OpenListedFile("job", info.key, entry("d")), StatusCode::kInvalidArgument);
+  FileEntry renamed = entry("d/a.img");
+  renamed.path = "d/b.img";
+  EXPECT_CODE(store->OpenListedFile("job", info.key, renamed), StatusCode::kNotFound);
+  // The id removed and made again: the old listing opens nothing.
+  ASSERT_OK(store->Remove("job"));
+  EXPECT_CODE(store->OpenListedFile("job", info.key, entry("d/a.img")), StatusCode::kNotFound);
+  ASSERT_OK_AND_ASSIGN(SnapshotInfo again, Import(*store, second, "job"));
+  ASSERT_NE(again.key, info.key);
+  EXPECT_CODE(store->OpenListedFile("job", info.key, entry("d/a.img")), StatusCode::kNotFound);
+  ASSERT_OK_AND_ASSIGN(auto now, store->ListFiles("job"));
+  for (const auto& e : now) {
+    if (e.path != "d/a.img") continue;
+    ASSERT_OK_AND_ASSIGN(auto reader, store->OpenListedFile("job", again.key, e));
+    EXPECT_TRUE(PreadMatches(*reader, "second a", 0, 64));
+  }
+}
+
 TEST_F(SnapshotTest, NamesThatAreNotUtf8RoundTripExactly) {
   const std::string src = tmp_.Sub("caf\xe9");
   testing::MakeDirs(src);
