@@ -321,7 +321,6 @@ class Engine {
   std::map<uint32_t, RestoreText> restore_results_ GUARDED_BY(mu_);  // by uid
   // --keep-logs: the newest work dirs
   std::vector<std::string> kept_work_dirs_ GUARDED_BY(mu_);
-  uint64_t work_counter_ GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace gpuckpt

@@ -64,7 +64,7 @@ check_bundle() {
     [[ -f $f ]] || missing+=("$f")
   done
   if ((${#missing[@]} > 0)); then
-    echo "the bundle lacks: ${missing[*]} (run tests/gpu/prepare on the build machine and carry .gpu-bundle)"
+    echo "the bundle lacks: ${missing[*]} (run tests/gpu/prepare on the build machine and copy .gpu-bundle.tar.gz here)"
     return 1
   fi
   chmod 0755 "$BUNDLE"/bin/* "$BUNDLE"/sbin/* "$BUNDLE"/libexec/gpuckpt/* 2>/dev/null || true

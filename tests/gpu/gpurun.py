@@ -105,7 +105,7 @@ def why_not_runnable(gpus_needed=1):
         return f"needs {gpus_needed} GPUs; nvidia-smi lists {len(uuids)}"
     if not os.path.isdir(BUNDLE) and not os.path.isfile(PACKED_BUNDLE):
         return (f"no bundle: neither {BUNDLE}/ nor {PACKED_BUNDLE} (run tests/gpu/prepare on the "
-                "build machine and carry .gpu-bundle.tar.gz along)")
+                "build machine and copy .gpu-bundle.tar.gz here)")
     if not os.access("/dev/fuse", os.W_OK):
         return "/dev/fuse is not usable here"
     return None
@@ -196,7 +196,7 @@ class Bundle:
         missing = [f for f in wanted if not os.path.isfile(f)]
         if missing:
             return (f"the bundle lacks: {' '.join(missing)} (run tests/gpu/prepare on the build "
-                    "machine and carry .gpu-bundle.tar.gz)")
+                    "machine and copy .gpu-bundle.tar.gz here)")
         for sub in ("bin", "sbin", os.path.join("libexec", "gpuckpt")):
             d = os.path.join(self.root, sub)
             for name in os.listdir(d):

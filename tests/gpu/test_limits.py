@@ -45,7 +45,8 @@ def why_not_runnable():
     # on a GPU machine only.
     gpurun.unpack_bundle()
     if not os.path.isfile(os.path.join(BUNDLE, "bin", "gpuckptfs")):
-        return f"no bundle at {BUNDLE} (run tests/gpu/prepare on the build machine, carry it)"
+        return (f"no bundle at {BUNDLE} (run tests/gpu/prepare on the build machine and copy "
+                ".gpu-bundle.tar.gz here)")
     return None
 
 
