@@ -160,18 +160,13 @@ class ArchiveViewTest : public ::testing::Test {
 
   void Add(SnapshotWriter* writer, const std::string& path, const std::string& bytes,
            uint32_t mode = 0600) {
-    const std::string file = tmp_.Sub("f");
-    testing::WriteFile(file, bytes);
-    const int fd = open(file.c_str(), O_RDONLY | O_CLOEXEC);
-    ASSERT_GE(fd, 0);
     FileEntry e;
     e.path = path;
     e.mode = mode;
     e.uid = kOwner;
     e.gid = kOwner;
     e.mtime_ns = 1600000000000000000;
-    ASSERT_OK(writer->AddFile(e, fd));
-    close(fd);
+    ASSERT_OK(testing::AddBytes(writer, e, bytes));
     contents_[path] = bytes;
   }
 

@@ -56,15 +56,10 @@ class DeviceViewTest : public ::testing::Test {
   }
 
   void Add(SnapshotWriter* writer, const std::string& path, const std::string& bytes) {
-    const std::string file = tmp_.Sub("f");
-    testing::WriteFile(file, bytes);
-    const int fd = open(file.c_str(), O_RDONLY | O_CLOEXEC);
-    ASSERT_GE(fd, 0);
     FileEntry e;
     e.path = path;
     e.mode = 0600;
-    ASSERT_OK(writer->AddFile(e, fd));
-    close(fd);
+    ASSERT_OK(testing::AddBytes(writer, e, bytes));
   }
 
   // A snapshot `id` of process `pid` owned by `uid`, as a CUDA checkpoint

@@ -59,17 +59,12 @@ class StoreViewTest : public ::testing::Test {
   }
 
   void AddFile(SnapshotWriter* writer, const std::string& path, const std::string& bytes) {
-    const std::string file = tmp_.Sub("staged");
-    testing::WriteFile(file, bytes);
-    const int fd = open(file.c_str(), O_RDONLY | O_CLOEXEC);
-    ASSERT_GE(fd, 0);
     FileEntry e;
     e.path = path;
     e.mode = 0600;
     e.uid = e.gid = kOwner;
     e.mtime_ns = 1600000000000000000;
-    EXPECT_OK(writer->AddFile(e, fd));
-    close(fd);
+    EXPECT_OK(testing::AddBytes(writer, e, bytes));
   }
 
   // The node of `path` (a/b/c) below `from`, looked up name by name.

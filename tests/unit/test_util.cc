@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <rocksdb/db.h>
 #include <rocksdb/write_batch.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -357,6 +358,17 @@ void WriteFile(const std::string& path, const std::string& data, mode_t mode) {
   ASSERT_EQ(rc, 0) << "writing " << path;
 }
 
+Status AddBytes(SnapshotWriter* writer, const FileEntry& entry, const std::string& bytes) {
+  const int fd = memfd_create("gpuckpt-test-file", MFD_CLOEXEC);
+  if (fd < 0) return StatusFromErrno(errno, "memfd_create");
+  Status s;
+  if (FullWrite(fd, bytes.data(), bytes.size()) != 0 || lseek(fd, 0, SEEK_SET) != 0)
+    s = StatusFromErrno(errno, "filling a memfd");
+  if (s.ok()) s = writer->AddFile(entry, fd);
+  close(fd);
+  return s;
+}
+
 std::string ReadAll(FileReader& reader) {
   std::string out(reader.entry().size, '\0');
   size_t done = 0;
@@ -565,8 +577,7 @@ namespace {
 Result<std::string> RecordOfValue(const std::string& store_dir, std::string_view value) {
   if (!IsPackLocation(value)) return std::string(value);
   GPUCKPT_ASSIGN_OR_RETURN(PackLocation l, DecodePackLocation(value));
-  GPUCKPT_ASSIGN_OR_RETURN(auto packs,
-                           ChunkPacks::Open(store_dir + "/" + format::kPacksDirName));
+  GPUCKPT_ASSIGN_OR_RETURN(auto packs, ChunkPacks::Open(store_dir + "/" + format::kPacksDirName));
   std::string record;
   GPUCKPT_RETURN_IF_ERROR(packs->Read(l, &record));
   return record;

@@ -98,6 +98,9 @@ std::string RandomBytes(size_t len, uint64_t seed);
 // Incompressible data, `size` bytes of RandomStream(seed).
 void WriteRandomFile(const std::string& path, uint64_t size, uint64_t seed, mode_t mode = 0644);
 void WriteFile(const std::string& path, const std::string& data, mode_t mode = 0644);
+// Adds `entry` with `bytes` as its contents to `writer` (through a memfd:
+// no file is left behind).
+Status AddBytes(SnapshotWriter* writer, const FileEntry& entry, const std::string& bytes);
 std::string ReadFile(const std::string& path);
 // The whole of a stored file, read through `reader` in 128 KiB preads (a
 // FUSE read's size, so that many lookups and chunk batches run); a failed
