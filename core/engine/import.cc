@@ -63,7 +63,7 @@ Status TakeOverManifest(const std::string& text, const std::string& shown, const
     from = &copied;
   if (from == nullptr) return Status::Ok();
   Result<CheckpointManifest> read = DecodeManifest(from->dump());
-  if (!read.ok()) return Status(read.status().code(), shown + ": " + read.status().message());
+  if (!read.ok()) return read.status().WithContext(shown);
   const CheckpointManifest& c = *read;
   manifest->gpu_backend = c.gpu_backend;
   manifest->driver_version = c.driver_version;

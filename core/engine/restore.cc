@@ -471,9 +471,7 @@ Result<int> Engine::Restore(const RestoreRequest& request) {
     GPUCKPT_ASSIGN_OR_RETURN(id, ResolveRestoreSource(request, &imported));
     GPUCKPT_ASSIGN_OR_RETURN(SnapshotInfo info, store_->Get(id));
     Result<CheckpointManifest> manifest = DecodeManifest(info.extra_json);
-    if (!manifest.ok())
-      return Status(manifest.status().code(),
-                    "checkpoint " + id + ": " + manifest.status().message());
+    if (!manifest.ok()) return manifest.status().WithContext("checkpoint " + id);
     // Who the restored tasks may be: the caller, or for root, the user who
     // made the checkpoint (root only restores what root made with whatever
     // credentials the images hold).
