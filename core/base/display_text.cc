@@ -5,6 +5,8 @@
 namespace gpuckpt {
 namespace {
 
+constexpr char kHex[] = "0123456789ABCDEF";
+
 // The length of the well-formed UTF-8 sequence at the start of `s`, or 0
 // when it does not start with one (RFC 3629, table 3-7 of Unicode).
 size_t Utf8SequenceLength(std::string_view s) {
@@ -45,7 +47,6 @@ bool IsValidUtf8(std::string_view bytes) {
 }
 
 std::string DisplayText(std::string_view bytes) {
-  static constexpr char kHex[] = "0123456789ABCDEF";
   std::string out;
   out.reserve(bytes.size());
   while (!bytes.empty()) {
@@ -61,6 +62,23 @@ std::string DisplayText(std::string_view bytes) {
       bytes.remove_prefix(n);
     }
   }
+  return out;
+}
+
+std::string QuotedExcerpt(std::string_view bytes, size_t max_shown) {
+  std::string out = "\"";
+  for (char c : bytes.substr(0, max_shown)) {
+    const auto b = static_cast<uint8_t>(c);
+    if (b >= 0x20 && b < 0x7f && c != '"' && c != '\\') {
+      out += c;
+    } else {
+      out += "\\x";
+      out += kHex[b >> 4];
+      out += kHex[b & 0xF];
+    }
+  }
+  if (bytes.size() > max_shown) out += "...";
+  out += '"';
   return out;
 }
 

@@ -26,6 +26,13 @@ bool IsValidUtf8(std::string_view bytes);
 // input, and equal to the input when it was valid UTF-8 already.
 std::string DisplayText(std::string_view bytes);
 
+// Untrusted text (a field of a /proc or sysfs file, a command-line value)
+// as an error message shows it: in double quotes, every byte that is not
+// printable ASCII (and '"' and '\\') written as "\xNN", cut after
+// `max_shown` bytes with "..." so that a garbage file cannot make a
+// megabyte-long message or put terminal escapes into one.
+std::string QuotedExcerpt(std::string_view bytes, size_t max_shown = 64);
+
 }  // namespace gpuckpt
 
 #endif  // GPUCKPT_CORE_BASE_DISPLAY_TEXT_H_

@@ -6,18 +6,17 @@
 
 #include <cerrno>
 
+#include "core/base/unique_fd.h"
+
 namespace gpuckpt {
 
 Result<std::string> ReadSmallFileNoFollow(const std::string& path, size_t max_bytes) {
-  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY);
+  UniqueFd owned(open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY));
+  const int fd = owned.get();
   if (fd < 0) {
     if (errno == ELOOP) return Status::InvalidArgument(path + " is a symlink");
     return StatusFromErrno(errno, "open " + path);
   }
-  struct Closer {
-    int fd;
-    ~Closer() { close(fd); }
-  } closer{fd};
   struct stat st;
   if (fstat(fd, &st) != 0) return StatusFromErrno(errno, "stat " + path);
   if (!S_ISREG(st.st_mode)) return Status::InvalidArgument(path + " is not a regular file");

@@ -24,6 +24,7 @@
 #include "core/base/log.h"
 #include "core/base/mono_clock.h"
 #include "core/base/small_file.h"
+#include "core/base/time_text.h"
 #include "core/criu/image_streamer.h"
 #include "core/criu/images.h"
 #include "core/engine/engine.h"
@@ -37,12 +38,6 @@ namespace {
 constexpr int kPipeBytes = 1 << 20;
 // CRIU's --ghost-limit (per deleted file): no practical limit.
 constexpr char kGhostLimit[] = "1024G";
-
-int64_t NowNs() {
-  timespec ts{};
-  clock_gettime(CLOCK_REALTIME, &ts);
-  return int64_t{ts.tv_sec} * 1000000000 + ts.tv_nsec;
-}
 
 double SecondsSince(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -477,7 +472,7 @@ Result<SnapshotInfo> Engine::DumpAndStore(const CheckpointRequest& request,
   cmd.stderr_fd = criu_logs->stderr_fd();
 
   ticket->SetStage("dump");
-  const int64_t mtime = NowNs();
+  const int64_t mtime = UnixNowNs();
   GPUCKPT_RETURN_IF_ERROR(
       writer->AddEntry(ImageEntry("images", FileType::kDirectory, 0700, process, mtime)));
   rollback.DumpStarting();

@@ -41,6 +41,7 @@
 
 #include "core/base/display_text.h"
 #include "core/base/log.h"
+#include "core/base/scope_exit.h"
 #include "core/base/small_file.h"
 #include "core/base/unique_fd.h"
 #include "core/criu/image_streamer.h"
@@ -351,13 +352,10 @@ Status StreamFile(FileReader* reader, int fd, const std::string& name,
   std::deque<Block> ahead;
   // Declared after the blocks: its futures are waited for before the
   // memory they read into goes away.
-  struct WaitForReads {
-    std::deque<Block>& ahead;
-    ~WaitForReads() {
-      for (auto& b : ahead)
-        if (b.read.valid()) b.read.wait();
-    }
-  } wait_for_reads{ahead};
+  ScopeExit wait_for_reads([&ahead] {
+    for (auto& b : ahead)
+      if (b.read.valid()) b.read.wait();
+  });
 
   const uint64_t size = reader->entry().size;
   uint64_t next = 0;

@@ -5,19 +5,13 @@
 #include <algorithm>
 #include <cstddef>
 
+#include "core/base/display_text.h"
+
 namespace gpuckpt {
 namespace {
 
 constexpr std::string_view kUuidForm = "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx";
 constexpr std::string_view kMapForm = "OLD=NEW[,OLD=NEW...]";
-
-// Input from the command line or the environment can be anything: quote at
-// most a line of it, so an error message stays readable.
-std::string Quote(std::string_view text) {
-  constexpr size_t kMax = 60;
-  if (text.size() <= kMax) return fmt::format("'{}'", text);
-  return fmt::format("'{}...'", text.substr(0, kMax));
-}
 
 std::string_view Trim(std::string_view s) {
   while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
@@ -39,7 +33,7 @@ bool IsDashPosition(size_t i) { return i == 8 || i == 13 || i == 18 || i == 23; 
 Result<GpuUuid> ParseGpuUuid(std::string_view text) {
   auto invalid = [&] {
     return Status::InvalidArgument(
-        fmt::format("invalid GPU UUID {}: expected {} (hex)", Quote(text), kUuidForm));
+        fmt::format("invalid GPU UUID {}: expected {} (hex)", QuotedExcerpt(text), kUuidForm));
   };
   std::string_view s = text;
   if (s.size() >= 4 && (s[0] == 'G' || s[0] == 'g') && (s[1] == 'P' || s[1] == 'p') &&
@@ -83,12 +77,12 @@ Result<std::vector<GpuUuidPair>> ParseGpuMap(std::string_view text) {
     ++index;
     if (entry.empty()) {
       return Status::InvalidArgument(
-          fmt::format("GPU map {}: entry {} is empty; expected {}", Quote(text), index, kMapForm));
+          fmt::format("GPU map {}: entry {} is empty; expected {}", QuotedExcerpt(text), index, kMapForm));
     }
     size_t eq = entry.find('=');
     if (eq == std::string_view::npos || entry.find('=', eq + 1) != std::string_view::npos) {
       return Status::InvalidArgument(
-          fmt::format("GPU map entry {}: expected OLD=NEW (one '=')", Quote(entry)));
+          fmt::format("GPU map entry {}: expected OLD=NEW (one '=')", QuotedExcerpt(entry)));
     }
     Result<GpuUuid> old_uuid = ParseGpuUuid(Trim(entry.substr(0, eq)));
     if (!old_uuid.ok())

@@ -13,6 +13,7 @@
 #include <optional>
 #include <utility>
 
+#include "core/base/display_text.h"
 #include "core/base/unique_fd.h"
 
 namespace gpuckpt {
@@ -62,26 +63,6 @@ bool IsSpace(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
 std::string_view TrimRight(std::string_view s) {
   while (!s.empty() && IsSpace(s.back())) s.remove_suffix(1);
   return s;
-}
-
-// Untrusted text put into an error message: quoted, control bytes escaped,
-// cut short so a garbage file cannot make a megabyte-long message.
-std::string Quote(std::string_view s) {
-  constexpr size_t kMaxShown = 64;
-  std::string out = "\"";
-  for (size_t i = 0; i < s.size() && i < kMaxShown; ++i) {
-    auto c = static_cast<unsigned char>(s[i]);
-    if (c >= 0x20 && c < 0x7f && c != '"' && c != '\\') {
-      out += static_cast<char>(c);
-    } else {
-      char esc[8];
-      std::snprintf(esc, sizeof(esc), "\\x%02x", c);
-      out += esc;
-    }
-  }
-  if (s.size() > kMaxShown) out += "...";
-  out += '"';
-  return out;
 }
 
 // A name read from sysfs as it will be shown: its first line, trailing
@@ -226,7 +207,7 @@ Result<std::optional<KfdGpu>> ReadNode(const std::string& sysfs_root, const std:
   uint64_t gpu_id = 0;
   std::string_view id_text = TrimRight(*gpu_id_text);
   if (!ParseDecimal(id_text, &gpu_id) || gpu_id > std::numeric_limits<uint32_t>::max()) {
-    return Status::Corruption(gpu_id_path + ": " + Quote(id_text) +
+    return Status::Corruption(gpu_id_path + ": " + QuotedExcerpt(id_text) +
                               " is not a decimal 32-bit gpu id");
   }
   // CPU nodes have gpu_id 0. Their properties are not read at all: nothing
@@ -293,7 +274,7 @@ Result<std::map<std::string, uint64_t>> ParseKfdProperties(std::string_view text
     const std::string where = "line " + std::to_string(line_no) + ": ";
     size_t sep = line.find_first_of(" \t");
     if (sep == std::string_view::npos) {
-      return Status::InvalidArgument(where + "expected \"key value\", got " + Quote(line));
+      return Status::InvalidArgument(where + "expected \"key value\", got " + QuotedExcerpt(line));
     }
     std::string_view key = line.substr(0, sep);
     std::string_view value = line.substr(sep);
@@ -301,23 +282,23 @@ Result<std::map<std::string, uint64_t>> ParseKfdProperties(std::string_view text
       value.remove_prefix(1);
     }
     if (!std::all_of(key.begin(), key.end(), IsKeyChar)) {
-      return Status::InvalidArgument(where + "key " + Quote(key) +
+      return Status::InvalidArgument(where + "key " + QuotedExcerpt(key) +
                                      " has characters other than [A-Za-z0-9_]");
     }
     if (value.find_first_of(" \t") != std::string_view::npos) {
-      return Status::InvalidArgument(where + "expected \"key value\", got " + Quote(line));
+      return Status::InvalidArgument(where + "expected \"key value\", got " + QuotedExcerpt(line));
     }
     if (!std::all_of(value.begin(), value.end(), [](char c) { return c >= '0' && c <= '9'; })) {
-      return Status::InvalidArgument(where + "value " + Quote(value) + " of " + Quote(key) +
+      return Status::InvalidArgument(where + "value " + QuotedExcerpt(value) + " of " + QuotedExcerpt(key) +
                                      " is not a decimal number");
     }
     uint64_t v = 0;
     if (!ParseDecimal(value, &v)) {
-      return Status::InvalidArgument(where + "value " + Quote(value) + " of " + Quote(key) +
+      return Status::InvalidArgument(where + "value " + QuotedExcerpt(value) + " of " + QuotedExcerpt(key) +
                                      " does not fit in 64 bits");
     }
     if (!props.emplace(std::string(key), v).second) {
-      return Status::InvalidArgument(where + Quote(key) + " appears twice");
+      return Status::InvalidArgument(where + QuotedExcerpt(key) + " appears twice");
     }
   }
   return props;

@@ -44,16 +44,6 @@ Status Malformed(std::string_view what, std::string_view detail) {
   return Status::IOError(std::move(m));
 }
 
-// A field quoted for an error message: bounded, control characters escaped.
-std::string Quote(std::string_view s) {
-  std::string out = "'";
-  for (char c : s.substr(0, 40)) {
-    out += (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) ? '?' : c;
-  }
-  if (s.size() > 40) out += "...";
-  return out + "'";
-}
-
 template <typename T>
 bool ParseNumber(std::string_view s, T* out, int base = 10) {
   if (s.empty()) return false;
@@ -101,13 +91,13 @@ Status ParseStat(std::string_view text, std::string_view what, ProcessInfo* info
   size_t open = text.find('(');
   size_t close = text.rfind(')');
   if (open == std::string_view::npos || close == std::string_view::npos || close < open) {
-    return Malformed(what, "no '(comm)' in " + Quote(text));
+    return Malformed(what, "no '(comm)' in " + QuotedExcerpt(text));
   }
   int pid = 0;
   std::string_view pid_text = text.substr(0, open);
   while (!pid_text.empty() && pid_text.back() == ' ') pid_text.remove_suffix(1);
   if (!ParseNumber(pid_text, &pid) || pid <= 0) {
-    return Malformed(what, "field 1 (pid) is " + Quote(pid_text));
+    return Malformed(what, "field 1 (pid) is " + QuotedExcerpt(pid_text));
   }
   std::vector<std::string_view> f = SplitWhitespace(text.substr(close + 1));
   // f[0] is field 3 (state); field N is f[N - 3]. We need up to field 24.
@@ -118,11 +108,11 @@ Status ParseStat(std::string_view text, std::string_view what, ProcessInfo* info
   auto field = [&](int n, const char* name, auto* out) -> Status {
     if (!ParseNumber(f[n - 3], out)) {
       return Malformed(what,
-                       "field " + std::to_string(n) + " (" + name + ") is " + Quote(f[n - 3]));
+                       "field " + std::to_string(n) + " (" + name + ") is " + QuotedExcerpt(f[n - 3]));
     }
     return Status::Ok();
   };
-  if (f[0].size() != 1) return Malformed(what, "field 3 (state) is " + Quote(f[0]));
+  if (f[0].size() != 1) return Malformed(what, "field 3 (state) is " + QuotedExcerpt(f[0]));
   uint64_t flags = 0, vsize = 0, rss_pages = 0;
   int ppid = 0, pgid = 0, sid = 0;
   uint32_t threads = 0;
@@ -167,10 +157,10 @@ Status ParseStatus(std::string_view text, std::string_view what, ProcessCredenti
     std::vector<std::string_view> v = SplitWhitespace(line.substr(colon + 1));
     auto ids = [&](uint32_t* a, uint32_t* b, uint32_t* c3, uint32_t* d) -> Status {
       uint32_t* outs[] = {a, b, c3, d};
-      if (v.size() != 4) return Malformed(what, std::string(key) + ": needs 4 ids: " + Quote(line));
+      if (v.size() != 4) return Malformed(what, std::string(key) + ": needs 4 ids: " + QuotedExcerpt(line));
       for (int i = 0; i < 4; ++i) {
         if (!ParseNumber(v[i], outs[i])) {
-          return Malformed(what, std::string(key) + ": bad id " + Quote(v[i]));
+          return Malformed(what, std::string(key) + ": bad id " + QuotedExcerpt(v[i]));
         }
       }
       return Status::Ok();
@@ -185,17 +175,17 @@ Status ParseStatus(std::string_view text, std::string_view what, ProcessCredenti
       c.groups.clear();
       for (auto g : v) {
         uint32_t gid = 0;
-        if (!ParseNumber(g, &gid)) return Malformed(what, "Groups: bad gid " + Quote(g));
+        if (!ParseNumber(g, &gid)) return Malformed(what, "Groups: bad gid " + QuotedExcerpt(g));
         c.groups.push_back(gid);
       }
     } else if (key == "CapPrm" || key == "CapEff") {
       uint64_t caps = 0;
       if (v.size() != 1 || !ParseNumber(v[0], &caps, 16)) {
-        return Malformed(what, std::string(key) + ": " + Quote(line));
+        return Malformed(what, std::string(key) + ": " + QuotedExcerpt(line));
       }
       (key == "CapPrm" ? c.cap_permitted : c.cap_effective) = caps;
     } else if (key == "Tgid") {
-      if (v.size() != 1 || !ParseNumber(v[0], tgid)) return Malformed(what, "Tgid: " + Quote(line));
+      if (v.size() != 1 || !ParseNumber(v[0], tgid)) return Malformed(what, "Tgid: " + QuotedExcerpt(line));
     }
   }
   if (!have_uid || !have_gid) return Malformed(what, have_uid ? "no Gid: line" : "no Uid: line");
@@ -429,7 +419,7 @@ Result<std::vector<int>> ProcessHandle::ReadNamespacePids() const {
     std::vector<int> pids;
     for (std::string_view field : SplitWhitespace(line.substr(6))) {
       int pid = 0;
-      if (!ParseNumber(field, &pid) || pid <= 0) return Malformed(What("status"), Quote(line));
+      if (!ParseNumber(field, &pid) || pid <= 0) return Malformed(What("status"), QuotedExcerpt(line));
       pids.push_back(pid);
     }
     if (pids.empty()) return Malformed(What("status"), "empty NSpid: line");

@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "core/base/time_text.h"
 #include "core/snapshot/records.h"
 #include "core/store/keys.h"
 #include "gpuckpt/version.h"
@@ -25,12 +26,6 @@ constexpr size_t kMinRead = 1u << 20;
 constexpr size_t kTaskBytes = 1u << 20;
 // A worker writes its batch when it holds this much.
 constexpr size_t kBatchBytes = 1u << 20;
-
-int64_t NowNs() {
-  timespec ts{};
-  clock_gettime(CLOCK_REALTIME, &ts);
-  return int64_t{ts.tv_sec} * 1000000000 + ts.tv_nsec;
-}
 
 std::string BaseName(const std::string& path) {
   const size_t slash = path.rfind('/');
@@ -344,7 +339,7 @@ Result<SnapshotInfo> SnapshotWriterImpl::Commit() {
   s = store_->db()->FlushAll();
   if (!s.ok()) return Fail(s);
 
-  info.created_ns = NowNs();
+  info.created_ns = UnixNowNs();
   const auto now = std::chrono::steady_clock::now();
   info.duration_s = std::chrono::duration<double>(now - start_).count();
   info.commit_s = std::chrono::duration<double>(now - commit_start).count();

@@ -10,6 +10,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "core/base/scope_exit.h"
 #include "core/store/keys.h"
 
 namespace gpuckpt {
@@ -85,11 +86,7 @@ Result<std::optional<ChunkMeta>> ChunkStore::Lookup(const ChunkHash& hash) const
 Result<ChunkStore::PutResult> ChunkStore::Put(const ChunkHash& hash, const uint8_t* data,
                                               size_t len, int zstd_level) {
   Claim(hash);
-  struct Unclaim {
-    ChunkStore* self;
-    const ChunkHash& hash;
-    ~Unclaim() { self->Release(hash); }
-  } unclaim{this, hash};
+  ScopeExit unclaim([&] { Release(hash); });
 
   GPUCKPT_ASSIGN_OR_RETURN(auto existing, Lookup(hash));
   if (existing) return PutResult{existing->seq, false, 0};

@@ -15,6 +15,7 @@
 #include "core/base/block_pool.h"
 #include "core/base/display_text.h"
 #include "core/base/log.h"
+#include "core/base/scope_exit.h"
 #include "core/base/small_file.h"
 #include "core/base/time_text.h"
 #include "core/base/work_queue.h"
@@ -186,6 +187,31 @@ TEST(DisplayTextTest, KeepsUtf8AndEscapesEveryOtherByte) {
     const std::string one(1, static_cast<char>(b));
     EXPECT_TRUE(IsValidUtf8(DisplayText(one))) << b;
   }
+}
+
+TEST(DisplayTextTest, QuotedExcerptEscapesWhatIsNotPrintableAndCutsLongText) {
+  EXPECT_EQ(QuotedExcerpt("GPU-12"), "\"GPU-12\"");
+  // Terminal escapes, quotes, backslashes and bytes above ASCII.
+  EXPECT_EQ(QuotedExcerpt("a\x1b[2J\"\\\xe9"), "\"a\\x1B[2J\\x22\\x5C\\xE9\"");
+  EXPECT_EQ(QuotedExcerpt(std::string(100, 'x'), 8), "\"xxxxxxxx...\"");
+  EXPECT_EQ(QuotedExcerpt(std::string(8, 'x'), 8), "\"xxxxxxxx\"");
+}
+
+TEST(ScopeExitTest, RunsOnEveryExitUnlessDismissed) {
+  int runs = 0;
+  {
+    ScopeExit undo([&] { ++runs; });
+  }
+  EXPECT_EQ(runs, 1);
+  auto early_return = [&](bool fail) {
+    ScopeExit undo([&] { ++runs; });
+    if (fail) return;
+    undo.Dismiss();
+  };
+  early_return(true);
+  EXPECT_EQ(runs, 2);
+  early_return(false);
+  EXPECT_EQ(runs, 2);
 }
 
 TEST(TimeTextTest, Rfc3339RoundTripsEveryNanosecond) {

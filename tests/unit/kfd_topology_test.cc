@@ -216,7 +216,7 @@ TEST(ParseKfdPropertiesTest, RejectsMalformedLinesNamingTheLine) {
       {"vendor_id 4098 4098\n", "line 1: expected \"key value\""},
       {"sibling_map 1,0,0,1\n", "value \"1,0,0,1\" of \"sibling_map\" is not a decimal"},
       {"vendor-id 4098\n", "line 1: key \"vendor-id\" has characters other than"},
-      {"ven\x1b[2Jdor 1\n", "key \"ven\\x1b[2Jdor\""},
+      {"ven\x1b[2Jdor 1\n", "key \"ven\\x1B[2Jdor\""},
       {"gpu 1\ngpu 2\n", "line 2: \"gpu\" appears twice"},
       {"a 12abc\n", "value \"12abc\" of \"a\" is not a decimal"},
   };
