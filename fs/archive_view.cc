@@ -132,7 +132,7 @@ class ArchiveReader final : public FileReader {
         if (readers_[i] != nullptr) {
           GPUCKPT_ASSIGN_OR_RETURN(size_t got, readers_[i]->Pread(at, n, buf + done));
           if (got != n)
-            return Status::Corruption("checkpoint " + layout_->id() + ": " + m.source +
+            return Status::Corruption("checkpoint " + layout_->id() + ": " + m.stored->path +
                                       " is shorter than its listing says");
         } else {
           std::memcpy(buf + done, layout_->manifest().data() + at, n);
@@ -248,14 +248,14 @@ Result<std::shared_ptr<const ArchiveLayout>> ArchiveLayout::Build(
     m.entry = f;
     m.entry.path = where->second;
     if (f.type == FileType::kRegular) {
-      m.source = f.path;
+      m.stored = f;
     } else {
       m.entry.size = 0;
     }
     groups[where->first].emplace(where->second, std::move(m));
   }
-  groups[1].try_emplace(kCheckpointDir,
-                        ArchiveMember{OwnerDirectory(kCheckpointDir, info, owner), "", 0, 0});
+  groups[1].try_emplace(kCheckpointDir, ArchiveMember{OwnerDirectory(kCheckpointDir, info, owner),
+                                                      std::nullopt, 0, 0});
   for (auto& group : groups) {
     std::vector<std::string> names;
     for (const auto& [name, m] : group) names.push_back(name);
@@ -263,7 +263,7 @@ Result<std::shared_ptr<const ArchiveLayout>> ArchiveLayout::Build(
       for (size_t slash = name.rfind('/'); slash != std::string::npos && slash > 0;
            slash = name.rfind('/', slash - 1)) {
         const std::string dir = name.substr(0, slash);
-        group.try_emplace(dir, ArchiveMember{OwnerDirectory(dir, info, owner), "", 0, 0});
+        group.try_emplace(dir, ArchiveMember{OwnerDirectory(dir, info, owner), std::nullopt, 0, 0});
       }
     }
     for (auto& [name, m] : group) layout->members_.push_back(std::move(m));
@@ -305,19 +305,17 @@ Result<std::unique_ptr<FileReader>> OpenArchive(Store* store,
                               "' changed length");
     header_at.push_back(headers.size());
     headers += header;
-    if (m.source.empty()) continue;
-    GPUCKPT_ASSIGN_OR_RETURN(readers[i], store->OpenFile(layout->id(), m.source));
+    if (!m.stored) continue;
+    // By the listing's key and index: had the checkpoint been removed, and
+    // its id reused, since the layout was built, this is kNotFound rather
+    // than another checkpoint's file of the same name. From here on the
+    // readers keep it readable.
+    GPUCKPT_ASSIGN_OR_RETURN(readers[i],
+                             store->OpenListedFile(layout->id(), layout->key(), *m.stored));
   }
-  // The Store opens files by id: had the checkpoint been removed, and its
-  // id reused, since the layout was built, they would be another's. Keys
-  // are never reused, so if the layout's incarnation is current now it was
-  // while they were opened; from here on they keep it readable.
-  GPUCKPT_ASSIGN_OR_RETURN(SnapshotInfo now, store->Get(layout->id()));
-  if (now.key != layout->key())
-    return Status::NotFound("checkpoint " + layout->id() + " was replaced");
   for (size_t i = 0; i < members.size(); ++i) {
     if (readers[i] != nullptr && readers[i]->entry().size != members[i].entry.size)
-      return Status::Corruption("checkpoint " + layout->id() + ": " + members[i].source +
+      return Status::Corruption("checkpoint " + layout->id() + ": " + members[i].stored->path +
                                 " is not the size its listing says");
   }
   return std::unique_ptr<FileReader>(new ArchiveReader(std::move(layout), std::move(headers),

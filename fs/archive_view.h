@@ -49,9 +49,11 @@ struct ArchiveMember {
   // What the header says: `path` is the member's name in the archive,
   // `size` its data's length (0 but for regular files).
   FileEntry entry;
-  // Regular files: the stored path read for the data; empty for the
-  // manifest, which is generated (ArchiveLayout::manifest()).
-  std::string source;
+  // Regular files: the stored file read for the data, as
+  // Store::ListFiles() listed it (its path and index); none for the
+  // manifest, which is generated (ArchiveLayout::manifest()), and for
+  // what has no data.
+  std::optional<FileEntry> stored;
   uint64_t offset = 0;       // of the header, in the archive
   uint64_t header_size = 0;  // a multiple of 512; the data follows
   // Where the next member starts: data padded to a multiple of 512.

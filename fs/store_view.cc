@@ -624,7 +624,7 @@ Result<std::unique_ptr<FileReader>> StoreView::OpenImage(const NodeId& node) {
   }
   if (InDeviceView(node.kind)) {
     if (auto it = tree->device_files.find(node.path); it != tree->device_files.end())
-      return OpenDeviceFile(store_, node.snapshot, it->second);
+      return OpenDeviceFile(store_, node.snapshot, node.key, it->second);
   }
   const Listing& listing = ListingOf(*tree, node);
   auto it = listing.entries.find(node.path);

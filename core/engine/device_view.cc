@@ -85,7 +85,7 @@ class SliceReader final : public FileReader {
             size_t got,
             source_->Pread(static_cast<uint64_t>(seg.source_offset) + within, n, buf + done));
         if (got != n)
-          return Status::Corruption(file_->entry.path + ": " + file_->source +
+          return Status::Corruption(file_->entry.path + ": " + file_->source->path +
                                     " ends before the pages its pagemap names");
       }
       done += n;
@@ -168,7 +168,7 @@ Result<std::vector<std::shared_ptr<const DeviceFile>>> BuildDeviceFiles(
     if (f.type != FileType::kRegular || f.path.rfind("images/amdgpu-", 0) != 0) continue;
     auto file = std::make_shared<DeviceFile>();
     file->entry = DeviceEntry(f.path.substr(7), f.size, info, owner);
-    file->alias_of = f.path;
+    file->alias_of = f;
     out.push_back(std::move(file));
   }
 
@@ -178,6 +178,18 @@ Result<std::vector<std::shared_ptr<const DeviceFile>>> BuildDeviceFiles(
   const CheckpointManifest manifest = ManifestOrEmpty(info.extra_json);
   if (manifest.cuda_host_ranges.empty()) return out;
   const uint64_t page_size = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+  // The images by path, as listed: the device files read them by their
+  // listing (path and index), never by a lookup of the path alone.
+  std::map<std::string_view, const FileEntry*> listed;
+  for (const auto& f : files)
+    if (f.type == FileType::kRegular) listed.emplace(f.path, &f);
+  auto listed_image = [&](const std::string& path) -> Result<const FileEntry*> {
+    auto it = listed.find(path);
+    if (it == listed.end())
+      return Status::Corruption("checkpoint " + info.id + " records device memory but has no " +
+                                path);
+    return it->second;
+  };
   std::map<int, CriuPagemap> pagemaps;
   nlohmann::json listing = nlohmann::json::array();
   for (const ManifestDeviceRange& r : manifest.cuda_host_ranges) {
@@ -185,8 +197,11 @@ Result<std::vector<std::shared_ptr<const DeviceFile>>> BuildDeviceFiles(
     const uint64_t start = r.start, end = r.end;
     if (pagemaps.count(pid) == 0) {
       const std::string path = "images/pagemap-" + std::to_string(pid) + ".img";
-      GPUCKPT_ASSIGN_OR_RETURN(std::string bytes,
-                               ReadSmallStoredFile(*store, info.id, path, kMaxPagemapBytes));
+      GPUCKPT_ASSIGN_OR_RETURN(const FileEntry* pagemap, listed_image(path));
+      GPUCKPT_ASSIGN_OR_RETURN(auto reader, store->OpenListedFile(info.id, info.key, *pagemap));
+      GPUCKPT_ASSIGN_OR_RETURN(
+          std::string bytes,
+          ReadSmallStoredFile(*reader, path + " of checkpoint " + info.id, kMaxPagemapBytes));
       GPUCKPT_ASSIGN_OR_RETURN(CriuPagemap map, ParsePagemapImage(bytes, path));
       pagemaps.emplace(pid, std::move(map));
     }
@@ -194,7 +209,9 @@ Result<std::vector<std::shared_ptr<const DeviceFile>>> BuildDeviceFiles(
     auto file = std::make_shared<DeviceFile>();
     const std::string name = fmt::format("cuda-{}-{:x}.bin", pid, start);
     file->entry = DeviceEntry(name, end - start, info, owner);
-    file->source = "images/pages-" + std::to_string(map.pages_id) + ".img";
+    GPUCKPT_ASSIGN_OR_RETURN(const FileEntry* pages,
+                             listed_image("images/pages-" + std::to_string(map.pages_id) + ".img"));
+    file->source = *pages;
     file->segments = Slices(map, page_size, start, end);
     listing.push_back({{"pid", pid},
                        {"start", start},
@@ -217,13 +234,14 @@ Result<std::vector<std::shared_ptr<const DeviceFile>>> BuildDeviceFiles(
 }
 
 Result<std::unique_ptr<FileReader>> OpenDeviceFile(Store* store, const std::string& id,
+                                                   uint64_t key,
                                                    std::shared_ptr<const DeviceFile> file) {
-  if (!file->alias_of.empty()) {
-    GPUCKPT_ASSIGN_OR_RETURN(auto source, store->OpenFile(id, file->alias_of));
+  if (file->alias_of) {
+    GPUCKPT_ASSIGN_OR_RETURN(auto source, store->OpenListedFile(id, key, *file->alias_of));
     return std::unique_ptr<FileReader>(new AliasReader(std::move(file), std::move(source)));
   }
-  if (!file->source.empty()) {
-    GPUCKPT_ASSIGN_OR_RETURN(auto source, store->OpenFile(id, file->source));
+  if (file->source) {
+    GPUCKPT_ASSIGN_OR_RETURN(auto source, store->OpenListedFile(id, key, *file->source));
     return std::unique_ptr<FileReader>(new SliceReader(std::move(file), std::move(source)));
   }
   return std::unique_ptr<FileReader>(new ContentReader(std::move(file)));

@@ -21,6 +21,7 @@
 #define GPUCKPT_FS_DEVICE_VIEW_H_
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -30,16 +31,19 @@
 
 namespace gpuckpt {
 
+// Stored files are named as Store::ListFiles() listed them (path and
+// index), so that they are opened with Store::OpenListedFile(): only ever
+// of the incarnation of the checkpoint the view was built from.
 struct DeviceFile {
-  FileEntry entry;       // "<name>" in device/<id>/, the logical size, the owner
-  std::string alias_of;  // AMD: the stored file read in its place
-  std::string content;   // generated: cuda-ranges.json
+  FileEntry entry;                    // "<name>" in device/<id>/, the logical size, the owner
+  std::optional<FileEntry> alias_of;  // AMD: the stored file read in its place
+  std::string content;                // generated: cuda-ranges.json
   // CUDA: slices of `source` (a stored pages image), in file order.
   struct Segment {
     uint64_t length = 0;
     int64_t source_offset = -1;  // -1: zeros
   };
-  std::string source;
+  std::optional<FileEntry> source;
   std::vector<Segment> segments;
 };
 
@@ -64,8 +68,11 @@ Result<std::vector<std::shared_ptr<const DeviceFile>>> BuildDeviceFiles(
     Store* store, const SnapshotInfo& info, const SnapshotOwner& owner,
     const std::vector<FileEntry>& files);
 
-// A reader of one device file of snapshot `id`.
+// A reader of one device file of snapshot `id` whose key was `key` when
+// the files were built (SnapshotInfo::key); kNotFound once that snapshot
+// is gone, even if its id has been made again.
 Result<std::unique_ptr<FileReader>> OpenDeviceFile(Store* store, const std::string& id,
+                                                   uint64_t key,
                                                    std::shared_ptr<const DeviceFile> file);
 
 }  // namespace gpuckpt

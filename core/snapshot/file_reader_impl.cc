@@ -72,12 +72,16 @@ Result<size_t> FileReaderImpl::Pread(uint64_t offset, size_t len, char* buf) {
 Result<std::string> ReadSmallStoredFile(Store& store, const std::string& id,
                                         const std::string& path, uint64_t max_bytes) {
   GPUCKPT_ASSIGN_OR_RETURN(auto reader, store.OpenFile(id, path));
-  const uint64_t size = reader->entry().size;
+  return ReadSmallStoredFile(*reader, path + " of checkpoint " + id, max_bytes);
+}
+
+Result<std::string> ReadSmallStoredFile(FileReader& reader, const std::string& what,
+                                        uint64_t max_bytes) {
+  const uint64_t size = reader.entry().size;
   if (size > max_bytes)
-    return Status::InvalidArgument(path + " of checkpoint " + id + " is too large (" +
-                                   std::to_string(size) + " bytes)");
+    return Status::InvalidArgument(what + " is too large (" + std::to_string(size) + " bytes)");
   std::string data(size, '\0');
-  GPUCKPT_ASSIGN_OR_RETURN(size_t n, reader->Pread(0, data.size(), data.data()));
+  GPUCKPT_ASSIGN_OR_RETURN(size_t n, reader.Pread(0, data.size(), data.data()));
   data.resize(n);
   return data;
 }

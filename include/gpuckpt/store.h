@@ -212,6 +212,10 @@ Status AddDirectoryToSnapshot(SnapshotWriter* writer, int dir_fd, const std::str
 // crafted snapshot cannot make the reader allocate its size.
 Result<std::string> ReadSmallStoredFile(Store& store, const std::string& id,
                                         const std::string& path, uint64_t max_bytes);
+// The same for a file already open as `reader` (say, by
+// Store::OpenListedFile); `what` names it in errors.
+Result<std::string> ReadSmallStoredFile(FileReader& reader, const std::string& what,
+                                        uint64_t max_bytes);
 
 // The manifest of a snapshot as users see it (`manifest.json`, `gpuckpt ls
 // --json`): pretty-printed JSON, ending in a newline. Format in

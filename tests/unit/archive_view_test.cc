@@ -250,7 +250,8 @@ TEST_F(ArchiveViewTest, MembersInPodmanLayoutAndOrder) {
   EXPECT_EQ(m[5].entry.mode, 0750u);  // the stored images/ entry's
   EXPECT_EQ(m[10].entry.type, FileType::kSymlink);
   EXPECT_EQ(m[10].entry.size, 0u);
-  EXPECT_EQ(m[12].source, "images/pages-1.img");
+  ASSERT_TRUE(m[12].stored.has_value());
+  EXPECT_EQ(m[12].stored->path, "images/pages-1.img");
   EXPECT_EQ(layout->file().path, "c1.tar");
   EXPECT_EQ(layout->file().mode, 0400u);
   EXPECT_EQ(layout->file().uid, kOwner);
@@ -304,7 +305,8 @@ TEST_F(ArchiveViewTest, LibarchiveReadsBackTheStoredFiles) {
     switch (m.entry.type) {
       case FileType::kRegular:
         EXPECT_EQ(r.type, AE_IFREG) << r.name;
-        EXPECT_EQ(r.data, i == 0 ? SnapshotManifestJson(info) : contents_.at(m.source)) << r.name;
+        EXPECT_EQ(r.data, i == 0 ? SnapshotManifestJson(info) : contents_.at(m.stored->path))
+            << r.name;
         break;
       case FileType::kDirectory:
         EXPECT_EQ(r.type, AE_IFDIR) << r.name;
