@@ -31,6 +31,7 @@
 
 #include "core/base/display_text.h"
 #include "core/base/log.h"
+#include "core/base/small_file.h"
 #include "core/base/unique_fd.h"
 #include "core/criu/images.h"
 #include "core/engine/engine.h"
@@ -80,6 +81,13 @@ Status TakeOverManifest(const std::string& text, const std::string& shown, const
   // pages image). Checked for their form only: they name bytes of the
   // copy's own images, which core/engine/device_view.h reads.
   manifest->cuda_host_ranges = c.cuda_host_ranges;
+  // A malformed field was read as absent rather than failing the import
+  // (a copy edited by hand still restores); the new manifest and the log
+  // say which, since a range or a GPU left out changes what is shown.
+  manifest->import_dropped = c.dropped;
+  if (!c.dropped.empty())
+    spdlog::warn("import uid={} manifest={} ignored={}", caller.uid, LogValue(DisplayText(shown)),
+                 LogValue(DisplayText(fmt::format("{}", fmt::join(c.dropped, ",")))));
   return Status::Ok();
 }
 
@@ -106,31 +114,10 @@ ManifestContainer ContainerSummary(const std::optional<std::string>& config) {
 // than `max_bytes`.
 Result<std::string> ReadWholeFile(int dir_fd, const std::string& name, const std::string& shown,
                                   std::optional<uint32_t> owner, uint64_t max_bytes) {
-  UniqueFd fd(
-      openat(dir_fd, name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC | O_NOCTTY));
-  if (fd.get() < 0) {
-    if (errno == ELOOP) return Status::InvalidArgument(shown + " is a symlink");
-    return StatusFromErrno(errno, shown);
-  }
-  struct stat st {};
-  if (fstat(fd.get(), &st) != 0) return StatusFromErrno(errno, shown);
-  if (!S_ISREG(st.st_mode)) return Status::InvalidArgument(shown + " is not a regular file");
-  if (owner && st.st_uid != *owner)
-    return Status::PermissionDenied(shown + " belongs to uid " + std::to_string(st.st_uid));
-  if (static_cast<uint64_t>(st.st_size) > max_bytes)
-    return Status::InvalidArgument(fmt::format("{} is too large ({} bytes; at most {} are read)",
-                                               shown, st.st_size, max_bytes));
-  std::string data(static_cast<size_t>(st.st_size), '\0');
-  size_t done = 0;
-  while (done < data.size()) {
-    const ssize_t n = read(fd.get(), data.data() + done, data.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return StatusFromErrno(errno, shown);
-    if (n == 0) break;
-    done += static_cast<size_t>(n);
-  }
-  data.resize(done);
-  return data;
+  SmallFileRead how(shown, max_bytes);
+  how.too_large = StatusCode::kInvalidArgument;
+  how.owner = owner;
+  return ReadSmallFileNoFollowAt(dir_fd, name, how);
 }
 
 // The root task's pid of CRIU's pstree.img.

@@ -14,7 +14,7 @@
 #include <utility>
 
 #include "core/base/display_text.h"
-#include "core/base/unique_fd.h"
+#include "core/base/small_file.h"
 
 namespace gpuckpt {
 namespace {
@@ -30,28 +30,10 @@ constexpr uint64_t kHeapTypeFbPrivate = 2;
 
 constexpr uint32_t kAmdPciVendorId = 0x1002;
 
-// Reads the whole of `path` (sysfs files report a size of 4096 whatever they
-// hold, so read to EOF). NotFound / PermissionDenied come from
+// The whole of a sysfs attribute. NotFound / PermissionDenied come from
 // StatusFromErrno and let callers decide to skip a node.
 Result<std::string> ReadBounded(const std::string& path) {
-  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (fd.get() < 0) return StatusFromErrno(errno, "open " + path);
-  std::string data;
-  char buf[4096];
-  while (true) {
-    ssize_t n = ::read(fd.get(), buf, sizeof(buf));
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return StatusFromErrno(errno, "read " + path);
-    }
-    if (n == 0) break;
-    if (data.size() + static_cast<size_t>(n) > kMaxFileBytes) {
-      return Status::Corruption(path + ": larger than " + std::to_string(kMaxFileBytes) +
-                                " bytes, not a KFD attribute");
-    }
-    data.append(buf, static_cast<size_t>(n));
-  }
-  return data;
+  return ReadSmallFileNoFollowAt(AT_FDCWD, path, SmallFileRead(path, kMaxFileBytes));
 }
 
 bool IsSkippable(const Status& s) {

@@ -258,6 +258,7 @@ std::string EncodeManifest(const CheckpointManifest& m) {
   }
   PutIfSet(out, "staging_memory_bytes", m.staging_memory_bytes);
   PutIfSet(out, "imported_from", m.imported_from);
+  if (!m.import_dropped.empty()) out["import_dropped"] = m.import_dropped;
   if (m.container) {
     json c = json::object();
     PutIfSet(c, "name", m.container->name);
@@ -319,6 +320,14 @@ Result<CheckpointManifest> DecodeManifest(std::string_view text) {
   m.stages = ReadStages(in);
   m.staging_memory_bytes = in.Get<uint64_t>("staging_memory_bytes");
   m.imported_from = in.Get<std::string>("imported_from");
+  if (const json* paths = in.Array("import_dropped")) {
+    for (size_t i = 0; i < paths->size(); ++i) {
+      if (auto path = FieldReader::As<std::string>((*paths)[i]))
+        m.import_dropped.push_back(std::move(*path));
+      else
+        in.Drop(fmt::format("import_dropped[{}]", i));
+    }
+  }
   m.container = ReadContainer(in);
   return m;
 }

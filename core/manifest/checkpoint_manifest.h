@@ -109,6 +109,10 @@ struct CheckpointManifest {
   std::optional<ManifestStages> stages;
   std::optional<uint64_t> staging_memory_bytes;
   std::optional<std::string> imported_from;  // absent: gpuckpt's own dump
+  // Imports only: the fields of the copy's manifest that were malformed
+  // and so not taken over (its `dropped`), so that a hand-edited copy
+  // that lost something says what it lost.
+  std::vector<std::string> import_dropped;
   std::optional<ManifestContainer> container;
 
   // Set by DecodeManifest: the paths of fields it read as absent because

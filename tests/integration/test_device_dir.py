@@ -103,7 +103,13 @@ def test_device_dir_shows_an_imported_copy_and_the_copy_restores(mount, users):
     assert probe("listdir", m.path("device", os.path.basename(ckpt))) == "ENOENT"
 
     copy = os.path.join(m.work, "copy")
-    cuda_like_copy(ckpt, copy, owner, [(wl.pid, start, end)])
+    manifest = cuda_like_copy(ckpt, copy, owner, [(wl.pid, start, end)])
+    # A range edited by hand into nonsense (end before start): left out of
+    # the import, which says so, rather than refusing the whole copy.
+    manifest["extra"]["device"]["cuda_host_ranges"].append(
+        {"pid": wl.pid, "start": end, "end": start})
+    with open(os.path.join(copy, "manifest.json"), "w") as f:
+        json.dump(manifest, f)
     ident = import_as(m, owner, copy, "cuda")
 
     # The import took the images and the ranges, not the copy's device/.
@@ -112,6 +118,7 @@ def test_device_dir_shows_an_imported_copy_and_the_copy_restores(mount, users):
     assert imported["files"] == original["files"]
     assert imported["extra"]["device"]["cuda_host_ranges"] == [
         {"pid": wl.pid, "start": start, "end": end}]
+    assert imported["extra"]["import_dropped"] == ["device.cuda_host_ranges[1]"]
     assert sorted(os.listdir(m.path("checkpoints", ident))) == ["images", "manifest.json"]
     # And a copy of it is its logical size.
     recopy = os.path.join(m.work, "recopy")

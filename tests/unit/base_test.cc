@@ -1,6 +1,7 @@
 // core/base: the work queue's background priority and shared byte budget,
 // the block pool behind a writer's staging memory, and reading small files
 // that someone else may have planted, and bytes shown as text.
+#include <fcntl.h>
 #include <sched.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -18,6 +19,7 @@
 #include "core/base/scope_exit.h"
 #include "core/base/small_file.h"
 #include "core/base/time_text.h"
+#include "core/base/unique_fd.h"
 #include "core/base/work_queue.h"
 #include "gpuckpt/byte_budget.h"
 #include "tests/unit/test_util.h"
@@ -165,6 +167,30 @@ TEST(SmallFileTest, ReadsARegularFileAndRefusesLinksFifosAndSize) {
   ASSERT_EQ(mkfifo((dir.path() + "/fifo").c_str(), 0600), 0);
   EXPECT_CODE(ReadSmallFileNoFollow(dir.path() + "/fifo", 64), StatusCode::kInvalidArgument);
   EXPECT_CODE(ReadSmallFileNoFollow(dir.path(), 64), StatusCode::kInvalidArgument);
+}
+
+TEST(SmallFileTest, ReadsRelativeToADirectoryCheckingOwnerAndSizeAsAsked) {
+  TempDir dir;
+  std::ofstream(dir.path() + "/f") << "12345\n";
+  UniqueFd dir_fd(open(dir.path().c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  ASSERT_GE(dir_fd.get(), 0);
+  ASSERT_OK_AND_ASSIGN(std::string text,
+                       ReadSmallFileNoFollowAt(dir_fd.get(), "f", SmallFileRead("copy/f", 64)));
+  EXPECT_EQ(text, "12345\n");
+  // A file someone handed in: too large is their mistake, and it must be theirs.
+  SmallFileRead handed_in("copy/f", 3);
+  handed_in.too_large = StatusCode::kInvalidArgument;
+  const Status large = ReadSmallFileNoFollowAt(dir_fd.get(), "f", handed_in).status();
+  EXPECT_CODE(large, StatusCode::kInvalidArgument);
+  EXPECT_NE(large.message().find("copy/f is too large (6 bytes; at most 3 are read)"),
+            std::string::npos)
+      << large.message();
+  SmallFileRead someone_elses("copy/f", 64);
+  someone_elses.owner = getuid() + 1;
+  EXPECT_CODE(ReadSmallFileNoFollowAt(dir_fd.get(), "f", someone_elses),
+              StatusCode::kPermissionDenied);
+  someone_elses.owner = getuid();
+  EXPECT_OK(ReadSmallFileNoFollowAt(dir_fd.get(), "f", someone_elses).status());
 }
 
 TEST(DisplayTextTest, KeepsUtf8AndEscapesEveryOtherByte) {
