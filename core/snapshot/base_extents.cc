@@ -40,27 +40,19 @@ BaseExtents::~BaseExtents() {
 
 Result<BaseExtents::Index> BaseExtents::BuildIndex() const {
   Index index;
-  const std::string lower = keys::SnapshotPrefix(key_);
-  const std::string upper = keys::SnapshotPrefix(key_ + 1);
-  rocksdb::Slice upper_slice(upper);
-  rocksdb::ReadOptions r;
-  r.snapshot = view_;
-  r.iterate_upper_bound = &upper_slice;
-  r.fill_cache = false;
-  std::unique_ptr<rocksdb::Iterator> it(db_->db()->NewIterator(r, db_->extents()));
-  for (it->Seek(lower); it->Valid(); it->Next()) {
-    const std::string_view key = it->key().ToStringView();
-    if (key.size() != keys::kExtentKeySize) return Status::Corruption("malformed extent key");
-    const uint64_t file = keys::FileIndexOf(key);
-    const uint64_t offset = keys::ExtentOffsetOf(key);
-    if (file >= (uint64_t{1} << 20) || offset >= (uint64_t{1} << 44)) continue;
-    GPUCKPT_ASSIGN_OR_RETURN(Extent e, DecodeExtentRecord(offset, it->value().ToStringView()));
+  ExtentIndex extents(db_, ExtentIndex::Scope::Snapshot(key_),
+                      ExtentIndex::ReadOptions{.view = view_, .fill_cache = false});
+  for (extents.SeekToFirst(); extents.Valid(); extents.Next()) {
+    GPUCKPT_ASSIGN_OR_RETURN(const ExtentKeyParts key, extents.Key());
+    const uint64_t file = key.file_index;
+    if (file >= (uint64_t{1} << 20) || key.offset >= (uint64_t{1} << 44)) continue;
+    GPUCKPT_ASSIGN_OR_RETURN(Extent e, extents.Decode());
     if (!e.fingerprint) continue;
     uint64_t low;
     std::memcpy(&low, e.fingerprint->bytes.data(), sizeof(low));
-    index.push_back(IndexEntry{low, file << 44 | offset});
+    index.push_back(IndexEntry{low, file << 44 | key.offset});
   }
-  GPUCKPT_RETURN_IF_ERROR(FromRocks(it->status(), "indexing the base snapshot's extents"));
+  GPUCKPT_RETURN_IF_ERROR(FromRocks(extents.status(), "indexing the base snapshot's extents"));
   // One entry per fingerprint: equal chunks (zero pages) are all the same
   // chunk, and any of them will do.
   std::sort(index.begin(), index.end(), [](const IndexEntry& a, const IndexEntry& b) {
@@ -109,30 +101,22 @@ std::unique_ptr<BaseExtents::Cursor> BaseExtents::Open(const std::string& path) 
 
 BaseExtents::Cursor::Cursor(StoreDb* db, const rocksdb::Snapshot* view, uint64_t key,
                             uint32_t file_index)
-    : lower_(keys::ExtentKey(key, file_index, 0)),
-      upper_(keys::FileKey(key, file_index + 1)),
-      lower_slice_(lower_),
-      upper_slice_(upper_) {
-  rocksdb::ReadOptions r;
-  r.snapshot = view;
-  r.iterate_lower_bound = &lower_slice_;
-  r.iterate_upper_bound = &upper_slice_;
-  // One pass over records nobody reads again soon.
-  r.fill_cache = false;
-  it_.reset(db->db()->NewIterator(r, db->extents()));
-  it_->Seek(lower_);
+    : extents_(db, ExtentIndex::Scope::File(key, file_index),
+               // One pass over records nobody reads again soon.
+               ExtentIndex::ReadOptions{.view = view, .fill_cache = false}) {
+  extents_.SeekToFirst();
 }
 
 Result<std::optional<Extent>> BaseExtents::Cursor::At(uint64_t offset) {
-  while (it_->Valid() && keys::ExtentOffsetOf(it_->key().ToStringView()) < offset) it_->Next();
-  if (!it_->Valid()) {
-    GPUCKPT_RETURN_IF_ERROR(FromRocks(it_->status(), "reading the base snapshot's extents"));
-    return std::optional<Extent>();
+  for (; extents_.Valid(); extents_.Next()) {
+    GPUCKPT_ASSIGN_OR_RETURN(const ExtentKeyParts key, extents_.Key());
+    if (key.offset < offset) continue;
+    if (key.offset != offset) return std::optional<Extent>();
+    GPUCKPT_ASSIGN_OR_RETURN(Extent e, extents_.Decode());
+    return std::optional<Extent>(std::move(e));
   }
-  const uint64_t at = keys::ExtentOffsetOf(it_->key().ToStringView());
-  if (at != offset) return std::optional<Extent>();
-  GPUCKPT_ASSIGN_OR_RETURN(Extent e, DecodeExtentRecord(at, it_->value().ToStringView()));
-  return std::optional<Extent>(std::move(e));
+  GPUCKPT_RETURN_IF_ERROR(FromRocks(extents_.status(), "reading the base snapshot's extents"));
+  return std::optional<Extent>();
 }
 
 }  // namespace gpuckpt

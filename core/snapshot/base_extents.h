@@ -19,7 +19,6 @@
 #ifndef GPUCKPT_CORE_SNAPSHOT_BASE_EXTENTS_H_
 #define GPUCKPT_CORE_SNAPSHOT_BASE_EXTENTS_H_
 
-#include <rocksdb/iterator.h>
 #include <rocksdb/snapshot.h>
 
 #include <cstdint>
@@ -31,6 +30,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/snapshot/extent_index.h"
 #include "core/snapshot/records.h"
 #include "core/snapshot/store_impl.h"
 #include "core/store/store_db.h"
@@ -64,9 +64,7 @@ class BaseExtents {
     friend class BaseExtents;
     Cursor(StoreDb* db, const rocksdb::Snapshot* view, uint64_t key, uint32_t file_index);
 
-    std::string lower_, upper_;  // bounds the iterator points into
-    rocksdb::Slice lower_slice_, upper_slice_;
-    std::unique_ptr<rocksdb::Iterator> it_;
+    ExtentIndex extents_;
   };
 
   // A cursor over the base's file at `path`; nullptr when the base has no

@@ -1,14 +1,12 @@
 #include "core/snapshot/file_reader_impl.h"
 
-#include <rocksdb/db.h>
-
 #include <cstring>
 #include <memory>
 #include <vector>
 
+#include "core/snapshot/extent_index.h"
 #include "core/snapshot/records.h"
 #include "core/snapshot/store_impl.h"
-#include "core/store/keys.h"
 
 namespace gpuckpt {
 
@@ -22,30 +20,23 @@ Result<size_t> FileReaderImpl::Pread(uint64_t offset, size_t len, char* buf) {
   if (offset >= entry_.size || len == 0) return size_t{0};
   len = static_cast<size_t>(std::min<uint64_t>(len, entry_.size - offset));
 
-  const std::string lower = keys::ExtentKey(snapshot_key_, file_index_, 0);
-  const std::string upper = keys::FileKey(snapshot_key_, file_index_ + 1);
-  rocksdb::Slice lower_slice(lower), upper_slice(upper);
-  rocksdb::ReadOptions r;
-  r.iterate_lower_bound = &lower_slice;
-  r.iterate_upper_bound = &upper_slice;
-  std::unique_ptr<rocksdb::Iterator> it(
-      store_->db()->db()->NewIterator(r, store_->db()->extents()));
+  ExtentIndex index(store_->db(), ExtentIndex::Scope::File(snapshot_key_, file_index_));
   // One seek: the extent starting at or before `offset`.
-  it->SeekForPrev(keys::ExtentKey(snapshot_key_, file_index_, offset));
+  index.SeekTo(offset);
 
   // First the extents the read covers, then their chunks in one batch (one
   // MultiGet, neighbouring records in one disk read), then the copy.
   std::vector<ChunkStore::ChunkRef> refs;
   std::vector<uint64_t> starts;  // file offset of each ref's chunk
-  for (uint64_t pos = offset; pos < offset + len;) {
-    if (!it->Valid()) {
-      GPUCKPT_RETURN_IF_ERROR(FromRocks(it->status(), "reading the extent index"));
+  while (index.walked_to() < offset + len) {
+    const uint64_t pos = index.walked_to();
+    GPUCKPT_ASSIGN_OR_RETURN(std::optional<ExtentIndex::Step> step, index.NextInOrder());
+    if (!step) {
+      GPUCKPT_RETURN_IF_ERROR(FromRocks(index.status(), "reading the extent index"));
       return MissingExtent(pos);
     }
-    GPUCKPT_ASSIGN_OR_RETURN(Extent e,
-                             DecodeExtentRecord(keys::ExtentOffsetOf(it->key().ToStringView()),
-                                                it->value().ToStringView()));
-    if (e.offset > pos || e.offset + e.length <= pos) return MissingExtent(pos);
+    if (step->join != ExtentJoin::kContiguous) return MissingExtent(pos);
+    const Extent& e = step->extent;
     // A chunk this read consumes whole is not cached: sequential readers
     // (cat, cp, CRIU) never come back for it, and the kernel keeps the
     // file's pages anyway. Chunks cut by the read's edges are, since the
@@ -53,8 +44,6 @@ Result<size_t> FileReaderImpl::Pread(uint64_t offset, size_t len, char* buf) {
     const bool whole = pos == e.offset && offset + len - pos >= e.length;
     refs.push_back(ChunkStore::ChunkRef{e.hash, e.seq, e.length, /*use_cache=*/!whole});
     starts.push_back(e.offset);
-    pos = e.offset + e.length;
-    if (pos < offset + len) it->Next();
   }
   std::vector<std::shared_ptr<const std::string>> chunks;
   GPUCKPT_RETURN_IF_ERROR(

@@ -149,86 +149,98 @@ Status SnapshotWriterImpl::AddStream(const FileEntry& meta, const ReadFn& read) 
   // them, so a byte is copied once (by read()) on its way to the hash. The
   // uncut tail of a block (less than one max-size chunk) is carried into the
   // next block.
-  const size_t block_size = blocks_->block_size();
-  std::shared_ptr<uint8_t[]> block = blocks_->Get();
-  if (!block) return Fail(Status::IOError("out of memory for a read block of '" + e.path + "'"));
-  size_t begin = 0;     // first byte of `block` not yet cut
-  size_t end = 0;       // one past the last byte read into `block`
-  uint64_t offset = 0;  // file offset of block[begin]
-  bool eof = false;
+  StreamBlock block;
+  block.data = blocks_->Get();
+  if (!block.data) return Fail(NoBlockFor(e.path));
   for (;;) {
-    if (!eof) {
-      if (block_size - end < kMinRead) {
-        std::shared_ptr<uint8_t[]> next = blocks_->Get();
-        if (!next)
-          return Fail(Status::IOError("out of memory for a read block of '" + e.path + "'"));
-        std::memcpy(next.get(), block.get() + begin, end - begin);
-        end -= begin;
-        begin = 0;
-        block = std::move(next);
-      }
-      Result<size_t> got = read(reinterpret_cast<char*>(block.get()) + end, block_size - end);
-      if (!got.ok()) return Fail(got.status());
-      const size_t n = std::min(*got, block_size - end);
-      if (n == 0) eof = true;
-      end += n;
-      const uint64_t total_read =
-          bytes_read_.fetch_add(static_cast<uint64_t>(n)) + static_cast<uint64_t>(n);
-      uint64_t reported = progress_reported_.load(std::memory_order_relaxed);
-      if (progress_ && total_read - reported >= (64u << 20) &&
-          progress_reported_.compare_exchange_strong(reported, total_read)) {
-        progress_(total_read, progress_total_);
-      }
+    if (!block.eof) {
+      if (Status s = ReadMore(read, e.path, &block); !s.ok()) return Fail(s);
     }
-    // Chunks go to the workers in groups of about kTaskBytes: one task per
-    // 16 KiB chunk would cost a thread wake-up per chunk.
-    struct Piece {
-      uint64_t file_offset;
-      const uint8_t* data;
-      size_t len;
-      std::optional<Extent> base;
-    };
-    std::vector<Piece> group;
-    size_t group_bytes = 0;
-    auto submit_group = [&]() -> Status {
-      if (group.empty()) return Status::Ok();
-      Status s = queue_->Submit(
-          group_bytes,
-          [this, file_index, pieces = std::move(group), block](unsigned worker) -> Status {
-            for (const Piece& p : pieces) {
-              GPUCKPT_RETURN_IF_ERROR(
-                  ProcessChunk(worker, file_index, p.file_offset, p.data, p.len, p.base));
-            }
-            return Status::Ok();
-          });
-      group = {};
-      group_bytes = 0;
-      return s;
-    };
-    while (begin < end) {
-      const size_t len = chunker.NextChunkLength(block.get() + begin, end - begin, offset, eof);
-      if (len == 0) break;
-      std::optional<Extent> base_extent;
-      if (base) {
-        auto found = base->At(offset);
-        if (!found.ok()) return Fail(found.status());
-        base_extent = std::move(*found);
-      }
-      group.push_back(Piece{offset, block.get() + begin, len, std::move(base_extent)});
-      group_bytes += len;
-      begin += len;
-      offset += len;
-      if (group_bytes >= kTaskBytes) {
-        if (Status s = submit_group(); !s.ok()) return Fail(s);
-      }
-    }
-    // The rest of this block's chunks, before the block may be replaced.
-    if (Status s = submit_group(); !s.ok()) return Fail(s);
-    if (eof && begin == end) break;
+    if (Status s = CutAndSubmit(file_index, chunker, base.get(), &block); !s.ok()) return Fail(s);
+    if (block.eof && block.begin == block.end) break;
   }
   MutexLock lock(&entries_mu_);
-  entries_[file_index].size = offset;
+  entries_[file_index].size = block.offset;
   return Status::Ok();
+}
+
+Status SnapshotWriterImpl::NoBlockFor(const std::string& path) {
+  return Status::IOError("out of memory for a read block of '" + path + "'");
+}
+
+Status SnapshotWriterImpl::ReadMore(const ReadFn& read, const std::string& path,
+                                    StreamBlock* block) {
+  const size_t block_size = blocks_->block_size();
+  if (block_size - block->end < kMinRead) {
+    std::shared_ptr<uint8_t[]> next = blocks_->Get();
+    if (!next) return NoBlockFor(path);
+    std::memcpy(next.get(), block->data.get() + block->begin, block->end - block->begin);
+    block->end -= block->begin;
+    block->begin = 0;
+    block->data = std::move(next);
+  }
+  GPUCKPT_ASSIGN_OR_RETURN(
+      const size_t got,
+      read(reinterpret_cast<char*>(block->data.get()) + block->end, block_size - block->end));
+  const size_t n = std::min(got, block_size - block->end);
+  if (n == 0) block->eof = true;
+  block->end += n;
+  CountRead(n);
+  return Status::Ok();
+}
+
+void SnapshotWriterImpl::CountRead(size_t n) {
+  const uint64_t total_read =
+      bytes_read_.fetch_add(static_cast<uint64_t>(n)) + static_cast<uint64_t>(n);
+  uint64_t reported = progress_reported_.load(std::memory_order_relaxed);
+  if (progress_ && total_read - reported >= (64u << 20) &&
+      progress_reported_.compare_exchange_strong(reported, total_read)) {
+    progress_(total_read, progress_total_);
+  }
+}
+
+Status SnapshotWriterImpl::CutAndSubmit(uint32_t file_index, const Chunker& chunker,
+                                        BaseExtents::Cursor* base, StreamBlock* block) {
+  // Chunks go to the workers in groups of about kTaskBytes: one task per
+  // 16 KiB chunk would cost a thread wake-up per chunk.
+  std::vector<Piece> group;
+  size_t group_bytes = 0;
+  while (block->begin < block->end) {
+    const uint8_t* const data = block->data.get() + block->begin;
+    const size_t len =
+        chunker.NextChunkLength(data, block->end - block->begin, block->offset, block->eof);
+    if (len == 0) break;
+    std::optional<Extent> base_extent;
+    if (base) {
+      GPUCKPT_ASSIGN_OR_RETURN(base_extent, base->At(block->offset));
+    }
+    group.push_back(Piece{block->offset, data, len, std::move(base_extent)});
+    group_bytes += len;
+    block->begin += len;
+    block->offset += len;
+    if (group_bytes >= kTaskBytes) {
+      GPUCKPT_RETURN_IF_ERROR(SubmitPieces(file_index, std::move(group), group_bytes, block->data));
+      group = {};
+      group_bytes = 0;
+    }
+  }
+  // The rest of this block's chunks, before the block may be replaced.
+  return SubmitPieces(file_index, std::move(group), group_bytes, block->data);
+}
+
+Status SnapshotWriterImpl::SubmitPieces(uint32_t file_index, std::vector<Piece> pieces,
+                                        size_t bytes, std::shared_ptr<uint8_t[]> block) {
+  if (pieces.empty()) return Status::Ok();
+  // The task holds the block its pieces point into.
+  return queue_->Submit(bytes,
+                        [this, file_index, pieces = std::move(pieces),
+                         block = std::move(block)](unsigned worker) -> Status {
+                          for (const Piece& p : pieces) {
+                            GPUCKPT_RETURN_IF_ERROR(ProcessChunk(worker, file_index, p.file_offset,
+                                                                 p.data, p.len, p.base));
+                          }
+                          return Status::Ok();
+                        });
 }
 
 Status SnapshotWriterImpl::ProcessChunk(unsigned worker, uint32_t file_index, uint64_t offset,
@@ -288,13 +300,36 @@ Result<SnapshotInfo> SnapshotWriterImpl::Commit() {
   if (Status f = failed(); !f.ok()) return f;
   if (committed_) return Status::InvalidArgument("snapshot already committed");
   const auto commit_start = std::chrono::steady_clock::now();
-  Status s = queue_->Finish();
-  if (!s.ok()) return Fail(s);
-  for (auto& b : batches_) {
-    s = WriteBatch(b.get());
-    if (!s.ok()) return Fail(s);
-  }
+  if (Status s = WriteExtents(); !s.ok()) return Fail(s);
+  SnapshotInfo info = ManifestOfSpec();
+  rocksdb::WriteBatch files;
+  if (Status s = TotalUpFiles(&info, &files); !s.ok()) return Fail(s);
+  rocksdb::WriteOptions w;
+  w.disableWAL = true;
+  if (Status s = FromRocks(store_->db()->db()->Write(w, &files), "writing file records"); !s.ok())
+    return Fail(s);
+  // Everything the manifest will name must be on disk before it is.
+  const auto sync_start = std::chrono::steady_clock::now();
+  if (Status s = store_->db()->FlushAll(); !s.ok()) return Fail(s);
 
+  info.created_ns = UnixNowNs();
+  const auto now = std::chrono::steady_clock::now();
+  info.duration_s = std::chrono::duration<double>(now - start_).count();
+  info.commit_s = std::chrono::duration<double>(now - commit_start).count();
+  info.sync_s = std::chrono::duration<double>(now - sync_start).count();
+  if (Status s = store_->Publish(info); !s.ok()) return Fail(s);
+  committed_ = true;
+  store_->ReleaseName(spec_.name);
+  return info;
+}
+
+Status SnapshotWriterImpl::WriteExtents() {
+  GPUCKPT_RETURN_IF_ERROR(queue_->Finish());
+  for (auto& b : batches_) GPUCKPT_RETURN_IF_ERROR(WriteBatch(b.get()));
+  return Status::Ok();
+}
+
+SnapshotInfo SnapshotWriterImpl::ManifestOfSpec() const {
   SnapshotInfo info;
   info.id = spec_.name;
   info.key = key_;
@@ -303,52 +338,35 @@ Result<SnapshotInfo> SnapshotWriterImpl::Commit() {
   if (base_) info.base = base_->id();
   info.dedup_domain = spec_.dedup_domain;
   info.written_by = "gpuckpt " GPUCKPT_VERSION_STRING;
-  rocksdb::WriteBatch files;
-  {
-    // Nothing else runs now (Commit() comes after the last AddFile()), so
-    // the locks are never waited for; taken all the same, for what the
-    // workers wrote under them.
-    MutexLock entries_lock(&entries_mu_);
-    MutexLock totals_lock(&totals_mu_);
-    info.extra_json = spec_.extra_json.empty() ? "{}" : spec_.extra_json;
-    for (size_t i = 0; i < entries_.size() && s.ok(); ++i) {
-      FileEntry& e = entries_[i];
-      const FileTotals& t = totals_[i];
-      e.chunk_count = t.chunks;
-      e.new_bytes = t.new_bytes;
-      e.stored_bytes = t.stored_bytes;
-      info.logical_bytes += e.size;
-      info.chunk_count += t.chunks;
-      info.new_chunks += t.new_chunks;
-      info.new_bytes += t.new_bytes;
-      info.stored_bytes += t.stored_bytes;
-      info.base_chunks += t.base_chunks;
-      s = FromRocks(files.Put(store_->db()->files(), keys::FileKey(key_, static_cast<uint32_t>(i)),
-                              EncodeFileRecord(e)),
-                    "batching file records");
-    }
-    info.file_count = entries_.size();
-  }
-  if (!s.ok()) return Fail(s);
-  rocksdb::WriteOptions w;
-  w.disableWAL = true;
-  s = FromRocks(store_->db()->db()->Write(w, &files), "writing file records");
-  if (!s.ok()) return Fail(s);
-  // Everything the manifest will name must be on disk before it is.
-  const auto sync_start = std::chrono::steady_clock::now();
-  s = store_->db()->FlushAll();
-  if (!s.ok()) return Fail(s);
-
-  info.created_ns = UnixNowNs();
-  const auto now = std::chrono::steady_clock::now();
-  info.duration_s = std::chrono::duration<double>(now - start_).count();
-  info.commit_s = std::chrono::duration<double>(now - commit_start).count();
-  info.sync_s = std::chrono::duration<double>(now - sync_start).count();
-  s = store_->Publish(info);
-  if (!s.ok()) return Fail(s);
-  committed_ = true;
-  store_->ReleaseName(spec_.name);
   return info;
+}
+
+Status SnapshotWriterImpl::TotalUpFiles(SnapshotInfo* info, rocksdb::WriteBatch* files) {
+  // Nothing else runs now (Commit() comes after the last AddFile()), so
+  // the locks are never waited for; taken all the same, for what the
+  // workers wrote under them.
+  MutexLock entries_lock(&entries_mu_);
+  MutexLock totals_lock(&totals_mu_);
+  info->extra_json = spec_.extra_json.empty() ? "{}" : spec_.extra_json;
+  for (size_t i = 0; i < entries_.size(); ++i) {
+    FileEntry& e = entries_[i];
+    const FileTotals& t = totals_[i];
+    e.chunk_count = t.chunks;
+    e.new_bytes = t.new_bytes;
+    e.stored_bytes = t.stored_bytes;
+    info->logical_bytes += e.size;
+    info->chunk_count += t.chunks;
+    info->new_chunks += t.new_chunks;
+    info->new_bytes += t.new_bytes;
+    info->stored_bytes += t.stored_bytes;
+    info->base_chunks += t.base_chunks;
+    GPUCKPT_RETURN_IF_ERROR(
+        FromRocks(files->Put(store_->db()->files(), keys::FileKey(key_, static_cast<uint32_t>(i)),
+                             EncodeFileRecord(e)),
+                  "batching file records"));
+  }
+  info->file_count = entries_.size();
+  return Status::Ok();
 }
 
 }  // namespace gpuckpt

@@ -77,6 +77,42 @@ class SnapshotWriterImpl final : public SnapshotWriter {
     uint64_t base_chunks = 0;
   };
 
+  // A file AddStream() reads: its current read block, and how far it is
+  // read and cut.
+  struct StreamBlock {
+    std::shared_ptr<uint8_t[]> data;
+    size_t begin = 0;     // first byte of `data` not yet cut
+    size_t end = 0;       // one past the last byte read into `data`
+    uint64_t offset = 0;  // file offset of data[begin]
+    bool eof = false;
+  };
+  // A chunk cut from a block, for ProcessChunk().
+  struct Piece {
+    uint64_t file_offset;
+    const uint8_t* data;
+    size_t len;
+    std::optional<Extent> base;
+  };
+
+  // The steps of AddStream(): read into the block what it has room for (a
+  // fresh block, with the uncut tail, when little is left), count it for
+  // progress, cut the chunks it holds and hand them to the workers.
+  Status ReadMore(const ReadFn& read, const std::string& path, StreamBlock* block);
+  void CountRead(size_t n);
+  Status CutAndSubmit(uint32_t file_index, const Chunker& chunker, BaseExtents::Cursor* base,
+                      StreamBlock* block);
+  Status SubmitPieces(uint32_t file_index, std::vector<Piece> pieces, size_t bytes,
+                      std::shared_ptr<uint8_t[]> block);
+  static Status NoBlockFor(const std::string& path);
+
+  // The steps of Commit(): the extents still in the workers' batches; the
+  // manifest's fields from the spec; the per-file totals into the file
+  // records (batched into `files`) and the manifest.
+  Status WriteExtents();
+  SnapshotInfo ManifestOfSpec() const;
+  Status TotalUpFiles(SnapshotInfo* info, rocksdb::WriteBatch* files)
+      EXCLUDES(entries_mu_, totals_mu_);
+
   // `base`: the base snapshot's extent at the same offset of the same file.
   Status ProcessChunk(unsigned worker, uint32_t file_index, uint64_t offset, const uint8_t* data,
                       size_t len, const std::optional<Extent>& base) EXCLUDES(totals_mu_);

@@ -4,12 +4,12 @@
 #include <rocksdb/iterator.h>
 #include <sys/stat.h>
 
-#include <cstdio>
+#include <algorithm>
 #include <filesystem>
-#include <map>
-#include <optional>
 #include <unordered_set>
+#include <vector>
 
+#include "core/snapshot/extent_index.h"
 #include "core/snapshot/file_reader_impl.h"
 #include "core/snapshot/records.h"
 #include "core/snapshot/snapshot_writer_impl.h"
@@ -376,119 +376,155 @@ Result<GcReport> StoreImpl::Gc() {
   });
 }
 
-Result<GcReport> StoreImpl::GcLocked() {
-  GcReport report;
-  GPUCKPT_ASSIGN_OR_RETURN(auto snapshots, List());
+// The steps of GcLocked().
+namespace {
+
+// The keys of the snapshots gc keeps: those listed, and those open readers
+// still read (removed meanwhile, but pinned).
+std::unordered_set<uint64_t> LiveOrPinnedKeys(const std::vector<SnapshotInfo>& snapshots,
+                                              PinRegistry* pins) {
   std::unordered_set<uint64_t> live_keys;
   for (const auto& s : snapshots) live_keys.insert(s.key);
-  {
-    // Snapshots open readers still read are live too. Read after List():
-    // see PinSnapshot().
-    MutexLock lock(&pins_->mu);
-    live_keys.insert(pins_->keys.begin(), pins_->keys.end());
-  }
+  MutexLock lock(&pins->mu);
+  live_keys.insert(pins->keys.begin(), pins->keys.end());
+  return live_keys;
+}
 
-  // Mark: every chunk named by an extent of a live or pinned snapshot.
-  // Extents of other keys belong to writers that never committed, or to
-  // snapshots removed while a reader had them pinned: swept below.
-  std::unordered_set<uint64_t> marked;  // chunk sequence numbers
-  std::vector<uint64_t> orphan_keys;
-  {
-    std::unique_ptr<rocksdb::Iterator> it(
-        db_->db()->NewIterator(rocksdb::ReadOptions(), db_->extents()));
-    for (it->SeekToFirst(); it->Valid(); it->Next()) {
-      const auto key = it->key().ToStringView();
-      if (key.size() != keys::kExtentKeySize) return Status::Corruption("malformed extent key");
-      const uint64_t snap = keys::SnapshotKeyOf(key);
-      if (live_keys.count(snap) == 0) {
-        if (orphan_keys.empty() || orphan_keys.back() != snap) orphan_keys.push_back(snap);
-        // Skip the rest of this orphan at once.
-        it->Seek(keys::SnapshotPrefix(snap + 1));
-        if (!it->Valid()) break;
-        // Re-examine the key we landed on in the next round.
-        it->Prev();
-        continue;
-      }
-      GPUCKPT_ASSIGN_OR_RETURN(
-          Extent e, DecodeExtentRecord(keys::ExtentOffsetOf(key), it->value().ToStringView()));
-      marked.insert(e.seq);
-    }
-    GPUCKPT_RETURN_IF_ERROR(FromRocks(it->status(), "scanning extents"));
-  }
-  {
-    std::unique_ptr<rocksdb::Iterator> it(
-        db_->db()->NewIterator(rocksdb::ReadOptions(), db_->files()));
-    for (it->SeekToFirst(); it->Valid(); it->Next()) {
-      const uint64_t snap = keys::SnapshotKeyOf(it->key().ToStringView());
-      if (live_keys.count(snap) == 0 &&
-          std::find(orphan_keys.begin(), orphan_keys.end(), snap) == orphan_keys.end()) {
-        orphan_keys.push_back(snap);
-      }
-    }
-    GPUCKPT_RETURN_IF_ERROR(FromRocks(it->status(), "scanning file records"));
-  }
+struct GcMarks {
+  std::unordered_set<uint64_t> chunks;  // sequence numbers of the chunks to keep
+  std::vector<uint64_t> orphan_keys;    // snapshot keys whose records go
+};
 
-  // Sweep.
-  rocksdb::WriteBatch batch;
+// Mark: every chunk named by an extent of a live or pinned snapshot.
+// Extents of other keys belong to writers that never committed, or to
+// snapshots removed while a reader had them pinned: their keys are orphans.
+Result<GcMarks> MarkLiveChunks(const StoreDb* db, const std::unordered_set<uint64_t>& live_keys) {
+  GcMarks marks;
+  ExtentIndex extents(db, ExtentIndex::Scope::Store());
+  extents.SeekToFirst();
+  while (extents.Valid()) {
+    GPUCKPT_ASSIGN_OR_RETURN(const ExtentKeyParts key, extents.Key());
+    if (live_keys.count(key.snapshot_key) == 0) {
+      if (marks.orphan_keys.empty() || marks.orphan_keys.back() != key.snapshot_key) {
+        marks.orphan_keys.push_back(key.snapshot_key);
+      }
+      // Skip the rest of this orphan at once.
+      extents.SeekPastSnapshot(key.snapshot_key);
+      continue;
+    }
+    GPUCKPT_ASSIGN_OR_RETURN(const Extent e, extents.Decode());
+    marks.chunks.insert(e.seq);
+    extents.Next();
+  }
+  GPUCKPT_RETURN_IF_ERROR(FromRocks(extents.status(), "scanning extents"));
+  return marks;
+}
+
+// Orphans that have file records but no extents (a snapshot of directories
+// and empty files only, say).
+Status AddOrphansOfFileRecords(const StoreDb* db, const std::unordered_set<uint64_t>& live_keys,
+                               std::vector<uint64_t>* orphan_keys) {
+  std::unique_ptr<rocksdb::Iterator> it(db->db()->NewIterator(rocksdb::ReadOptions(), db->files()));
+  for (it->SeekToFirst(); it->Valid(); it->Next()) {
+    const uint64_t snap = keys::SnapshotKeyOf(it->key().ToStringView());
+    if (live_keys.count(snap) == 0 &&
+        std::find(orphan_keys->begin(), orphan_keys->end(), snap) == orphan_keys->end()) {
+      orphan_keys->push_back(snap);
+    }
+  }
+  return FromRocks(it->status(), "scanning file records");
+}
+
+Status BatchOrphanRemoval(const StoreDb* db, const std::vector<uint64_t>& orphan_keys,
+                          rocksdb::WriteBatch* batch, GcReport* report) {
   for (uint64_t k : orphan_keys) {
-    auto s = batch.DeleteRange(db_->files(), keys::SnapshotPrefix(k), keys::SnapshotPrefix(k + 1));
+    auto s = batch->DeleteRange(db->files(), keys::SnapshotPrefix(k), keys::SnapshotPrefix(k + 1));
     if (s.ok())
-      s = batch.DeleteRange(db_->extents(), keys::SnapshotPrefix(k), keys::SnapshotPrefix(k + 1));
+      s = batch->DeleteRange(db->extents(), keys::SnapshotPrefix(k), keys::SnapshotPrefix(k + 1));
     if (!s.ok()) return FromRocks(s, "batching orphan removal");
-    ++report.orphan_records_deleted;
+    ++report->orphan_records_deleted;
   }
-  {
-    // The sweep walks the small meta records, not the chunk data.
-    std::unique_ptr<rocksdb::Iterator> it(
-        db_->db()->NewIterator(rocksdb::ReadOptions(), db_->chunk_meta()));
-    for (it->SeekToFirst(); it->Valid(); it->Next()) {
-      auto hash = ChunkHash::FromBytes(it->key().ToStringView());
-      auto meta = DecodeChunkMeta(it->value().ToStringView());
-      if (!hash.ok() || !meta.ok()) {
-        return Status::Corruption("malformed chunk meta record; run fsck");
-      }
-      if (marked.count(meta->seq) != 0) {
-        ++report.chunks_kept;
-        continue;
-      }
-      ++report.chunks_deleted;
-      report.bytes_deleted += meta->stored_length;
-      auto s = batch.Delete(db_->chunks(), ChunkSeqKey(meta->seq));
-      if (s.ok()) s = batch.Delete(db_->chunk_meta(), it->key());
-      if (!s.ok()) return FromRocks(s, "batching chunk deletion");
-      cache_->Erase(*hash);
-      if (batch.GetDataSize() > (4u << 20)) {
-        rocksdb::WriteOptions w;
-        GPUCKPT_RETURN_IF_ERROR(FromRocks(db_->db()->Write(w, &batch), "deleting chunks"));
-        batch.Clear();
-      }
+  return Status::Ok();
+}
+
+// Sweep: every chunk not marked. Walks the small meta records, not the
+// chunk data; writes `batch` whenever it grows past a few MiB.
+Status SweepUnmarkedChunks(const StoreDb* db, ChunkCache* cache,
+                           const std::unordered_set<uint64_t>& marked, rocksdb::WriteBatch* batch,
+                           GcReport* report) {
+  std::unique_ptr<rocksdb::Iterator> it(
+      db->db()->NewIterator(rocksdb::ReadOptions(), db->chunk_meta()));
+  for (it->SeekToFirst(); it->Valid(); it->Next()) {
+    auto hash = ChunkHash::FromBytes(it->key().ToStringView());
+    auto meta = DecodeChunkMeta(it->value().ToStringView());
+    if (!hash.ok() || !meta.ok()) {
+      return Status::Corruption("malformed chunk meta record; run fsck");
     }
-    GPUCKPT_RETURN_IF_ERROR(FromRocks(it->status(), "scanning chunk meta records"));
+    if (marked.count(meta->seq) != 0) {
+      ++report->chunks_kept;
+      continue;
+    }
+    ++report->chunks_deleted;
+    report->bytes_deleted += meta->stored_length;
+    auto s = batch->Delete(db->chunks(), ChunkSeqKey(meta->seq));
+    if (s.ok()) s = batch->Delete(db->chunk_meta(), it->key());
+    if (!s.ok()) return FromRocks(s, "batching chunk deletion");
+    cache->Erase(*hash);
+    if (batch->GetDataSize() > (4u << 20)) {
+      rocksdb::WriteOptions w;
+      GPUCKPT_RETURN_IF_ERROR(FromRocks(db->db()->Write(w, batch), "deleting chunks"));
+      batch->Clear();
+    }
   }
+  return FromRocks(it->status(), "scanning chunk meta records");
+}
+
+// Gives the space of deleted chunks back now: rewrites the chunk tables
+// and forces blob garbage collection so files holding only dead chunks are
+// deleted.
+Status CompactChunkTables(StoreDb* db) {
+  rocksdb::CompactRangeOptions c;
+  c.blob_garbage_collection_policy = rocksdb::BlobGarbageCollectionPolicy::kForce;
+  c.blob_garbage_collection_age_cutoff = 1.0;
+  c.bottommost_level_compaction = rocksdb::BottommostLevelCompaction::kForce;
+  // A compaction flushes first: see StoreDb::Resume().
+  GPUCKPT_RETURN_IF_ERROR(db->Resume());
+  return FromRocks(db->db()->CompactRange(c, db->chunks(), nullptr, nullptr),
+                   "compacting after gc");
+}
+
+Status RemoveGarbageFromPacks(ChunkStore* chunks, GcReport* report) {
+  GPUCKPT_ASSIGN_OR_RETURN(auto packs, chunks->CompactPacks());
+  report->packs_removed = packs.packs_removed;
+  report->packs_rewritten = packs.packs_rewritten;
+  report->bytes_rewritten = packs.bytes_rewritten;
+  report->bytes_punched = packs.bytes_punched;
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<GcReport> StoreImpl::GcLocked() {
+  GcReport report;
+  GPUCKPT_ASSIGN_OR_RETURN(const std::vector<SnapshotInfo> snapshots, List());
+  // Read after List(): see PinSnapshot().
+  const std::unordered_set<uint64_t> live_keys = LiveOrPinnedKeys(snapshots, pins_.get());
+  GPUCKPT_ASSIGN_OR_RETURN(GcMarks marks, MarkLiveChunks(db_.get(), live_keys));
+  GPUCKPT_RETURN_IF_ERROR(AddOrphansOfFileRecords(db_.get(), live_keys, &marks.orphan_keys));
+
+  rocksdb::WriteBatch batch;
+  GPUCKPT_RETURN_IF_ERROR(BatchOrphanRemoval(db_.get(), marks.orphan_keys, &batch, &report));
+  GPUCKPT_RETURN_IF_ERROR(
+      SweepUnmarkedChunks(db_.get(), cache_.get(), marks.chunks, &batch, &report));
   // A chunk record without a meta record (possible only through damage) is
-  // never swept above; fsck reports it.
+  // never swept; fsck reports it.
   rocksdb::WriteOptions w;
   w.sync = options_.sync;
   GPUCKPT_RETURN_IF_ERROR(FromRocks(db_->db()->Write(w, &batch), "deleting chunks"));
-  if (report.chunks_deleted > 0) {
-    // Give the space back now: rewrite the chunk tables and force blob
-    // garbage collection so files holding only dead chunks are deleted.
-    rocksdb::CompactRangeOptions c;
-    c.blob_garbage_collection_policy = rocksdb::BlobGarbageCollectionPolicy::kForce;
-    c.blob_garbage_collection_age_cutoff = 1.0;
-    c.bottommost_level_compaction = rocksdb::BottommostLevelCompaction::kForce;
-    // A compaction flushes first: see StoreDb::Resume().
-    GPUCKPT_RETURN_IF_ERROR(db_->Resume());
-    GPUCKPT_RETURN_IF_ERROR(FromRocks(db_->db()->CompactRange(c, db_->chunks(), nullptr, nullptr),
-                                      "compacting after gc"));
-  }
+  if (report.chunks_deleted > 0) GPUCKPT_RETURN_IF_ERROR(CompactChunkTables(db_.get()));
   // Also when nothing was deleted now: packs left by a crash, or by a gc
   // that failed half-way, hold only garbage.
-  GPUCKPT_ASSIGN_OR_RETURN(auto packs, chunk_store_->CompactPacks());
-  report.packs_removed = packs.packs_removed;
-  report.packs_rewritten = packs.packs_rewritten;
-  report.bytes_rewritten = packs.bytes_rewritten;
-  report.bytes_punched = packs.bytes_punched;
+  GPUCKPT_RETURN_IF_ERROR(RemoveGarbageFromPacks(chunk_store_.get(), &report));
   return report;
 }
 
@@ -500,245 +536,6 @@ Result<FsckReport> StoreImpl::Fsck() {
   // taken. Findings count once they are there in the holder's view too.
   GPUCKPT_RETURN_IF_ERROR(db_->CatchUp());
   return FsckOnce();
-}
-
-Result<FsckReport> StoreImpl::FsckOnce() {
-  FsckReport report;
-  // Every chunk is named by its meta record (hash -> seq): a damaged record
-  // is reported under that name, the one its extents use, not under
-  // whatever its damaged bytes say.
-  std::unordered_map<uint64_t, ChunkHash> names;  // seq -> hash
-  std::vector<std::pair<ChunkHash, ChunkMeta>> metas;
-  {
-    std::unique_ptr<rocksdb::Iterator> it(
-        db_->db()->NewIterator(rocksdb::ReadOptions(), db_->chunk_meta()));
-    for (it->SeekToFirst(); it->Valid(); it->Next()) {
-      auto hash = ChunkHash::FromBytes(it->key().ToStringView());
-      auto meta = DecodeChunkMeta(it->value().ToStringView());
-      if (!hash.ok() || !meta.ok()) {
-        report.problems.push_back("malformed chunk meta record");
-        continue;
-      }
-      names.emplace(meta->seq, *hash);
-      metas.emplace_back(*hash, *meta);
-    }
-    if (!it->status().ok())
-      report.problems.push_back("scanning chunk meta records: " + it->status().ToString());
-  }
-
-  // The dedup domain of each chunk, from the snapshots whose extents name
-  // it: its name is re-hashed with that domain's key. A chunk no snapshot
-  // names (garbage that gc has not collected yet, or a chunk of an import
-  // still running) has a domain nobody can tell any more, perhaps of an
-  // owner whose snapshots are all gone: only its checksum is checked (which
-  // catches accidental damage as well), never reported for its name.
-  GPUCKPT_ASSIGN_OR_RETURN(auto snapshots, List());
-  std::vector<std::optional<ChunkDomainKey>> domain_keys;  // by slot
-  std::map<std::optional<uint32_t>, uint32_t> slots;       // domain -> slot
-  std::unordered_map<uint64_t, uint32_t> domain_of;        // seq -> slot
-  // Further domains of a chunk named in more than one: only a damaged index
-  // (or a SHA-256 collision) can do that; any of them makes its name good.
-  std::unordered_map<uint64_t, std::vector<uint32_t>> more_domains;
-  for (const auto& snap : snapshots) {
-    auto [slot, added] = slots.try_emplace(snap.dedup_domain, domain_keys.size());
-    if (added) domain_keys.push_back(db_->domain_key(snap.dedup_domain));
-    const std::string lower = keys::SnapshotPrefix(snap.key);
-    const std::string upper = keys::SnapshotPrefix(snap.key + 1);
-    rocksdb::Slice upper_slice(upper);
-    rocksdb::ReadOptions r;
-    r.iterate_upper_bound = &upper_slice;
-    r.fill_cache = false;
-    std::unique_ptr<rocksdb::Iterator> it(db_->db()->NewIterator(r, db_->extents()));
-    for (it->Seek(lower); it->Valid(); it->Next()) {
-      const auto key = it->key().ToStringView();
-      if (key.size() != keys::kExtentKeySize) continue;  // reported by the walk below
-      auto e = DecodeExtentRecord(keys::ExtentOffsetOf(key), it->value().ToStringView());
-      if (!e.ok()) continue;  // likewise
-      auto [found, first] = domain_of.try_emplace(e->seq, slot->second);
-      if (!first && found->second != slot->second) {
-        auto& more = more_domains[e->seq];
-        if (std::find(more.begin(), more.end(), slot->second) == more.end()) {
-          more.push_back(slot->second);
-        }
-      }
-    }
-    if (!it->status().ok()) {
-      report.problems.push_back("snapshot '" + snap.id +
-                                "': reading its extents: " + it->status().ToString());
-    }
-  }
-
-  // Every chunk record: decodes, and its bytes hash to the name it carries.
-  // Remember each good chunk's length by sequence number for the extents.
-  // A damaged chunk is one line, however many extents name it; the files
-  // that use it are named below, once each.
-  std::unordered_map<uint64_t, std::pair<ChunkHash, uint64_t>> chunks;  // seq -> hash, length
-  std::unordered_set<uint64_t> bad;
-  {
-    std::unique_ptr<rocksdb::Iterator> it(
-        db_->db()->NewIterator(rocksdb::ReadOptions(), db_->chunks()));
-    for (it->SeekToFirst(); it->Valid(); it->Next()) {
-      ++report.chunks_checked;
-      if (it->key().size() != 8) {
-        report.problems.push_back("chunk key of " + std::to_string(it->key().size()) + " bytes");
-        continue;
-      }
-      const uint64_t seq = keys::GetBigEndian(it->key().ToStringView(), 8);
-      const std::string_view value = it->value().ToStringView();
-      Status damage;
-      auto record = chunk_store_->RecordOf(value);
-      if (!record.ok()) {
-        damage = record.status();
-      } else {
-        std::vector<const ChunkDomainKey*> domains;  // empty: named by no snapshot
-        const auto add_domain = [&](uint32_t slot) {
-          domains.push_back(domain_keys[slot] ? &*domain_keys[slot] : nullptr);
-        };
-        if (auto d = domain_of.find(seq); d != domain_of.end()) {
-          add_domain(d->second);
-          if (auto more = more_domains.find(seq); more != more_domains.end()) {
-            for (uint32_t slot : more->second) add_domain(slot);
-          }
-        }
-        auto checked = ChunkStore::Check(*record, seq, domains);
-        if (checked.ok()) {
-          chunks[seq] = *checked;
-          continue;
-        }
-        damage = checked.status();
-      }
-      bad.insert(seq);
-      ++report.damaged_chunks;
-      auto name = names.find(seq);
-      std::string where = "record " + std::to_string(seq);
-      if (IsPackLocation(value)) {
-        if (auto l = DecodePackLocation(value); l.ok()) {
-          char pack[32];
-          std::snprintf(pack, sizeof(pack), "%016llx", static_cast<unsigned long long>(l->pack));
-          where += ", " + std::to_string(l->length) + " bytes at offset " +
-                   std::to_string(l->offset) + " of " + format::kPacksDirName + "/" + pack +
-                   ".pack";
-        }
-      } else {
-        where += ", kept in the chunks family (version 1)";
-      }
-      report.problems.push_back(
-          "damaged chunk " + (name != names.end() ? name->second.Hex() : std::string("(unnamed)")) +
-          " (" + where + "): " + damage.message());
-    }
-    if (!it->status().ok())
-      report.problems.push_back("scanning chunks: " + it->status().ToString());
-  }
-  {
-    // Meta records: each names an existing chunk with its length; every
-    // chunk has one. A meta record without its chunk would make imports
-    // skip data they need.
-    std::unordered_set<uint64_t> with_meta;
-    for (const auto& [hash, meta] : metas) {
-      with_meta.insert(meta.seq);
-      auto found = chunks.find(meta.seq);
-      if (found == chunks.end()) {
-        if (bad.count(meta.seq) == 0) {
-          report.problems.push_back("chunk " + hash.Hex() + " has a meta record but no data");
-        }
-      } else if (found->second.first != hash || found->second.second != meta.raw_length) {
-        report.problems.push_back("chunk " + hash.Hex() + ": meta record disagrees with its data");
-      }
-    }
-    for (const auto& [seq, chunk] : chunks) {
-      if (with_meta.count(seq) == 0) {
-        report.problems.push_back("chunk " + chunk.first.Hex() + " has no meta record");
-      }
-    }
-  }
-  for (const auto& snap : snapshots) {
-    ++report.snapshots_checked;
-    auto files = ReadFileRecords(snap.key);
-    if (!files.ok()) {
-      report.problems.push_back("snapshot '" + snap.id + "': " + files.status().message());
-      continue;
-    }
-    if (files->size() != snap.file_count) {
-      report.problems.push_back("snapshot '" + snap.id + "' has " + std::to_string(files->size()) +
-                                " file records, its manifest says " +
-                                std::to_string(snap.file_count));
-    }
-    for (const auto& [index, entry] : *files) {
-      if (entry.type != FileType::kRegular) continue;
-      const std::string where = "snapshot '" + snap.id + "' file '" + entry.path + "'";
-      const std::string lower = keys::FileKey(snap.key, index);
-      const std::string upper = keys::FileKey(snap.key, index + 1);
-      rocksdb::Slice upper_slice(upper);
-      rocksdb::ReadOptions r;
-      r.iterate_upper_bound = &upper_slice;
-      std::unique_ptr<rocksdb::Iterator> it(db_->db()->NewIterator(r, db_->extents()));
-      uint64_t expect = 0;
-      bool broken = false;
-      // What is wrong with the file's extents, counted: one line per file.
-      uint64_t extents = 0, damaged = 0, missing = 0, disagreeing = 0;
-      std::optional<uint64_t> first_bad;  // file offset
-      std::unordered_set<uint64_t> damaged_distinct;
-      for (it->Seek(lower); it->Valid() && !broken; it->Next()) {
-        ++report.extents_checked;
-        ++extents;
-        const uint64_t offset = keys::ExtentOffsetOf(it->key().ToStringView());
-        auto e = DecodeExtentRecord(offset, it->value().ToStringView());
-        if (!e.ok()) {
-          report.problems.push_back(where + ": " + e.status().message());
-          broken = true;
-          break;
-        }
-        if (e->offset != expect) {
-          report.problems.push_back(where + ": extent at " + std::to_string(e->offset) +
-                                    ", expected " + std::to_string(expect));
-          broken = true;
-          break;
-        }
-        auto found = chunks.find(e->seq);
-        bool wrong = true;
-        if (found == chunks.end()) {
-          if (bad.count(e->seq) != 0) {
-            ++damaged;
-            damaged_distinct.insert(e->seq);
-          } else {
-            ++missing;
-          }
-        } else if (found->second.first != e->hash || found->second.second != e->length) {
-          ++disagreeing;
-        } else {
-          wrong = false;
-        }
-        if (wrong && !first_bad) first_bad = offset;
-        expect += e->length;
-      }
-      if (!it->status().ok()) {
-        report.problems.push_back(where + ": reading its extents: " + it->status().ToString());
-        broken = true;
-      }
-      if (damaged + missing + disagreeing > 0) {
-        ++report.damaged_files;
-        std::vector<std::string> what;
-        const std::string of = " of its " + std::to_string(extents) + " chunks";
-        if (damaged > 0) {
-          what.push_back(std::to_string(damaged) + of + " damaged (" +
-                         std::to_string(damaged_distinct.size()) + " distinct)");
-        }
-        if (missing > 0) what.push_back(std::to_string(missing) + of + " missing");
-        if (disagreeing > 0) {
-          what.push_back(std::to_string(disagreeing) + of + " not as its extents say");
-        }
-        std::string line = where + ": ";
-        for (size_t i = 0; i < what.size(); ++i) line += (i ? "; " : "") + what[i];
-        line += "; the first at offset " + std::to_string(*first_bad);
-        report.problems.push_back(std::move(line));
-      }
-      if (!broken && expect != entry.size) {
-        report.problems.push_back(where + ": extents cover " + std::to_string(expect) +
-                                  " bytes, the file has " + std::to_string(entry.size));
-      }
-    }
-  }
-  return report;
 }
 
 Result<StoreStats> StoreImpl::Stats() {

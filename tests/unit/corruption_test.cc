@@ -3,13 +3,20 @@
 // the chunk; a chunk record that went missing likewise. Data the damage does
 // not touch stays readable.
 #include <gtest/gtest.h>
+#include <rocksdb/db.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cstring>
+#include <memory>
+#include <optional>
+#include <string>
 
+#include "core/snapshot/records.h"
 #include "core/store/chunk_hash.h"
 #include "core/store/chunker.h"
+#include "core/store/keys.h"
+#include "core/store/store_db.h"
 #include "gpuckpt/store.h"
 #include "tests/unit/test_util.h"
 
@@ -119,6 +126,40 @@ class CorruptionTest : public ::testing::Test {
     EXPECT_NE(out.find(bad.hex), std::string::npos) << out;
   }
 
+  // Replaces (or with nullopt deletes) the extent record of `path` at
+  // `offset` in the closed store: a damaged extent index.
+  void DamageExtent(const std::string& path, uint64_t offset, std::optional<std::string> value) {
+    uint64_t snapshot_key = 0;
+    {
+      auto store = Open();
+      ASSERT_NE(store, nullptr);
+      ASSERT_OK_AND_ASSIGN(SnapshotInfo info, store->Get("snap"));
+      snapshot_key = info.key;
+    }
+    ASSERT_OK_AND_ASSIGN(auto db, StoreDb::Open(store_dir_, false, 8u << 20));
+    std::optional<uint32_t> file_index;
+    std::unique_ptr<rocksdb::Iterator> it(
+        db->db()->NewIterator(rocksdb::ReadOptions(), db->files()));
+    for (it->Seek(keys::SnapshotPrefix(snapshot_key));
+         it->Valid() && keys::SnapshotKeyOf(it->key().ToStringView()) == snapshot_key; it->Next()) {
+      ASSERT_OK_AND_ASSIGN(FileEntry entry, DecodeFileRecord(it->value().ToStringView()));
+      if (entry.path == path) file_index = keys::FileIndexOf(it->key().ToStringView());
+    }
+    it.reset();
+    ASSERT_TRUE(file_index.has_value()) << "no file record of " << path;
+    const std::string key = keys::ExtentKey(snapshot_key, *file_index, offset);
+    std::string old;
+    ASSERT_TRUE(db->db()->Get(rocksdb::ReadOptions(), db->extents(), key, &old).ok())
+        << "no extent at " << offset;
+    rocksdb::Status s = value ? db->db()->Put(rocksdb::WriteOptions(), db->extents(), key, *value)
+                              : db->db()->Delete(rocksdb::WriteOptions(), db->extents(), key);
+    ASSERT_TRUE(s.ok()) << s.ToString();
+  }
+  static bool HasProblem(const FsckReport& report, const std::string& text) {
+    return std::any_of(report.problems.begin(), report.problems.end(),
+                       [&](const std::string& p) { return p.find(text) != std::string::npos; });
+  }
+
   TempDir tmp_;
   const std::string store_dir_ = tmp_.Sub("store");
   const std::string src_ = tmp_.Sub("src");
@@ -162,6 +203,81 @@ TEST_F(CorruptionTest, IntactRecordsUnderTheWrongKeysAreDetected) {
   ASSERT_NE(key_a, key_b);
   ASSERT_OK(testing::SwapChunkRecords(store_dir_, key_a, key_b));
   ExpectDetected("victim.bin", victim_, chunks[1], chunks[0]);
+}
+
+TEST_F(CorruptionTest, GapInTheExtentIndexIsDetected) {
+  // An extent record gone: the bytes it covered have no extent. Each reader
+  // of the index says where, and the bytes before the gap still read.
+  const auto chunks = ChunksOf(victim_);
+  ASSERT_GE(chunks.size(), 4u);
+  const ChunkSpan& lost = chunks[2];
+  DamageExtent("victim.bin", lost.offset, std::nullopt);
+  auto store = Open();
+  ASSERT_NE(store, nullptr);
+
+  ASSERT_OK_AND_ASSIGN(auto reader, store->OpenFile("snap", "victim.bin"));
+  std::string buf(std::max(lost.length, chunks[1].length) + 200, '\0');
+  Status s = reader->Pread(lost.offset + 10, 100, buf.data()).status();
+  EXPECT_CODE(s, StatusCode::kCorruption);
+  EXPECT_NE(s.message().find("no extent covers offset " + std::to_string(lost.offset + 10)),
+            std::string::npos)
+      << s.ToString();
+  // A read that runs from a good extent into the gap fails where the gap starts.
+  s = reader->Pread(lost.offset - 50, 100, buf.data()).status();
+  EXPECT_NE(s.message().find("no extent covers offset " + std::to_string(lost.offset)),
+            std::string::npos)
+      << s.ToString();
+  auto n = reader->Pread(chunks[1].offset, chunks[1].length, buf.data());
+  ASSERT_OK(n);
+  EXPECT_EQ(std::string(buf.data(), *n), victim_.substr(chunks[1].offset, chunks[1].length));
+
+  const std::string parent = tmp_.Sub("exports");
+  testing::MakeDirs(parent);
+  s = store->Export("snap", parent + "/out");
+  EXPECT_CODE(s, StatusCode::kCorruption);
+  EXPECT_NE(
+      s.message().find("'victim.bin': gap in the extent index at " + std::to_string(lost.offset)),
+      std::string::npos)
+      << s.ToString();
+  EXPECT_TRUE(testing::ListDir(parent).empty()) << "a failed export left files behind";
+
+  ASSERT_OK_AND_ASSIGN(FsckReport report, store->Fsck());
+  const std::string expected = "snapshot 'snap' file 'victim.bin': extent at " +
+                               std::to_string(chunks[3].offset) + ", expected " +
+                               std::to_string(lost.offset);
+  EXPECT_TRUE(HasProblem(report, expected))
+      << "fsck does not say '" << expected
+      << "'; first problem: " << (report.problems.empty() ? "(none)" : report.problems[0]);
+  EXPECT_EQ(report.damaged_chunks, 0u);
+}
+
+TEST_F(CorruptionTest, MalformedExtentRecordIsDetected) {
+  const auto chunks = ChunksOf(victim_);
+  ASSERT_GE(chunks.size(), 4u);
+  const ChunkSpan& bad = chunks[2];
+  DamageExtent("victim.bin", bad.offset, std::string("not an extent record"));
+  auto store = Open();
+  ASSERT_NE(store, nullptr);
+  const std::string what = "malformed extent record at offset " + std::to_string(bad.offset);
+
+  ASSERT_OK_AND_ASSIGN(auto reader, store->OpenFile("snap", "victim.bin"));
+  std::string buf(100, '\0');
+  Status s = reader->Pread(bad.offset + 10, 100, buf.data()).status();
+  EXPECT_CODE(s, StatusCode::kCorruption);
+  EXPECT_NE(s.message().find(what), std::string::npos) << s.ToString();
+
+  const std::string parent = tmp_.Sub("exports");
+  testing::MakeDirs(parent);
+  s = store->Export("snap", parent + "/out");
+  EXPECT_CODE(s, StatusCode::kCorruption);
+  EXPECT_NE(s.message().find(what), std::string::npos) << s.ToString();
+  EXPECT_TRUE(testing::ListDir(parent).empty()) << "a failed export left files behind";
+
+  ASSERT_OK_AND_ASSIGN(FsckReport report, store->Fsck());
+  EXPECT_TRUE(HasProblem(report, "snapshot 'snap' file 'victim.bin': " + what))
+      << "first problem: " << (report.problems.empty() ? "(none)" : report.problems[0]);
+  // gc will not sweep what it cannot read: it stops.
+  EXPECT_CODE(store->Gc(), StatusCode::kCorruption);
 }
 
 }  // namespace

@@ -1,0 +1,111 @@
+// ExtentIndex: the extent records (column family `extents`, keys of
+// core/store/keys.h) of one file of a snapshot, of a whole snapshot, or of
+// the whole store: iterator bounds, key checks and decoding in one place.
+//
+// Two ways to walk it:
+// - record by record (SeekToFirst(), Valid(), Key(), Decode(), Next()),
+//   for gc's mark, fsck's domain pass and the base's fingerprint index,
+//   which take the records as they come;
+// - in offset order through one file (SeekToFirst() or SeekTo(), then
+//   NextInOrder()), which says how each extent joins the bytes before it:
+//   contiguous, past a gap, or overlapping. Readers, export and fsck judge
+//   a damaged index from that value instead of each re-deriving it.
+//
+// Borrows the StoreDb (and the RocksDB snapshot `view`, when given), which
+// must outlive it. Not thread-safe: one thread walks one ExtentIndex. Not
+// copyable or movable (the iterator points into the bounds it owns).
+#ifndef GPUCKPT_CORE_SNAPSHOT_EXTENT_INDEX_H_
+#define GPUCKPT_CORE_SNAPSHOT_EXTENT_INDEX_H_
+
+#include <rocksdb/iterator.h>
+#include <rocksdb/snapshot.h>
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "core/snapshot/records.h"
+#include "core/store/store_db.h"
+#include "gpuckpt/status.h"
+
+namespace gpuckpt {
+
+// Where an extent record belongs, from its key.
+struct ExtentKeyParts {
+  uint64_t snapshot_key = 0;
+  uint32_t file_index = 0;
+  uint64_t offset = 0;
+};
+
+// How an extent met by NextInOrder() joins the bytes walked before it.
+enum class ExtentJoin {
+  kContiguous,  // starts where they end (after SeekTo(): holds the offset asked for)
+  kGap,         // starts past where they end: bytes in between have no extent
+  kOverlap,     // starts before where they end: bytes with two extents
+};
+
+class ExtentIndex {
+ public:
+  // Which extents: those of one file, of one snapshot, or all of them.
+  struct Scope {
+    static Scope File(uint64_t snapshot_key, uint32_t file_index);
+    static Scope Snapshot(uint64_t snapshot_key);
+    static Scope Store() { return Scope(); }
+
+    std::optional<std::string> lower, upper;  // none: unbounded
+  };
+  struct ReadOptions {
+    const rocksdb::Snapshot* view = nullptr;  // none: the database as it is now
+    // False for one pass over records nobody reads again soon.
+    bool fill_cache = true;
+  };
+
+  ExtentIndex(const StoreDb* db, Scope scope, ReadOptions options);
+  ExtentIndex(const StoreDb* db, Scope scope) : ExtentIndex(db, std::move(scope), ReadOptions()) {}
+  ExtentIndex(const ExtentIndex&) = delete;
+  ExtentIndex& operator=(const ExtentIndex&) = delete;
+
+  // Record by record.
+  void SeekToFirst();
+  // To the first record of a snapshot after `snapshot_key` (gc skips the
+  // records of a snapshot it will delete whole).
+  void SeekPastSnapshot(uint64_t snapshot_key);
+  bool Valid() const { return it_->Valid(); }
+  void Next();
+  // The record's key; Corruption "malformed extent key" when it is not one.
+  Result<ExtentKeyParts> Key() const;
+  // The record; a malformed key or value is Corruption.
+  Result<Extent> Decode() const;
+  // Why Valid() is false, if not for the end of the scope.
+  rocksdb::Status status() const { return it_->status(); }
+
+  // In offset order, through a file's extents. SeekToFirst() starts the walk
+  // at offset 0; SeekTo() at `offset`, on the extent at or before it.
+  void SeekTo(uint64_t offset);
+  struct Step {
+    Extent extent;
+    ExtentJoin join = ExtentJoin::kContiguous;
+    uint64_t expected = 0;  // the offset the walk had reached before it
+  };
+  // The next extent and how it joins the walk; nullopt past the last one,
+  // or when the iterator failed (see status()). A malformed key or value is
+  // Corruption. Taking an extent does not step past it: a reader that
+  // stops at the last extent it needs reads no record beyond.
+  Result<std::optional<Step>> NextInOrder();
+  // The end of the bytes the walk has covered: the end of the last extent
+  // taken (after SeekTo(), the offset asked for until one is).
+  uint64_t walked_to() const { return walked_to_; }
+
+ private:
+  Scope scope_;  // the bounds the iterator points into
+  std::unique_ptr<rocksdb::Slice> lower_slice_, upper_slice_;
+  std::unique_ptr<rocksdb::Iterator> it_;
+  uint64_t walked_to_ = 0;
+  bool step_before_next_ = false;  // NextInOrder() took the record it is at
+  bool may_start_inside_ = false;  // the first extent after SeekTo()
+};
+
+}  // namespace gpuckpt
+
+#endif  // GPUCKPT_CORE_SNAPSHOT_EXTENT_INDEX_H_
