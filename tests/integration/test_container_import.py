@@ -29,7 +29,6 @@ import time
 import pytest
 
 from harness import Root, ctl, read, why_not_runnable
-from test_mount_rules import checkpoint
 
 pytestmark = pytest.mark.skipif(why_not_runnable() is not None,
                                 reason=str(why_not_runnable()))
@@ -74,7 +73,7 @@ def ids(mount):
 def made(mount, tmp_path):
     """A checkpoint of wl_memory (killed), and its images copied out."""
     wl = mount.start("wl_memory", "--mib", "8")
-    ckpt = checkpoint(mount, wl, "made")
+    ckpt = mount.checkpoint_named(wl.pid, "made")
     wl.kill()
     images = str(tmp_path / "images")
     shutil.copytree(os.path.join(ckpt, "images"), images)

@@ -25,7 +25,8 @@ import subprocess
 
 import pytest
 
-from harness import Mount, ctl, read, small_tmpfs, status_line, why_not_runnable
+from harness import (Mount, ctl, free_bytes, read, small_tmpfs, status_line, used_bytes,
+                     why_not_runnable)
 
 DISK_MIB = 200
 SMALL_MIB = 32
@@ -34,16 +35,6 @@ BIG_MIB = 300
 pytestmark = pytest.mark.skipif(
     (why_not_runnable("wl_big") or why_not_runnable("wl_ghost")) is not None,
     reason=str(why_not_runnable("wl_big") or why_not_runnable("wl_ghost")))
-
-
-def free_bytes(path):
-    st = os.statvfs(path)
-    return st.f_bavail * st.f_frsize
-
-
-def used_bytes(path):
-    st = os.statvfs(path)
-    return (st.f_blocks - st.f_bfree) * st.f_frsize
 
 
 @pytest.fixture
