@@ -177,10 +177,7 @@ def test_device_dir_shows_an_imported_copy_and_the_copy_restores(mount, users):
 
     # The copy restores (imported again, its device/ left out again).
     wl.kill()
-    ok, err = owner.write(m.path("restore"), copy)
-    assert ok, err
-    ok, said = owner.read(m.path("restore"))
-    assert ok and said.strip() == f"pid {wl.pid}", said
+    m.restore(copy, wl.pid, user=owner)
     assert wl.verdict() == "PASS"
 
 

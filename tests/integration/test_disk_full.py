@@ -25,7 +25,7 @@ import subprocess
 
 import pytest
 
-from harness import (Mount, ctl, free_bytes, read, small_tmpfs, status_line, used_bytes,
+from harness import (Mount, ctl, free_bytes, small_tmpfs, status_line, used_bytes,
                      why_not_runnable)
 
 DISK_MIB = 200
@@ -88,6 +88,5 @@ def test_full_store_disk_fails_the_checkpoint_cleanly_and_recovers(mount):
     assert os.path.isdir(ckpt)
     assert " ok " in status_line(mnt, big.pid, "last") + " "
     big.kill()
-    ctl(os.path.join(mnt, "restore"), ckpt)
-    assert read(os.path.join(mnt, "restore")).strip() == f"pid {big.pid}"
+    m.restore(ckpt, big.pid)
     assert big.verdict() == "PASS"

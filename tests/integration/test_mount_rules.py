@@ -112,8 +112,7 @@ def test_reused_id_is_a_new_directory_and_old_handles_keep_the_old_one(mount):
 
     # And the new checkpoint restores.
     wl.kill()
-    ctl(m.path("restore"), new)
-    assert read(m.path("restore")).strip() == f"pid {wl.pid}"
+    m.restore(new, wl.pid)
     assert wl.verdict() == "PASS"
 
 
@@ -199,8 +198,7 @@ def test_nothing_in_the_mount_can_be_changed_but_ctl_writes_and_rm_r(mount, user
 
     # The checkpoint that everything above was tried on restores.
     wl.kill()
-    ctl(m.path("restore"), ckpt)
-    assert read(m.path("restore")).strip() == f"pid {wl.pid}"
+    m.restore(ckpt, wl.pid)
     assert wl.verdict() == "PASS"
 
 
