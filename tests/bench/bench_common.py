@@ -1,6 +1,7 @@
 """What the benchmark drivers of this directory (checkpoint_bench,
-store_bench) share: their work dir, the page cache, and the facts about the
-machine and the build that their reports state."""
+store_bench) and tests/gpu/gpu_bench share: their work dir, the page cache,
+how CRIU must run on this machine, and the facts about the machine and the
+build that their reports state."""
 
 import argparse
 import os
@@ -8,6 +9,8 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
+import time
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.realpath(__file__))))
 GiB = 1 << 30
@@ -65,6 +68,30 @@ def fresh_work_dir(work, marker, prog):
         shutil.rmtree(work)
     os.makedirs(work)
     open(os.path.join(work, marker), "w").close()
+
+
+def hardware_breakpoints_fire(criu, env=None):
+    """Whether a plain dump of `sleep` ends: where hardware breakpoints
+    never fire (some virtual machines) it hangs, and gpuckptfs runs CRIU
+    with CRIU_FAULT=130 (core/criu/breakpoint_probe.h). `env`: criu's
+    environment (default this process's)."""
+    probe_dir = tempfile.mkdtemp(prefix="gpuckpt-bp-probe.", dir="/dev/shm")
+    sleeper = subprocess.Popen(["sleep", "600"], stdin=subprocess.DEVNULL,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                               start_new_session=True)
+    try:
+        time.sleep(0.2)
+        try:
+            r = subprocess.run([criu, "dump", "--leave-running", "-t", str(sleeper.pid),
+                                "-D", probe_dir, "-o", "dump.log"], timeout=20,
+                               capture_output=True, env=env)
+            return r.returncode == 0
+        except subprocess.TimeoutExpired:
+            return False
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+        shutil.rmtree(probe_dir, ignore_errors=True)
 
 
 def free_bytes(path):

@@ -2,6 +2,8 @@
 programs and how to run them, the mount, the workloads' user, the
 workloads, waits.
 
+gpu_bench uses it too, without pytest (which only the pytest paths import).
+
 The bundle (.gpu-bundle/, made by tests/gpu/prepare on the build machine)
 carries gpuckptfs, CRIU, its plugins, cuda-checkpoint and the shared
 libraries they need from the build machine. Those libraries are for them
@@ -29,8 +31,6 @@ import sys
 import tarfile
 import tempfile
 import time
-
-import pytest
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BUNDLE = os.path.join(REPO_ROOT, ".gpu-bundle")
@@ -115,6 +115,7 @@ def skip_unless_runnable(gpus_needed=1):
     """A skip mark, saying why, where the GPU tests cannot run. Where they
     must run (GPUCKPT_GPU_REQUIRED=1, as tests/gpu/run-suite and run-ddp
     set it), the test module does not load instead, saying why."""
+    import pytest  # pylint: disable=import-outside-toplevel
     why = why_not_runnable(gpus_needed)
     if why is not None and os.environ.get("GPUCKPT_GPU_REQUIRED") == "1":
         raise RuntimeError(f"cannot run here: {why}")
@@ -645,6 +646,7 @@ class GpuWork:
         self.out = out_dir(config, out_name)
         self.summary_name, self.tarball_name, self.dmesg_lines = (summary_name, tarball_name,
                                                                   dmesg_lines)
+        import pytest  # pylint: disable=import-outside-toplevel
         unpack_bundle()
         why = Bundle().check()
         if why:
@@ -700,6 +702,7 @@ class GpuWork:
         self.sessions.append(int(pid))
 
     def start_daemon(self):
+        import pytest  # pylint: disable=import-outside-toplevel
         why = self.daemon.start()
         if why:
             pytest.fail(f"gpuckptfs does not mount: {why}", pytrace=False)

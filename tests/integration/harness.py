@@ -12,11 +12,13 @@ the same two variables, without pytest.
 """
 
 import contextlib
+import filecmp
 import json
 import os
 import pwd
 import shutil
 import signal
+import stat
 import subprocess
 import tempfile
 import time
@@ -244,31 +246,68 @@ class Mount:
     def path(self, *parts):
         return os.path.join(self.mnt, *parts)
 
-    def ids(self):
-        """The checkpoint ids the mount lists (as root), sorted."""
-        return sorted(os.listdir(self.path("checkpoints")))
+    def ids(self, user=None):
+        """The checkpoint ids the mount lists to `user` (default root),
+        sorted."""
+        if user is None:
+            return sorted(os.listdir(self.path("checkpoints")))
+        return listdir_as(user, self.path("checkpoints"))
 
     def checkpoint(self, pid, options="", user=None):
         """`checkpoint OPTIONS` written to <pid>/ctl as `user` (default
-        root); exactly one checkpoint must appear: its id."""
+        root): the write must succeed (else the error and the `last:` line
+        say why) and exactly one checkpoint must appear: its id."""
+        user = user or Root()
         before = set(self.ids())
         command = f"checkpoint {options}".strip()
-        ok, err = (user or Root()).write(self.path(str(pid), "ctl"), command)
-        assert ok, f"{command} of pid {pid}: {err}"
+        ok, err = user.write(self.path(str(pid), "ctl"), command)
+        assert ok, f"{command} of pid {pid} as {user.name}: {err}; {self.last(pid)}"
         new = sorted(set(self.ids()) - before)
         assert len(new) == 1, f"{command} of pid {pid} added ids {new}"
         return new[0]
+
+    def checkpoint_named(self, pid, name, user=None):
+        """`checkpoint --name NAME` written to <pid>/ctl as `user` (default
+        root): the write must succeed and `last:` must report it ok under
+        that name. Returns the checkpoint's path, whose directory must
+        exist; its id is the one `last:` gives (the engine may qualify a
+        user's name)."""
+        user = user or Root()
+        command = f"checkpoint --name {name}"
+        ok, err = user.write(self.path(str(pid), "ctl"), command)
+        assert ok, f"{command} of pid {pid} as {user.name}: {err}; {self.last(pid)}"
+        last = status_line(self.mnt, pid, "last")
+        assert last.startswith("checkpoint ") and " ok " in last and name in last, last
+        path = self.path("checkpoints", last.split()[1])
+        assert os.path.isdir(path), f"{path} is not a directory after {last}"
+        return path
+
+    def last(self, pid):
+        """The `last:` line of <pid>/status, or why it cannot be read (for
+        messages)."""
+        ok, text = Root().read(self.path(str(pid), "status"))
+        if not ok:
+            return f"{pid}/status: {text}"
+        return next((line for line in text.splitlines() if line.startswith("last:")),
+                    f"no last: line in {pid}/status")
+
+    def try_restore(self, source, user=None, timeout=120):
+        """Writes `source` into the restore file as `user` (default root),
+        asserting nothing: (whether the write succeeded, its error in words,
+        what the restore file then tells that user)."""
+        user = user or Root()
+        ok, err = user.write(self.path("restore"), source, timeout=timeout)
+        said = user.read(self.path("restore"))[1].strip()
+        return ok, err, said
 
     def restore(self, source, pid, user=None):
         """Restores from `source` through the restore file as `user`
         (default root); the process must come back with its pid, as the
         restore file tells that user (each reads their own last restore)."""
-        user = user or Root()
-        ok, err = user.write(self.path("restore"), source)
-        assert ok, f"restore of {source}: {err}; {user.read(self.path('restore'))[1]}"
-        ok, said = user.read(self.path("restore"))
-        assert ok and said.strip() == f"pid {pid}", \
-            f"restore of {source}: the restore file says {said.strip()!r}, expected 'pid {pid}'"
+        ok, err, said = self.try_restore(source, user)
+        assert ok, f"restore of {source}: {err}; {said}"
+        assert said == f"pid {pid}", \
+            f"restore of {source}: the restore file says {said!r}, expected 'pid {pid}'"
 
     def assert_complete(self, ckpt_id, pid=None):
         """The checkpoint has a manifest with its id (and pid), a CRIU image
@@ -434,9 +473,106 @@ def listdir_as(user, path):
     return sorted(json.loads(r.stdout))
 
 
+# One filesystem call, made by whoever runs it: prints OK or the errno's
+# name (ENOENT, EROFS, ...), so that a test states the exact errno a user
+# gets without parsing the messages of coreutils.
+PROBE = r"""
+import errno, os, sys
+op, args = sys.argv[1], sys.argv[2:]
+calls = {
+    "stat": lambda p: os.stat(p),
+    "lstat": lambda p: os.lstat(p),
+    "listdir": lambda p: os.listdir(p),
+    "read": lambda p: open(p, "rb").read(),
+    "unlink": os.unlink,
+    "rmdir": os.rmdir,
+    "mkdir": os.mkdir,
+    "create": lambda p: os.close(os.open(p, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)),
+    "mknod": lambda p: os.mknod(p, 0o600),
+    "rename": os.rename,
+    "link": os.link,
+    "symlink": os.symlink,
+    "utime": lambda p: os.utime(p),
+    "chmod": lambda p: os.chmod(p, 0o644),
+    "chown": lambda p: os.chown(p, os.getuid(), os.getgid()),
+    "truncate": lambda p: os.truncate(p, 0),
+}
+try:
+    calls[op](*args)
+    print("OK")
+except OSError as e:
+    print(errno.errorcode.get(e.errno, str(e.errno)))
+"""
+
+
+def probe(op, *args, user=None):
+    """The errno name (or OK) of one call, as root or as `user`."""
+    argv = [PYTHON, "-c", PROBE, op, *args]
+    r = user.run(argv) if user else subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    return r.stdout.strip()
+
+
 def status_line(mnt, pid, key):
     """The `key:` line of <pid>/status, without the key."""
     for line in read(os.path.join(mnt, str(pid), "status")).splitlines():
         if line.startswith(key + ":"):
             return line[len(key) + 1:].strip()
     raise AssertionError(f"no {key}: line in {pid}/status")
+
+
+def tree_differences(a, b):
+    """Where the trees under `a` and `b` differ, as sorted paths relative to
+    them: an entry in one tree only, one of another type in the other, a
+    regular file with other bytes, a symlink to another target. [] where
+    they are the same."""
+    def entries(root):
+        out = {}
+        for d, dirs, names in os.walk(root):
+            for n in dirs + names:
+                full = os.path.join(d, n)
+                mode = os.lstat(full).st_mode
+                out[os.path.relpath(full, root)] = (stat.S_IFMT(mode), full)
+        return out
+
+    ea, eb = entries(a), entries(b)
+    differ = set(ea) ^ set(eb)
+    for name in set(ea) & set(eb):
+        (kind, fa), (kind_b, fb) = ea[name], eb[name]
+        if kind != kind_b:
+            differ.add(name)
+        elif stat.S_ISREG(kind) and not filecmp.cmp(fa, fb, shallow=False):
+            differ.add(name)
+        elif stat.S_ISLNK(kind) and os.readlink(fa) != os.readlink(fb):
+            differ.add(name)
+    return sorted(differ)
+
+
+def mounted_at(mnt):
+    """Whether something is mounted on exactly `mnt` (by the mount table,
+    without touching the mount point, which may hang or fail)."""
+    with open("/proc/self/mountinfo") as f:
+        return any(line.split()[4] == mnt for line in f)
+
+
+def free_bytes(path):
+    """The bytes of the filesystem of `path` that an ordinary user may fill."""
+    st = os.statvfs(path)
+    return st.f_bavail * st.f_frsize
+
+
+def used_bytes(path):
+    """The bytes in use on the filesystem of `path`."""
+    st = os.statvfs(path)
+    return (st.f_blocks - st.f_bfree) * st.f_frsize
+
+
+def cli(store, *args, timeout=300):
+    """The gpuckpt command line on `store`: its CompletedProcess, text
+    output. Skips the test, saying why, where the CLI was not built."""
+    if not os.access(GPUCKPT_CLI, os.X_OK):
+        # Imported only here: the benchmarks use this module without pytest.
+        import pytest  # pylint: disable=import-outside-toplevel
+        pytest.skip(f"no gpuckpt CLI at {GPUCKPT_CLI}")
+    return subprocess.run([GPUCKPT_CLI, "--store", store, *args],
+                          capture_output=True, text=True, timeout=timeout)

@@ -21,7 +21,7 @@ import time
 
 import pytest
 
-from harness import PYTHON, Mount, Root, ctl, kill_if_alive, read, status_line, wait_for, why_not_runnable
+from harness import PYTHON, Mount, ctl, kill_if_alive, read, status_line, wait_for, why_not_runnable
 
 CRIT = shutil.which("crit") or "/usr/local/bin/crit"
 
@@ -57,16 +57,6 @@ def crit_encode(image, path):
     subprocess.run([CRIT, "encode", "-o", path], input=json.dumps(image), text=True, check=True)
 
 
-def checkpoint_as(m, user, wl, options=""):
-    """Checkpoints `wl` through its ctl as `user`; returns the new id."""
-    before = set(os.listdir(m.path("checkpoints")))
-    ok, err = user.write(m.path(str(wl.pid), "ctl"), ("checkpoint " + options).strip())
-    assert ok, f"checkpoint as {user.name}: {err}; last: {status_line(m.mnt, wl.pid, 'last')}"
-    made = set(os.listdir(m.path("checkpoints"))) - before
-    assert len(made) == 1, made
-    return made.pop()
-
-
 def copy_as(m, user, checkpoint_id, name):
     """A `cp -r` of a checkpoint into a directory of `user`'s own."""
     home = os.path.join(m.work, "home-" + user.name)
@@ -83,7 +73,7 @@ def copied_checkpoint(m, user, workload, name, *args):
     """`user` starts `workload`, checkpoints it and copies the checkpoint
     into a directory of theirs: (the workload, the checkpoint's id, the copy)."""
     wl = m.start(workload, *args, user=user)
-    made = checkpoint_as(m, user, wl)
+    made = m.checkpoint(wl.pid, user=user)
     return wl, made, copy_as(m, user, made, name)
 
 
@@ -96,19 +86,6 @@ def edit_as(user, path, edit):
     os.chown(path, user.uid, user.gid)
 
 
-def restore_as(m, user, path, timeout=120):
-    """Writes `path` into `restore` as `user`: (ok, error, what `cat restore` says)."""
-    ok, err = user.write(m.path("restore"), path, timeout=timeout)
-    said = user.read(m.path("restore"))[1].strip()
-    return ok, err, said
-
-
-def ids_of(m, user):
-    r = user.run(["ls", m.path("checkpoints")])
-    assert r.returncode == 0, r.stderr
-    return set(r.stdout.split())
-
-
 # --- Provenance: a planted checkpoint never runs as root ---------------------------
 
 def test_import_claiming_root_and_a_root_jobs_pid_is_not_that_jobs_and_never_runs_as_root(
@@ -117,7 +94,7 @@ def test_import_claiming_root_and_a_root_jobs_pid_is_not_that_jobs_and_never_run
     a, _ = users
     job = m.start("wl_memory", "--mib", "8")  # root's job
     mine = m.start("wl_memory", "--mib", "8", user=a)
-    made = checkpoint_as(m, a, mine)
+    made = m.checkpoint(mine.pid, user=a)
     copy = copy_as(m, a, made, "planted")
     images = os.path.join(copy, "images")
 
@@ -139,10 +116,10 @@ def test_import_claiming_root_and_a_root_jobs_pid_is_not_that_jobs_and_never_run
     os.rename(os.path.join(images, f"core-{old}.img"), core)
     edit_as(a, core, as_root)
 
-    before = ids_of(m, a)
+    before = set(m.ids(a))
     ok, err = a.write(m.path("ctl"), f"import {copy}")
     assert ok, err
-    (planted,) = ids_of(m, a) - before
+    (planted,) = set(m.ids(a)) - before
     manifest = json.loads(read(m.path("checkpoints", planted, "manifest.json")))
     assert manifest["extra"]["made_by"]["uid"] == a.uid
     assert manifest["extra"]["pid"] == job.pid
@@ -177,15 +154,15 @@ def test_thread_holding_a_capability_is_refused_and_the_refused_copy_leaves_noth
     edit_as(a, os.path.join(images, f"core-{thread}.img"), ambient_setpcap)
 
     wl.kill()
-    before = ids_of(m, a)
-    ok, err, said = restore_as(m, a, copy)
+    before = set(m.ids(a))
+    ok, err, said = m.try_restore(copy, a)
     assert not ok and "Permission denied" in err, (err, said)
     assert f"thread {thread} of process {tree['pid']}" in said and "capabilities" in said, said
     assert not wl.alive(), "the process came back with a capability"
-    assert ids_of(m, a) == before, "the refused copy's import stayed in the store"
+    assert set(m.ids(a)) == before, "the refused copy's import stayed in the store"
 
     # The user's own, unedited checkpoint still restores.
-    ok, err, said = restore_as(m, a, m.path("checkpoints", made))
+    ok, err, said = m.try_restore(m.path("checkpoints", made), a)
     assert ok, f"{err}: {said}"
     assert wl.verdict() == "PASS"
 
@@ -254,7 +231,7 @@ def test_fifos_and_symlinks_in_a_restore_or_import_fail_at_once(mount, users):
     cases.append((plain, "not a regular file"))
     # A copy of a checkpoint whose manifest.json is a FIFO.
     wl = m.start("wl_memory", "--mib", "4", user=a)
-    made = checkpoint_as(m, a, wl)
+    made = m.checkpoint(wl.pid, user=a)
     copy = copy_as(m, a, made, "fifo-manifest")
     os.unlink(os.path.join(copy, "manifest.json"))
     fifo_in(copy, "manifest.json", a)
@@ -266,16 +243,16 @@ def test_fifos_and_symlinks_in_a_restore_or_import_fail_at_once(mount, users):
     assert r.returncode == 0, r.stderr
     cases.append((linked, "manifest.json is a symlink"))
 
-    before = ids_of(m, a)
+    before = set(m.ids(a))
     for path, why in cases:
         start = time.monotonic()
-        ok, err, said = restore_as(m, a, path, timeout=30)
+        ok, err, said = m.try_restore(path, a, timeout=30)
         assert not ok and "Invalid argument" in err, (path, err)
         assert why in said, (path, said)
         ok, err = a.write(m.path("ctl"), f"import {path}", timeout=30)
         assert not ok and "Invalid argument" in err, (path, err)
         assert time.monotonic() - start < 20, f"{path} took {time.monotonic() - start:.1f} s"
-    assert ids_of(m, a) == before, "a refused import stayed in the store"
+    assert set(m.ids(a)) == before, "a refused import stayed in the store"
     # Root's own restore is not held up behind them.
     wl.kill()
     ctl(m.path("restore"), m.path("checkpoints", made))
@@ -303,7 +280,7 @@ def test_oversized_manifest_is_refused_without_reading_it(mount, users):
         raise AssertionError("no VmHWM")
     peak_before = rss_mb()
     wl.kill()
-    ok, err, said = restore_as(m, a, copy)
+    ok, err, said = m.try_restore(copy, a)
     assert not ok and "Invalid argument" in err, err
     assert "manifest.json is too large" in said, said
     assert rss_mb() - peak_before < 32, f"peak RSS grew from {peak_before} to {rss_mb()} MB"
@@ -317,7 +294,7 @@ def test_paths_in_root_only_directories_say_no_more_than_to_the_user(mount, user
     os.mkdir(os.path.join(secret, "exists"))
     answers = []
     for name in ("exists", "missing"):
-        ok, err, said = restore_as(m, a, os.path.join(secret, name))
+        ok, err, said = m.try_restore(os.path.join(secret, name), a)
         assert not ok and "Permission denied" in err, err
         answers.append(said.replace(name, "NAME"))
     assert answers[0] == answers[1], answers
@@ -335,12 +312,12 @@ def test_one_users_names_never_block_anothers(mount, users):
     assert not ok and "Invalid argument" in err, err
     assert "form PID-N" in status_line(m.mnt, wl_a.pid, "last")
     # The same name by both users: each gets their own checkpoint.
-    id_a = checkpoint_as(m, a, wl_a, "--name before-upgrade")
-    id_b = checkpoint_as(m, b, wl_b, "--name before-upgrade")
+    id_a = m.checkpoint(wl_a.pid, "--name before-upgrade", user=a)
+    id_b = m.checkpoint(wl_b.pid, "--name before-upgrade", user=b)
     assert id_a == f"{a.uid}.before-upgrade" and id_b == f"{b.uid}.before-upgrade", (id_a, id_b)
     # And b's automatic checkpoints go on.
-    checkpoint_as(m, b, wl_b)
-    checkpoint_as(m, b, wl_b)
+    m.checkpoint(wl_b.pid, user=b)
+    m.checkpoint(wl_b.pid, user=b)
     assert sorted(os.listdir(m.path(str(wl_b.pid), "checkpoints"))) == ["1", "2", "3", "latest"]
 
 
@@ -383,9 +360,7 @@ def test_latin1_arguments_and_paths_checkpoint_and_restore(mount, users):
         assert r.returncode == 0
         os.kill(pid, signal.SIGKILL)
         wait_for(lambda: not os.path.exists(f"/proc/{pid}"), 10, "the workload to go")
-        ok, err = a.write(m.path("restore"), os.fsdecode(copy))
-        assert ok, f"{err}: {a.read(m.path('restore'))[1]}"
-        assert a.read(m.path("restore"))[1].strip() == f"pid {pid}"
+        m.restore(os.fsdecode(copy), pid, user=a)
         os.kill(pid, signal.SIGUSR1)
         wait_for(lambda: os.path.exists(result), 60, "the verdict")
         assert read(result).strip() == "PASS"
@@ -406,7 +381,7 @@ def new_bytes_of_two_users(m, users):
     new = []
     for user in (a, b):
         wl = m.start("wl_big", "--mib", "64", user=user)
-        new.append(manifest_of(m, checkpoint_as(m, user, wl))["new_bytes"])
+        new.append(manifest_of(m, m.checkpoint(wl.pid, user=user))["new_bytes"])
     return new
 
 
@@ -432,7 +407,7 @@ def test_quota_refuses_a_checkpoint_that_could_exceed_it_before_anything_is_froz
     m = Mount("gpuckpt-quota.", "--quota", "48M")
     try:
         small = m.start("wl_memory", "--mib", "4", user=a)
-        checkpoint_as(m, a, small)
+        m.checkpoint(small.pid, user=a)
         big = m.start("wl_big", "--mib", "64", user=a)
         ok, err = a.write(m.path(str(big.pid), "ctl"), "checkpoint")
         assert not ok and "No space left" in err, err
@@ -453,7 +428,7 @@ def test_another_users_checkpoint_can_be_neither_read_nor_removed(mount, users):
     m = mount
     a, b = users
     wl = m.start("wl_memory", "--mib", "4", user=a)
-    made = checkpoint_as(m, a, wl)
+    made = m.checkpoint(wl.pid, user=a)
     ckpt = m.path("checkpoints", made)
     for path in (ckpt, os.path.join(ckpt, "manifest.json"), os.path.join(ckpt, "images")):
         ok, said = b.read(path)
@@ -461,9 +436,9 @@ def test_another_users_checkpoint_can_be_neither_read_nor_removed(mount, users):
     r = b.run(["rm", "-rf", ckpt])
     assert os.path.isdir(ckpt), f"b removed a's checkpoint: {r.stderr}"
     # Nor restored by b.
-    ok, err, said = restore_as(m, b, ckpt)
+    ok, err, said = m.try_restore(ckpt, b)
     assert not ok, said
-    assert made in ids_of(m, a)
+    assert made in set(m.ids(a))
 
 
 def test_a_file_of_someone_else_in_a_copy_is_refused(mount, users):
@@ -477,18 +452,18 @@ def test_a_file_of_someone_else_in_a_copy_is_refused(mount, users):
         f.write("root's\n")
     os.chmod(secret, 0o600)
     os.link(secret, os.path.join(copy, "images", "extra.img"))
-    before = ids_of(m, a)
+    before = set(m.ids(a))
     wl.kill()
-    ok, err, said = restore_as(m, a, copy)
+    ok, err, said = m.try_restore(copy, a)
     assert not ok and "Permission denied" in err, err
     assert "belongs to uid 0" in said, said
-    assert ids_of(m, a) == before
+    assert set(m.ids(a)) == before
 
 
 def test_open_files_of_a_removed_checkpoint_read_the_same_bytes_from_the_store(mount):
     m = mount
     wl = m.start("wl_big", "--mib", "32")
-    made = checkpoint_as(m, Root(), wl)
+    made = m.checkpoint(wl.pid)
     pages = sorted(f for f in os.listdir(m.path("checkpoints", made, "images"))
                    if f.startswith("pages-"))[0]
     path = m.path("checkpoints", made, "images", pages)
@@ -518,7 +493,7 @@ def test_open_files_of_a_removed_checkpoint_read_the_same_bytes_from_the_store(m
 def test_concurrent_reads_during_checkpoints_rm_and_gc_never_see_wrong_bytes(mount):
     m = mount
     wl = m.start("wl_big", "--mib", "32")
-    first = checkpoint_as(m, Root(), wl)
+    first = m.checkpoint(wl.pid)
     files = [m.path("checkpoints", first, "images", f)
              for f in os.listdir(m.path("checkpoints", first, "images"))]
     expected = {}
@@ -539,11 +514,11 @@ def test_concurrent_reads_during_checkpoints_rm_and_gc_never_see_wrong_bytes(mou
     for t in threads:
         t.start()
     try:
-        second = checkpoint_as(m, Root(), wl)
-        checkpoint_as(m, Root(), wl)
+        second = m.checkpoint(wl.pid)
+        m.checkpoint(wl.pid)
         subprocess.run(["rm", "-r", m.path("checkpoints", second)], check=True)
         ctl(m.path("ctl"), "gc")
-        checkpoint_as(m, Root(), wl)
+        m.checkpoint(wl.pid)
         ctl(m.path("ctl"), "gc")
     finally:
         stop.set()
@@ -579,7 +554,7 @@ def test_users_tree_with_a_tcp_connection_checkpoints_and_restores_from_mount_an
     pids = tree_of_checkpoint(m, made)
     for source in (copy, m.path("checkpoints", made)):
         kill_tree(wl, pids)
-        ok, err, said = restore_as(m, a, source)
+        ok, err, said = m.try_restore(source, a)
         assert ok, (source, err, said)
         assert said == f"pid {wl.pid}", said
         assert os.stat(f"/proc/{wl.pid}").st_uid == a.uid
@@ -597,24 +572,24 @@ def test_copy_with_changed_tcp_connections_is_refused_and_leaves_nothing(mount, 
     edit_as(a, stream, lambda image: image["entries"][0].update(
         inq_seq=(image["entries"][0]["inq_seq"] + 1) % (1 << 32)))
     kill_tree(wl, pids)
-    before = ids_of(m, a)
-    ok, err, said = restore_as(m, a, copy)
+    before = set(m.ids(a))
+    ok, err, said = m.try_restore(copy, a)
     assert not ok and err == os.strerror(13), err  # EACCES
     assert "holds TCP connections" in said and "tcp-stream-" in said, said
-    assert ids_of(m, a) == before
+    assert set(m.ids(a)) == before
     assert not os.path.exists(f"/proc/{wl.pid}")
     # The unchanged copy restores; once its original checkpoint is gone
     # from the store, nothing vouches for its connections any more.
     pristine = copy_as(m, a, made, "pristine")
-    ok, err, said = restore_as(m, a, pristine)
+    ok, err, said = m.try_restore(pristine, a)
     assert ok, (err, said)
     assert wl.verdict() == "PASS"
     wait_for(lambda: not any(os.path.exists(f"/proc/{p}") for p in pids), 10, "the tree to go")
     r = a.run(["rm", "-r", m.path("checkpoints", made)])
     assert r.returncode == 0, r.stderr
-    for imported in ids_of(m, a) - before:
+    for imported in set(m.ids(a)) - before:
         r = a.run(["rm", "-r", m.path("checkpoints", imported)])
         assert r.returncode == 0, r.stderr
-    ok, err, said = restore_as(m, a, pristine)
+    ok, err, said = m.try_restore(pristine, a)
     assert not ok and "holds TCP connections" in said, said
-    assert ids_of(m, a) == before - {made}
+    assert set(m.ids(a)) == before - {made}

@@ -30,9 +30,7 @@ import tempfile
 
 import pytest
 
-from harness import GPUCKPT_CLI, Mount, listdir_as, read, why_not_runnable
-# The one-call probe and the checkpoint helper of the mount's other rules.
-from test_mount_rules import checkpoint, probe
+from harness import GPUCKPT_CLI, Mount, listdir_as, probe, read, why_not_runnable
 
 pytestmark = pytest.mark.skipif(why_not_runnable() is not None,
                                 reason=str(why_not_runnable()))
@@ -109,7 +107,7 @@ def test_archive_of_a_checkpoint(mount, users):
     m = mount
     owner, other = users
     wl = m.start("wl_memory", "--mib", MIB, user=owner)
-    ckpt = checkpoint(m, wl, "arch", user=owner)
+    ckpt = m.checkpoint_named(wl.pid, "arch", user=owner)
     ident = os.path.basename(ckpt)
     archives = m.path("archives")
     tar_path = os.path.join(archives, ident + ".tar")

@@ -33,8 +33,8 @@ import time
 import pytest
 
 import harness
-from harness import (Mount, Root, assert_runs_on, ctl, read, small_tmpfs, status_line, wait_for,
-                     why_not_runnable)
+from harness import (Mount, Root, assert_runs_on, ctl, free_bytes, read, small_tmpfs, status_line,
+                     used_bytes, wait_for, why_not_runnable)
 
 MiB = 1 << 20
 DISK_MIB = 128
@@ -47,16 +47,6 @@ AT_ONCE_S = 3.0
 
 pytestmark = pytest.mark.skipif(why_not_runnable("wl_memory") is not None,
                                 reason=str(why_not_runnable("wl_memory")))
-
-
-def used_bytes(path):
-    st = os.statvfs(path)
-    return (st.f_blocks - st.f_bfree) * st.f_frsize
-
-
-def free_bytes(path):
-    st = os.statvfs(path)
-    return st.f_bavail * st.f_frsize
 
 
 def refused(mnt, workload, expected_errno):

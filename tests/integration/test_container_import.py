@@ -29,7 +29,6 @@ import time
 import pytest
 
 from harness import Root, ctl, read, why_not_runnable
-from test_mount_rules import checkpoint
 
 pytestmark = pytest.mark.skipif(why_not_runnable() is not None,
                                 reason=str(why_not_runnable()))
@@ -66,15 +65,11 @@ def podman_layout(images_dir, path, mode="w", extra=None):
     return path
 
 
-def ids(mount):
-    return sorted(os.listdir(mount.path("checkpoints")))
-
-
 @pytest.fixture
 def made(mount, tmp_path):
     """A checkpoint of wl_memory (killed), and its images copied out."""
     wl = mount.start("wl_memory", "--mib", "8")
-    ckpt = checkpoint(mount, wl, "made")
+    ckpt = mount.checkpoint_named(wl.pid, "made")
     wl.kill()
     images = str(tmp_path / "images")
     shutil.copytree(os.path.join(ckpt, "images"), images)
@@ -111,11 +106,10 @@ def test_archives_and_directories_in_podman_layout(mount, made, tmp_path):
             assert manifest["new_bytes"] < manifest["logical_bytes"] / 100, manifest
     # A name of its own when none is given: the file's, without extensions.
     ctl(mount.path("ctl"), f"import {gz}")
-    assert "gz-2" in ids(mount)
+    assert "gz-2" in mount.ids()
     # Handed to restore, an archive is imported and restored in one step.
-    ctl(mount.path("restore"), zst)
-    assert read(mount.path("restore")).strip() == f"pid {wl.pid}"
-    assert "zst-2" in ids(mount)
+    mount.restore(zst, wl.pid)
+    assert "zst-2" in mount.ids()
     assert wl.verdict() == "PASS"
 
 
@@ -170,7 +164,7 @@ def test_bad_archives_are_refused_and_store_nothing(mount, made, tmp_path):
     os.mkfifo(fifo)
     cases["fifo"] = fifo
 
-    before = ids(mount)
+    before = mount.ids()
     for case, path in cases.items():
         start = time.monotonic()
         with pytest.raises(OSError) as refused:
@@ -182,7 +176,7 @@ def test_bad_archives_are_refused_and_store_nothing(mount, made, tmp_path):
         with pytest.raises(OSError):
             ctl(mount.path("restore"), path)
         assert read(mount.path("restore")).startswith("error: "), case
-    assert ids(mount) == before, "a refused archive left a checkpoint behind"
+    assert mount.ids() == before, "a refused archive left a checkpoint behind"
     said = {}
     for case in ("climbs", "hardlink", "device", "twice", "no-pstree"):
         with pytest.raises(OSError):
@@ -213,7 +207,7 @@ def test_users_import_their_own_archives_only(mount, made, users):
     os.chown(own, a.uid, a.gid)
     ok, err = a.write(mount.path("ctl"), f"import {own} mine")
     assert ok, err
-    (mine,) = [i for i in ids(mount) if i.endswith("mine")]
+    (mine,) = [i for i in mount.ids() if i.endswith("mine")]
     ckpt = mount.path("checkpoints", mine)
     for sub in ("images", "images/pstree.img", "container", "container/config.dump"):
         st = os.stat(os.path.join(ckpt, sub))

@@ -23,9 +23,7 @@ import subprocess
 
 import pytest
 
-from harness import PYTHON, Root, ctl, listdir_as, read, why_not_runnable
-# The one-call probe and the checkpoint helper of the mount's other rules.
-from test_mount_rules import checkpoint, probe
+from harness import PYTHON, Root, ctl, listdir_as, probe, read, why_not_runnable
 
 pytestmark = pytest.mark.skipif(why_not_runnable() is not None,
                                 reason=str(why_not_runnable()))
@@ -91,7 +89,7 @@ def test_device_dir_shows_an_imported_copy_and_the_copy_restores(mount, users):
     m = mount
     owner, other = users
     wl = m.start("wl_memory", "--mib", str(MIB), user=owner)
-    ckpt = checkpoint(m, wl, "plain", user=owner)
+    ckpt = m.checkpoint_named(wl.pid, "plain", user=owner)
     start, end = private_mapping(wl.pid)
     expected = memory_of(wl.pid, start, end)
     original = json.loads(read(os.path.join(ckpt, "manifest.json")))
@@ -186,17 +184,14 @@ def test_device_dir_shows_an_imported_copy_and_the_copy_restores(mount, users):
 
     # The copy restores (imported again, its device/ left out again).
     wl.kill()
-    ok, err = owner.write(m.path("restore"), copy)
-    assert ok, err
-    ok, said = owner.read(m.path("restore"))
-    assert ok and said.strip() == f"pid {wl.pid}", said
+    m.restore(copy, wl.pid, user=owner)
     assert wl.verdict() == "PASS"
 
 
 def test_removed_checkpoints_device_dir_stays_gone(mount):
     m = mount
     wl = m.start("wl_memory", "--mib", str(MIB))
-    ckpt = checkpoint(m, wl, "plain")
+    ckpt = m.checkpoint_named(wl.pid, "plain")
     start, end = private_mapping(wl.pid)
     half = start + ((end - start) // 2 & ~0xfff)
     first = os.path.join(m.work, "first")

@@ -25,7 +25,8 @@ import subprocess
 
 import pytest
 
-from harness import Mount, ctl, read, small_tmpfs, status_line, why_not_runnable
+from harness import (Mount, ctl, free_bytes, small_tmpfs, status_line, used_bytes,
+                     why_not_runnable)
 
 DISK_MIB = 200
 SMALL_MIB = 32
@@ -34,16 +35,6 @@ BIG_MIB = 300
 pytestmark = pytest.mark.skipif(
     (why_not_runnable("wl_big") or why_not_runnable("wl_ghost")) is not None,
     reason=str(why_not_runnable("wl_big") or why_not_runnable("wl_ghost")))
-
-
-def free_bytes(path):
-    st = os.statvfs(path)
-    return st.f_bavail * st.f_frsize
-
-
-def used_bytes(path):
-    st = os.statvfs(path)
-    return (st.f_blocks - st.f_bfree) * st.f_frsize
 
 
 @pytest.fixture
@@ -97,6 +88,5 @@ def test_full_store_disk_fails_the_checkpoint_cleanly_and_recovers(mount):
     assert os.path.isdir(ckpt)
     assert " ok " in status_line(mnt, big.pid, "last") + " "
     big.kill()
-    ctl(os.path.join(mnt, "restore"), ckpt)
-    assert read(os.path.join(mnt, "restore")).strip() == f"pid {big.pid}"
+    m.restore(ckpt, big.pid)
     assert big.verdict() == "PASS"

@@ -10,36 +10,16 @@ build directory. Needs root, /dev/fuse and CRIU; skipped, saying why, where
 one of them is missing.
 """
 
-import filecmp
 import json
 import os
-import subprocess
 import tempfile
 
 import pytest
 
-from harness import GPUCKPT_CLI, ctl, read, wait_for, why_not_runnable
+from harness import cli, ctl, read, tree_differences, wait_for, why_not_runnable
 
 pytestmark = pytest.mark.skipif(why_not_runnable() is not None,
                                 reason=str(why_not_runnable()))
-
-
-def cli(store, *args):
-    if not os.access(GPUCKPT_CLI, os.X_OK):
-        pytest.skip(f"no gpuckpt CLI at {GPUCKPT_CLI}")
-    return subprocess.run([GPUCKPT_CLI, "--store", store, *args],
-                          capture_output=True, text=True, timeout=300)
-
-
-def same_tree(a, b):
-    """Whether the trees under `a` and `b` hold the same names and bytes."""
-    cmp = filecmp.dircmp(a, b)
-    if cmp.left_only or cmp.right_only or cmp.funny_files:
-        return False
-    _, mismatch, errors = filecmp.cmpfiles(a, b, cmp.common_files, shallow=False)
-    if mismatch or errors:
-        return False
-    return all(same_tree(os.path.join(a, d), os.path.join(b, d)) for d in cmp.common_dirs)
 
 
 def test_read_commands_work_beside_the_daemon_and_writes_are_refused(mount):
@@ -69,7 +49,8 @@ def test_read_commands_work_beside_the_daemon_and_writes_are_refused(mount):
     dest = os.path.join(out, "copy")
     r = cli(mount.store, "export", ckpt_id, dest)
     assert r.returncode == 0, r.stderr
-    assert same_tree(os.path.join(dest, "images"), mount.path("checkpoints", ckpt_id, "images"))
+    assert tree_differences(os.path.join(dest, "images"),
+                            mount.path("checkpoints", ckpt_id, "images")) == []
 
     # What would change the store is still the daemon's alone.
     for args in (["rm", ckpt_id], ["gc"], ["import", out, "--name", "x"]):

@@ -18,20 +18,13 @@ import subprocess
 
 import pytest
 
-from harness import GPUCKPT_CLI, GPUCKPTFS, Mount, read, why_not_runnable
+from harness import GPUCKPTFS, Mount, cli, read, why_not_runnable
 
 pytestmark = pytest.mark.skipif(why_not_runnable() is not None,
                                 reason=str(why_not_runnable()))
 
 PAGES_SIZE = 3 * 1024 * 1024 + 17
 CORE_SIZE = 100000
-
-
-def cli(store, *args):
-    if not os.access(GPUCKPT_CLI, os.X_OK):
-        pytest.skip(f"no gpuckpt CLI at {GPUCKPT_CLI}")
-    return subprocess.run([GPUCKPT_CLI, "--store", store, *args],
-                          capture_output=True, text=True, timeout=120)
 
 
 @pytest.fixture(scope="module")

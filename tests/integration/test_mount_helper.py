@@ -31,7 +31,7 @@ import tempfile
 import pytest
 
 import harness
-from harness import ctl, read, wait_for, why_not_runnable, Workload
+from harness import ctl, mounted_at, read, wait_for, why_not_runnable, Workload
 
 MOUNT_FUSE3 = shutil.which("mount.fuse3") or "/sbin/mount.fuse3"
 
@@ -45,10 +45,6 @@ pytestmark = [
 # What an fstab line or a .mount unit passes besides gpuckptfs's own options.
 GENERIC = "rw,nosuid,nodev,noauto,_netdev,nofail,x-systemd.automount,comment=x"
 
-
-def mounted_at(mnt):
-    with open("/proc/self/mountinfo") as f:
-        return any(line.split()[4] == mnt for line in f)
 
 
 def daemons_of(mnt):

@@ -22,68 +22,12 @@ import tempfile
 
 import pytest
 
-from harness import GPUCKPTFS, ctl, read, status_line, why_not_runnable
+from harness import GPUCKPTFS, ctl, probe, read, status_line, why_not_runnable
 
 pytestmark = pytest.mark.skipif(why_not_runnable() is not None,
                                 reason=str(why_not_runnable()))
 
 MIB = "16"
-
-# One filesystem call, made by whoever runs it: prints OK or the errno's
-# name (ENOENT, EROFS, ...), so that a test states the exact errno a user
-# gets without parsing the messages of coreutils.
-PROBE = r"""
-import errno, os, sys
-op, args = sys.argv[1], sys.argv[2:]
-calls = {
-    "stat": lambda p: os.stat(p),
-    "lstat": lambda p: os.lstat(p),
-    "listdir": lambda p: os.listdir(p),
-    "read": lambda p: open(p, "rb").read(),
-    "unlink": os.unlink,
-    "rmdir": os.rmdir,
-    "mkdir": os.mkdir,
-    "create": lambda p: os.close(os.open(p, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)),
-    "mknod": lambda p: os.mknod(p, 0o600),
-    "rename": os.rename,
-    "link": os.link,
-    "symlink": os.symlink,
-    "utime": lambda p: os.utime(p),
-    "chmod": lambda p: os.chmod(p, 0o644),
-    "chown": lambda p: os.chown(p, os.getuid(), os.getgid()),
-    "truncate": lambda p: os.truncate(p, 0),
-}
-try:
-    calls[op](*args)
-    print("OK")
-except OSError as e:
-    print(errno.errorcode.get(e.errno, str(e.errno)))
-"""
-
-
-def probe(op, *args, user=None):
-    """The errno name (or OK) of one call, as root or as `user`."""
-    argv = ["/usr/bin/python3", "-c", PROBE, op, *args]
-    r = user.run(argv) if user else subprocess.run(argv, capture_output=True, text=True, timeout=60)
-    assert r.returncode == 0, r.stderr
-    return r.stdout.strip()
-
-
-def checkpoint(m, wl, name, user=None):
-    """Checkpoints `wl` as `name` (as root or `user`); the checkpoint's path
-    (its id is what `last:` says: the engine may qualify a user's name)."""
-    command = f"checkpoint --name {name}"
-    if user:
-        ok, err = user.write(m.path(str(wl.pid), "ctl"), command)
-        assert ok, err
-    else:
-        ctl(m.path(str(wl.pid), "ctl"), command)
-    last = status_line(m.mnt, wl.pid, "last")
-    assert last.startswith("checkpoint ") and " ok " in last and name in last, last
-    path = m.path("checkpoints", last.split()[1])
-    assert os.path.isdir(path)
-    return path
-
 
 def tree_of(path):
     """Relative path -> bytes (files) or None (directories) of a tree."""
@@ -108,7 +52,7 @@ def images_of(ckpt):
 def test_reused_id_is_a_new_directory_and_old_handles_keep_the_old_one(mount):
     m = mount
     wl = m.start("wl_memory", "--mib", MIB)
-    old = checkpoint(m, wl, "reused")
+    old = m.checkpoint_named(wl.pid, "reused")
     old_manifest = read(os.path.join(old, "manifest.json"))
     image = next(f for f in images_of(old) if f.startswith("core-"))
     with open(os.path.join(old, "images", image), "rb") as f:
@@ -123,7 +67,7 @@ def test_reused_id_is_a_new_directory_and_old_handles_keep_the_old_one(mount):
         r = subprocess.run(["rm", "-r", old], capture_output=True, text=True)
         assert r.returncode == 0, r.stderr
         assert not os.path.exists(old)
-        new = checkpoint(m, wl, "reused")
+        new = m.checkpoint_named(wl.pid, "reused")
 
         # The new checkpoint lists completely, and a copy of it is complete.
         new_manifest = read(os.path.join(new, "manifest.json"))
@@ -168,8 +112,7 @@ def test_reused_id_is_a_new_directory_and_old_handles_keep_the_old_one(mount):
 
     # And the new checkpoint restores.
     wl.kill()
-    ctl(m.path("restore"), new)
-    assert read(m.path("restore")).strip() == f"pid {wl.pid}"
+    m.restore(new, wl.pid)
     assert wl.verdict() == "PASS"
 
 
@@ -177,7 +120,7 @@ def test_nothing_in_the_mount_can_be_changed_but_ctl_writes_and_rm_r(mount, user
     m = mount
     owner, _ = users
     wl = m.start("wl_memory", "--mib", MIB, user=owner)
-    ckpt = checkpoint(m, wl, "fixed", user=owner)
+    ckpt = m.checkpoint_named(wl.pid, "fixed", user=owner)
     images = os.path.join(ckpt, "images")
     image = next(f for f in images_of(ckpt) if f.startswith("pages-"))
     before = tree_of(ckpt)
@@ -245,7 +188,7 @@ def test_nothing_in_the_mount_can_be_changed_but_ctl_writes_and_rm_r(mount, user
     # Nothing was lost, and control files still take commands (opened with
     # O_TRUNC, as a shell's `>` does).
     assert tree_of(ckpt) == before
-    second = checkpoint(m, wl, "fixed-2", user=owner)
+    second = m.checkpoint_named(wl.pid, "fixed-2", user=owner)
 
     # The owner's rm -r of the whole checkpoint removes it.
     r = owner.run(["rm", "-r", second])
@@ -255,8 +198,7 @@ def test_nothing_in_the_mount_can_be_changed_but_ctl_writes_and_rm_r(mount, user
 
     # The checkpoint that everything above was tried on restores.
     wl.kill()
-    ctl(m.path("restore"), ckpt)
-    assert read(m.path("restore")).strip() == f"pid {wl.pid}"
+    m.restore(ckpt, wl.pid)
     assert wl.verdict() == "PASS"
 
 
@@ -264,7 +206,7 @@ def test_other_users_checkpoint_is_absent_to_lookups(mount, users):
     m = mount
     owner, other = users
     wl = m.start("wl_memory", "--mib", MIB, user=owner)
-    ckpt = checkpoint(m, wl, "private", user=owner)
+    ckpt = m.checkpoint_named(wl.pid, "private", user=owner)
     missing = m.path("checkpoints", "never-made")
     manifest = os.path.join(ckpt, "manifest.json")
 

@@ -153,8 +153,7 @@ def test_operations_logged_counted_and_shown(mount, traced):
     wait_for(lambda: not wl.alive(), 10, "the checkpointed process to be killed")
     ckpt = f"{wl.pid}-1"
     manifest = json.loads(read(m.path("checkpoints", ckpt, "manifest.json")))
-    ctl(m.path("restore"), m.path("checkpoints", ckpt))
-    assert read(m.path("restore")).strip() == f"pid {wl.pid}"
+    m.restore(m.path("checkpoints", ckpt), wl.pid)
     restored = json.loads(read(m.path(str(wl.pid), "status.json")))
     assert wl.verdict() == "PASS"
 

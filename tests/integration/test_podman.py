@@ -12,7 +12,6 @@ busybox-static; the tests are skipped, saying why, where one is missing.
 """
 
 import errno
-import filecmp
 import json
 import os
 import shutil
@@ -20,7 +19,7 @@ import subprocess
 
 import pytest
 
-from harness import ctl, kill_if_alive, read, wait_for, why_not_runnable
+from harness import ctl, kill_if_alive, read, tree_differences, wait_for, why_not_runnable
 from podman import Podman, last_count, why_podman_cannot_run
 
 pytestmark = [
@@ -94,23 +93,6 @@ def extract(path, dest):
     return dest
 
 
-def same_trees(a, b):
-    """Names of the regular files that differ between trees a and b (or are
-    in one only)."""
-    def files(root):
-        out = {}
-        for d, _, names in os.walk(root):
-            for n in names:
-                full = os.path.join(d, n)
-                if os.path.isfile(full) and not os.path.islink(full):
-                    out[os.path.relpath(full, root)] = full
-        return out
-    fa, fb = files(a), files(b)
-    differ = sorted(set(fa) ^ set(fb))
-    differ += [n for n in sorted(set(fa) & set(fb)) if not filecmp.cmp(fa[n], fb[n], shallow=False)]
-    return differ
-
-
 def manifest(mount, ckpt_id):
     return json.loads(read(mount.path("checkpoints", ckpt_id, "manifest.json")))
 
@@ -131,9 +113,10 @@ def test_podman_archive_imported_and_restored_by_podman_from_the_mount(mount, po
     # Its CRIU images became images/, the rest container/, byte for byte.
     original = extract(archive, str(tmp_path / "original"))
     assert sorted(os.listdir(ckpt)) == ["container", "images", "manifest.json"]
-    assert same_trees(os.path.join(original, "checkpoint"), os.path.join(ckpt, "images")) == []
+    assert tree_differences(os.path.join(original, "checkpoint"),
+                            os.path.join(ckpt, "images")) == []
     shutil.rmtree(os.path.join(original, "checkpoint"))
-    assert same_trees(original, os.path.join(ckpt, "container")) == []
+    assert tree_differences(original, os.path.join(ckpt, "container")) == []
 
     # archives/ctr.tar gives it back: the same members (in path order, with
     # gpuckpt's manifest first), and the same bytes.
@@ -142,7 +125,8 @@ def test_podman_archive_imported_and_restored_by_podman_from_the_mount(mount, po
     assert members[0] == "manifest.json"
     assert sorted(members[1:]) == sorted(m for m in tar_members(archive) if m != ".")
     out_of_mount = extract(from_mount, str(tmp_path / "b"))
-    assert same_trees(extract(archive, str(tmp_path / "a")), out_of_mount) == ["manifest.json"]
+    assert tree_differences(extract(archive, str(tmp_path / "a")),
+                            out_of_mount) == ["manifest.json"]
     # What checkpointctl's layout check asks for (internal/utils.go and
     # lib/metadata.go of checkpoint-restore/checkpointctl): a checkpoint
     # directory member, and config.dump and spec.dump that parse as JSON.
@@ -189,8 +173,8 @@ def test_compressed_and_extracted_archives_deduplicate(mount, podman, tmp_path):
     # What a compressed archive held is stored as it was, decompressed.
     for name, ckpt_id in (("zstd.tar.zst", "zstd"), ("gzip.tar.gz", "gzip")):
         inside = extract(str(tmp_path / name), str(tmp_path / (ckpt_id + "-x")))
-        assert same_trees(os.path.join(inside, "checkpoint"),
-                          mount.path("checkpoints", ckpt_id, "images")) == []
-    assert same_trees(os.path.join(extracted, "checkpoint"),
-                      mount.path("checkpoints", "extracted", "images")) == []
+        assert tree_differences(os.path.join(inside, "checkpoint"),
+                                mount.path("checkpoints", ckpt_id, "images")) == []
+    assert tree_differences(os.path.join(extracted, "checkpoint"),
+                            mount.path("checkpoints", "extracted", "images")) == []
     podman.run("rm", "-f", "unchanged")

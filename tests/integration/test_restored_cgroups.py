@@ -177,8 +177,7 @@ def test_restored_trees_survive_the_daemons_cgroup_being_killed(daemon_cgroup, u
         wl = m2.start("wl_memory", "--mib", "4")
         ctl(m2.path(str(wl.pid), "ctl"), "checkpoint --kill")
         wait_for(lambda: not wl.alive(), 10, "the process to be killed")
-        ctl(m2.path("restore"), m2.path("checkpoints", f"{wl.pid}-1"))
-        assert read(m2.path("restore")).strip() == f"pid {wl.pid}"
+        m2.restore(m2.path("checkpoints", f"{wl.pid}-1"), wl.pid)
         assert not any(os.path.exists(d) for d in places), places
         mine = restored_cgroup_dirs(wl.pid)
         wl.kill()

@@ -32,7 +32,7 @@ import threading
 import pytest
 
 import harness
-from harness import ctl, read, wait_for, why_not_runnable, Workload
+from harness import ctl, mounted_at, read, wait_for, why_not_runnable, Workload
 
 SOURCE_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # WORKLOAD_BIN is the build directory (the workloads are built at its top).
@@ -40,11 +40,6 @@ BUILD_DIR = harness.WORKLOAD_BIN
 
 needs_daemon = pytest.mark.skipif(why_not_runnable("wl_memory") is not None,
                                   reason=str(why_not_runnable("wl_memory")))
-
-
-def mounted_at(mnt):
-    with open("/proc/self/mountinfo") as f:
-        return any(line.split()[4] == mnt for line in f)
 
 
 class NotifiedDaemon:
