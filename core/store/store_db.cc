@@ -3,6 +3,8 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <rocksdb/cache.h>
+#include <rocksdb/env.h>
+#include <rocksdb/file_system.h>
 #include <rocksdb/filter_policy.h>
 #include <rocksdb/listener.h>
 #include <rocksdb/table.h>
@@ -233,9 +235,12 @@ Status OnStoreDisk(Status status) {
 }
 
 Result<std::unique_ptr<StoreDb>> StoreDb::Open(const std::string& dir, bool create_if_missing,
-                                               size_t block_cache_bytes) {
+                                               size_t block_cache_bytes, const StoreEnv& env) {
   std::unique_ptr<StoreDb> store(new StoreDb());
   store->dir_ = dir;
+  store->env_ = env;
+  if (store->env_.rocksdb_fs)
+    store->rocksdb_env_ = rocksdb::NewCompositeEnv(store->env_.rocksdb_fs);
   const std::string db_dir = dir + "/" + format::kDbDirName;
 
   struct stat st {};
@@ -277,7 +282,9 @@ Result<std::unique_ptr<StoreDb>> StoreDb::Open(const std::string& dir, bool crea
     return StatusFromErrno(errno, "writing " + lock_path);
   }
 
-  GPUCKPT_ASSIGN_OR_RETURN(store->packs_, ChunkPacks::Open(dir + "/" + format::kPacksDirName));
+  GPUCKPT_ASSIGN_OR_RETURN(store->packs_, ChunkPacks::Open(dir + "/" + format::kPacksDirName,
+                                                           env.pack_files ? env.pack_files.get()
+                                                                          : PackFileOps::System()));
 
   // The reserve: 1% of the filesystem, within bounds. Opening writes
   // (RocksDB replays its WAL into new table files), so on a full disk the
@@ -298,6 +305,7 @@ Result<std::unique_ptr<StoreDb>> StoreDb::Open(const std::string& dir, bool crea
     return StatusFromErrno(errno, "creating " + db_dir);
   }
   db_options.info_log = std::make_shared<InfoLog>(db_dir + "/LOG");
+  if (store->rocksdb_env_) db_options.env = store->rocksdb_env_.get();
   db_options.create_if_missing = create_if_missing;
   db_options.create_missing_column_families = true;
   db_options.max_background_jobs = 4;
