@@ -82,15 +82,15 @@ Result<PackLocation> DecodePackLocation(std::string_view value) {
   return l;
 }
 
-Result<std::unique_ptr<ChunkPacks>> ChunkPacks::Open(const std::string& dir, PackFileOps* files) {
-  if (mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
+Result<std::unique_ptr<ChunkPacks>> ChunkPacks::Open(const std::string& dir, StoreFileOps* files) {
+  if (files->MakeDirectory(dir.c_str(), 0700) != 0 && errno != EEXIST) {
     return StatusFromErrno(errno, "creating " + dir);
   }
   return OpenExisting(dir, files);
 }
 
 Result<std::unique_ptr<ChunkPacks>> ChunkPacks::OpenExisting(const std::string& dir,
-                                                             PackFileOps* files) {
+                                                             StoreFileOps* files) {
   UniqueFd dir_fd(open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW));
   if (dir_fd.get() < 0) return StatusFromErrno(errno, "opening " + dir);
   std::unique_ptr<ChunkPacks> packs(new ChunkPacks(dir, std::move(dir_fd), files, 1));

@@ -18,6 +18,7 @@
 #include <cerrno>
 #include <cstdarg>
 #include <cstdio>
+#include <filesystem>
 #include <string>
 
 #include "core/store/format.h"
@@ -241,13 +242,23 @@ Result<std::unique_ptr<StoreDb>> StoreDb::Open(const std::string& dir, bool crea
   store->env_ = env;
   if (store->env_.rocksdb_fs)
     store->rocksdb_env_ = rocksdb::NewCompositeEnv(store->env_.rocksdb_fs);
+  StoreFileOps* const files = env.files ? env.files.get() : StoreFileOps::System();
   const std::string db_dir = dir + "/" + format::kDbDirName;
 
   struct stat st {};
   if (stat(dir.c_str(), &st) != 0) {
     if (errno != ENOENT || !create_if_missing) return StatusFromErrno(errno, "store " + dir);
-    if (mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
-      return StatusFromErrno(errno, "creating store " + dir);
+    if (files->MakeDirectory(dir.c_str(), 0700) != 0) {
+      if (errno != EEXIST) return StatusFromErrno(errno, "creating store " + dir);
+    } else {
+      // A new directory's name is durable once its parent is synced: until
+      // then a power loss may take the store, and every snapshot committed
+      // to it, away.
+      std::string parent = std::filesystem::path(dir).parent_path().string();
+      if (parent.empty()) parent = ".";
+      if (files->SyncDirectory(parent.c_str()) != 0) {
+        return StatusFromErrno(errno, "syncing " + parent);
+      }
     }
   } else if (!S_ISDIR(st.st_mode)) {
     return Status::InvalidArgument("store " + dir + " is not a directory");
@@ -282,9 +293,8 @@ Result<std::unique_ptr<StoreDb>> StoreDb::Open(const std::string& dir, bool crea
     return StatusFromErrno(errno, "writing " + lock_path);
   }
 
-  GPUCKPT_ASSIGN_OR_RETURN(store->packs_, ChunkPacks::Open(dir + "/" + format::kPacksDirName,
-                                                           env.pack_files ? env.pack_files.get()
-                                                                          : PackFileOps::System()));
+  GPUCKPT_ASSIGN_OR_RETURN(store->packs_,
+                           ChunkPacks::Open(dir + "/" + format::kPacksDirName, files));
 
   // The reserve: 1% of the filesystem, within bounds. Opening writes
   // (RocksDB replays its WAL into new table files), so on a full disk the
@@ -301,9 +311,12 @@ Result<std::unique_ptr<StoreDb>> StoreDb::Open(const std::string& dir, bool crea
 
   auto cache = rocksdb::NewLRUCache(block_cache_bytes);
   rocksdb::DBOptions db_options;
-  if (mkdir(db_dir.c_str(), 0700) != 0 && errno != EEXIST) {
+  if (files->MakeDirectory(db_dir.c_str(), 0700) != 0 && errno != EEXIST) {
     return StatusFromErrno(errno, "creating " + db_dir);
   }
+  // The names of packs/ and db/, which may have just been made (or made by
+  // an open that crashed before this sync). Cheap when nothing changed.
+  if (files->SyncDirectory(dir.c_str()) != 0) return StatusFromErrno(errno, "syncing " + dir);
   db_options.info_log = std::make_shared<InfoLog>(db_dir + "/LOG");
   if (store->rocksdb_env_) db_options.env = store->rocksdb_env_.get();
   db_options.create_if_missing = create_if_missing;

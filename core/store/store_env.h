@@ -5,7 +5,8 @@
 //
 // Two halves, because the store writes through two paths: RocksDB does all
 // its file I/O through a rocksdb::FileSystem, and ChunkPacks writes pack
-// files itself (pwrite, fdatasync, directory fsync) through PackFileOps.
+// files itself (pwrite, fdatasync, directory fsync) through StoreFileOps,
+// as StoreDb makes the store's directories.
 // A default StoreEnv is the real filesystem, with no extra layer on either
 // path. Internal: the public Store API never takes one.
 #ifndef GPUCKPT_CORE_STORE_STORE_ENV_H_
@@ -22,14 +23,15 @@ class FileSystem;
 namespace gpuckpt {
 
 // The calls of ChunkPacks that change what a pack file holds or whether it
-// exists, with the system calls' conventions (-1 and errno on failure).
+// exists, and those of StoreDb that make the store's directories, with the
+// system calls' conventions (-1 and errno on failure).
 // Reads, read-ahead and writeback hints (sync_file_range) change nothing
 // durable and go to the system directly. The defaults are those system
 // calls; a test overrides them to watch (and still make) each call.
 // Called from any thread.
-class PackFileOps {
+class StoreFileOps {
  public:
-  virtual ~PackFileOps() = default;
+  virtual ~StoreFileOps() = default;
 
   // Creates `name` in directory `dir_fd` for reading and writing; fails when
   // it exists. Returns the descriptor.
@@ -42,16 +44,20 @@ class PackFileOps {
   virtual int Unlink(int dir_fd, const char* name);
   // fallocate(FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE).
   virtual int PunchHole(int fd, off_t offset, off_t len);
+  virtual int MakeDirectory(const char* path, mode_t mode);
+  // fsync() of the directory at `path`.
+  virtual int SyncDirectory(const char* path);
 
   // The real filesystem; lives for the whole process.
-  static PackFileOps* System();
+  static StoreFileOps* System();
 };
 
 struct StoreEnv {
   // Where RocksDB does its file I/O; null: RocksDB's default filesystem.
   std::shared_ptr<rocksdb::FileSystem> rocksdb_fs;
-  // Where ChunkPacks does; null: PackFileOps::System().
-  std::shared_ptr<PackFileOps> pack_files;
+  // Where ChunkPacks and the store's directories do; null:
+  // StoreFileOps::System().
+  std::shared_ptr<StoreFileOps> files;
 };
 
 }  // namespace gpuckpt

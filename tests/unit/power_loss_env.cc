@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <filesystem>
 #include <set>
+#include <vector>
 
 #include "core/base/full_io.h"
 #include "core/base/unique_fd.h"
@@ -194,6 +195,20 @@ class RecordingFileSystem : public rocksdb::FileSystemWrapper {
     if (s.ok()) env_->Removed(Normal(f));
     return s;
   }
+  rocksdb::IOStatus CreateDir(const std::string& d, const rocksdb::IOOptions& options,
+                              rocksdb::IODebugContext* dbg) override {
+    rocksdb::IOStatus s = target()->CreateDir(d, options, dbg);
+    if (s.ok()) env_->DirectoryCreated(Normal(d));
+    return s;
+  }
+  rocksdb::IOStatus CreateDirIfMissing(const std::string& d, const rocksdb::IOOptions& options,
+                                       rocksdb::IODebugContext* dbg) override {
+    struct stat st {};
+    const bool existed = stat(d.c_str(), &st) == 0;
+    rocksdb::IOStatus s = target()->CreateDirIfMissing(d, options, dbg);
+    if (s.ok() && !existed) env_->DirectoryCreated(Normal(d));
+    return s;
+  }
   rocksdb::IOStatus Truncate(const std::string& f, size_t size, const rocksdb::IOOptions& options,
                              rocksdb::IODebugContext* dbg) override {
     auto node = env_->Existing(Normal(f));
@@ -206,18 +221,18 @@ class RecordingFileSystem : public rocksdb::FileSystemWrapper {
   PowerLossEnv* const env_;
 };
 
-class RecordingPackFiles : public PackFileOps {
+class RecordingFiles : public StoreFileOps {
  public:
-  explicit RecordingPackFiles(PowerLossEnv* env) : env_(env) {}
+  explicit RecordingFiles(PowerLossEnv* env) : env_(env) {}
 
   int CreateExclusive(int dir_fd, const char* name, mode_t mode) override {
-    const int fd = PackFileOps::CreateExclusive(dir_fd, name, mode);
+    const int fd = StoreFileOps::CreateExclusive(dir_fd, name, mode);
     if (fd >= 0) env_->SetFd(fd, env_->Created(Normal(PathOfFd(dir_fd) + "/" + name)));
     return fd;
   }
   ssize_t Pwrite(int fd, const void* data, size_t len, off_t offset) override {
     auto node = env_->OfFd(fd);
-    const ssize_t n = PackFileOps::Pwrite(fd, data, len, offset);
+    const ssize_t n = StoreFileOps::Pwrite(fd, data, len, offset);
     if (n > 0 && node) {
       env_->Wrote(*node, static_cast<uint64_t>(offset), static_cast<const char*>(data),
                   static_cast<size_t>(n));
@@ -226,25 +241,35 @@ class RecordingPackFiles : public PackFileOps {
   }
   int Fdatasync(int fd) override {
     auto node = env_->OfFd(fd);
-    const int r = PackFileOps::Fdatasync(fd);
+    const int r = StoreFileOps::Fdatasync(fd);
     if (r == 0 && node) env_->SyncedFile(*node);
     return r;
   }
   int FsyncDirectory(int dir_fd) override {
-    const int r = PackFileOps::FsyncDirectory(dir_fd);
+    const int r = StoreFileOps::FsyncDirectory(dir_fd);
     if (r == 0) env_->SyncedDirectory(Normal(PathOfFd(dir_fd)));
     return r;
   }
   int Unlink(int dir_fd, const char* name) override {
     const std::string path = Normal(PathOfFd(dir_fd) + "/" + name);
     env_->Existing(path);
-    const int r = PackFileOps::Unlink(dir_fd, name);
+    const int r = StoreFileOps::Unlink(dir_fd, name);
     if (r == 0) env_->Removed(path);
+    return r;
+  }
+  int MakeDirectory(const char* path, mode_t mode) override {
+    const int r = StoreFileOps::MakeDirectory(path, mode);
+    if (r == 0) env_->DirectoryCreated(Normal(path));
+    return r;
+  }
+  int SyncDirectory(const char* path) override {
+    const int r = StoreFileOps::SyncDirectory(path);
+    if (r == 0) env_->SyncedDirectory(Normal(path));
     return r;
   }
   int PunchHole(int fd, off_t offset, off_t len) override {
     auto node = env_->OfFd(fd);
-    const int r = PackFileOps::PunchHole(fd, offset, len);
+    const int r = StoreFileOps::PunchHole(fd, offset, len);
     if (r == 0 && node) {
       env_->Punched(*node, static_cast<uint64_t>(offset), static_cast<uint64_t>(len));
     }
@@ -266,7 +291,7 @@ std::string PathOfFd(int fd) {
 
 PowerLossEnv::PowerLossEnv() {
   env_.rocksdb_fs = std::make_shared<RecordingFileSystem>(this);
-  env_.pack_files = std::make_shared<RecordingPackFiles>(this);
+  env_.files = std::make_shared<RecordingFiles>(this);
 }
 
 PowerLossEnv::~PowerLossEnv() = default;
@@ -364,6 +389,14 @@ void PowerLossEnv::SyncedDirectory(const std::string& dir) {
   for (const auto& [path, node] : live_) {
     if (ParentOf(path) == dir) durable_[path] = node;
   }
+  for (const std::string& path : live_dirs_) {
+    if (ParentOf(path) == dir) durable_dirs_.insert(path);
+  }
+}
+
+void PowerLossEnv::DirectoryCreated(const std::string& path) {
+  MutexLock lock(&mu_);
+  live_dirs_.insert(path);
 }
 
 void PowerLossEnv::Renamed(const std::string& from, const std::string& to) {
@@ -387,14 +420,36 @@ Status PowerLossEnv::PowerLoss() {
   for (const std::string& path : paths) {
     if (unlink(path.c_str()) != 0 && errno != ENOENT) return StatusFromErrno(errno, path);
   }
+  // Directories whose names never became durable, with all inside them.
+  std::vector<std::string> lost_dirs;
+  for (const std::string& dir : live_dirs_) {
+    if (durable_dirs_.count(dir) == 0) lost_dirs.push_back(dir);
+  }
+  auto lost = [&](const std::string& path) {
+    for (const std::string& dir : lost_dirs) {
+      if (path.size() > dir.size() && path.compare(0, dir.size(), dir) == 0 &&
+          path[dir.size()] == '/') {
+        return true;
+      }
+    }
+    return false;
+  };
   for (const auto& [path, node] : durable_) {
+    if (lost(path)) continue;
     UniqueFd fd(open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
     if (fd.get() < 0) return StatusFromErrno(errno, "recreating " + path);
     GPUCKPT_RETURN_IF_ERROR(
         PwriteFully(fd.get(), node->durable.data(), node->durable.size(), 0, path));
   }
+  for (const std::string& dir : lost_dirs) {
+    std::error_code error;
+    std::filesystem::remove_all(dir, error);
+    if (error) return StatusFromErrno(error.value(), "removing " + dir);
+  }
   live_.clear();
   durable_.clear();
+  live_dirs_.clear();
+  durable_dirs_.clear();
   by_inode_.clear();
   syncs_ = 0;
   stop_after_.reset();

@@ -5,7 +5,8 @@
 // fsync (writes after it are lost, wherever they lie); per name: that it
 // existed (and named which file) as of the last fsync of its directory, so a
 // file created, renamed or removed since then is respectively gone, back
-// under its old name, or back. Files the store never wrote, renamed or
+// under its old name, or back. A directory the store made is gone, with
+// everything in it, unless its parent was fsynced after. Files the store never wrote, renamed or
 // removed through the environment (the lock file, the reserve, RocksDB's
 // info log) are left alone, and files that existed before are taken as
 // durable as they were when first touched.
@@ -25,6 +26,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <utility>
 
@@ -56,7 +58,7 @@ class PowerLossEnv {
   Status PowerLoss() EXCLUDES(mu_);
 
   // The recorder's own half of the work, for its two front ends (RocksDB's
-  // FileSystem and PackFileOps). Paths are absolute.
+  // FileSystem and StoreFileOps). Paths are absolute.
   struct Node;
   std::shared_ptr<Node> Created(const std::string& path) EXCLUDES(mu_);
   // The file at `path`, registered as durable with what it holds now if
@@ -75,6 +77,7 @@ class PowerLossEnv {
   void SyncedDirectory(const std::string& dir) EXCLUDES(mu_);
   void Renamed(const std::string& from, const std::string& to) EXCLUDES(mu_);
   void Removed(const std::string& path) EXCLUDES(mu_);
+  void DirectoryCreated(const std::string& path) EXCLUDES(mu_);
 
  private:
   std::shared_ptr<Node> ExistingLocked(const std::string& path) REQUIRES(mu_);
@@ -84,6 +87,9 @@ class PowerLossEnv {
   // Names as they are now, and as a power loss would leave them.
   std::map<std::string, std::shared_ptr<Node>> live_ GUARDED_BY(mu_);
   std::map<std::string, std::shared_ptr<Node>> durable_ GUARDED_BY(mu_);
+  // Directories made through the environment, now and durably.
+  std::set<std::string> live_dirs_ GUARDED_BY(mu_);
+  std::set<std::string> durable_dirs_ GUARDED_BY(mu_);
   // Pack files by inode: ChunkPacks names them by descriptor.
   std::map<std::pair<dev_t, ino_t>, std::shared_ptr<Node>> by_inode_ GUARDED_BY(mu_);
   uint64_t syncs_ GUARDED_BY(mu_) = 0;
