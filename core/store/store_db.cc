@@ -256,7 +256,9 @@ Result<std::unique_ptr<StoreDb>> StoreDb::Open(const std::string& dir, bool crea
       // to it, away.
       std::string parent = std::filesystem::path(dir).parent_path().string();
       if (parent.empty()) parent = ".";
-      if (files->SyncDirectory(parent.c_str()) != 0) {
+      // A parent this user may write but not read (mode -wx) cannot be
+      // opened to sync; the store works without it.
+      if (files->SyncDirectory(parent.c_str()) != 0 && errno != EACCES) {
         return StatusFromErrno(errno, "syncing " + parent);
       }
     }
