@@ -41,6 +41,30 @@ bool DirectoryIsEmpty(const std::string& dir) {
   return empty;
 }
 
+// Whether `dir` holds nothing but what an open of a new store makes before
+// its database (the lock file, the reserve, an empty packs directory): a
+// creation cut short by a crash or a power loss, to be finished, not
+// somebody's unrelated directory.
+bool HoldsOnlyAnUnfinishedStore(const std::string& dir) {
+  DIR* d = opendir(dir.c_str());
+  if (d == nullptr) return false;
+  bool only_ours = true;
+  while (dirent* e = readdir(d)) {
+    std::string_view name = e->d_name;
+    if (name == "." || name == ".." || name == format::kLockFileName ||
+        name == format::kReserveFileName) {
+      continue;
+    }
+    if (name == format::kPacksDirName && DirectoryIsEmpty(dir + "/" + format::kPacksDirName)) {
+      continue;
+    }
+    only_ours = false;
+    break;
+  }
+  closedir(d);
+  return only_ours;
+}
+
 // Syncs the packs before RocksDB writes a memtable out: the memtable may
 // hold locations of records appended since the last sync. A failed sync
 // cannot stop the flush; ChunkPacks keeps the error and fails every later
@@ -270,7 +294,7 @@ Result<std::unique_ptr<StoreDb>> StoreDb::Open(const std::string& dir, bool crea
   if (!has_db) {
     if (!create_if_missing) return Status::NotFound("no gpuckpt store in " + dir);
     // Never scatter our files into somebody's unrelated directory.
-    if (!DirectoryIsEmpty(dir)) {
+    if (!HoldsOnlyAnUnfinishedStore(dir)) {
       return Status::InvalidArgument(dir + " is not a gpuckpt store and is not empty");
     }
   }
