@@ -4,8 +4,9 @@
 // everything. The store runs on a PowerLossEnv, which records what was made
 // durable and rewrites the store's files to only that. A committed snapshot
 // must read back exactly afterwards, an uncommitted one must be absent, and
-// a power loss after any sync of a commit, of a removal or of gc must leave
-// a store that opens, passes fsck and reads back what was committed before.
+// a power loss after any sync of a store's creation, a commit, a removal or
+// gc must leave a store that opens, passes fsck and reads back what was
+// committed before.
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
@@ -149,6 +150,41 @@ TEST_F(PowerLossTest, UncommittedSnapshotIsAbsent) {
   auto store = Store::Open(store_dir_, testing::TestOptions());
   ASSERT_OK(store);
   EXPECT_CODE((*store)->Get("b"), StatusCode::kNotFound);
+}
+
+TEST_F(PowerLossTest, PowerLossAtEverySyncOfANewStore) {
+  const std::string a = Tree("a", 1u << 20, 8);
+  uint64_t total = 0;
+  {
+    PowerLossEnv env;
+    auto store = OpenWith(env);
+    ASSERT_NE(store, nullptr);
+    ASSERT_OK(Import(*store, a, "a"));
+    total = env.syncs();
+  }
+  ASSERT_GT(total, 3u);
+  for (uint64_t n = 0; n <= total + 2; ++n) {
+    std::filesystem::remove_all(store_dir_);
+    PowerLossEnv env;
+    env.StopDurabilityAfter(n);
+    uint64_t synced_at_commit = 0;
+    {
+      auto store = OpenWith(env);
+      ASSERT_NE(store, nullptr);
+      ASSERT_OK(Import(*store, a, "a"));
+      synced_at_commit = env.syncs();
+    }
+    ASSERT_OK(env.PowerLoss());
+    // Whatever is left of the store's creation opens as a store again.
+    const std::string when = "power lost after sync " + std::to_string(n) + " of " +
+                             std::to_string(synced_at_commit) + " of a new store";
+    if (n >= synced_at_commit) {
+      ExpectConsistent({{"a", a}}, {}, when);
+    } else {
+      ExpectConsistent({}, {{"a", a}}, when);
+    }
+    if (HasFatalFailure() || HasFailure()) break;
+  }
 }
 
 TEST_F(PowerLossTest, PowerLossAtEverySyncOfACommit) {
