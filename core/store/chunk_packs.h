@@ -133,7 +133,7 @@ class ChunkPacks {
   ChunkPacks(std::string dir, UniqueFd dir_fd, StoreFileOps* files, uint64_t next_id)
       : dir_(std::move(dir)), dir_fd_(std::move(dir_fd)), files_(files), next_id_(next_id) {}
 
-  // Writes all of `len` bytes at `offset` of pack `id`.
+  // Writes all of `len` bytes at `offset` of `file`.
   Status WriteFully(const File& file, const char* data, size_t len, uint64_t offset) const;
 
   std::string PathOf(uint64_t id) const;

@@ -56,9 +56,11 @@ class StoreDb {
   // Opens `dir` (creating it with mode 0700 when `create_if_missing`).
   // Refuses a non-empty directory that is not a store, a store held by
   // another process (kBusy, naming its pid) and a store written by a newer
-  // format (kUnavailable). RocksDB and the packs do their file I/O through
-  // `env` (the real filesystem by default; see store_env.h); the lock file,
-  // the reserve and RocksDB's info log, which hold nothing a reopened store
+  // format (kUnavailable); a directory left by a creation cut short (the
+  // lock file, the reserve, an empty packs/) is completed. RocksDB, the
+  // packs and the store's directories do their file I/O through `env` (the
+  // real filesystem by default; see store_env.h); the lock file, the
+  // reserve and RocksDB's info log, which hold nothing a reopened store
   // needs, do not.
   static Result<std::unique_ptr<StoreDb>> Open(const std::string& dir, bool create_if_missing,
                                                size_t block_cache_bytes, const StoreEnv& env = {});

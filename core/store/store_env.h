@@ -6,9 +6,9 @@
 // Two halves, because the store writes through two paths: RocksDB does all
 // its file I/O through a rocksdb::FileSystem, and ChunkPacks writes pack
 // files itself (pwrite, fdatasync, directory fsync) through StoreFileOps,
-// as StoreDb makes the store's directories.
-// A default StoreEnv is the real filesystem, with no extra layer on either
-// path. Internal: the public Store API never takes one.
+// as StoreDb makes the store's directories. A default StoreEnv is the real
+// filesystem: RocksDB's default FileSystem, and the system calls one
+// virtual call away. Internal: the public Store API never takes one.
 #ifndef GPUCKPT_CORE_STORE_STORE_ENV_H_
 #define GPUCKPT_CORE_STORE_STORE_ENV_H_
 
