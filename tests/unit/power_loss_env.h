@@ -6,10 +6,13 @@
 // existed (and named which file) as of the last fsync of its directory, so a
 // file created, renamed or removed since then is respectively gone, back
 // under its old name, or back. A directory the store made is gone, with
-// everything in it, unless its parent was fsynced after. Files the store never wrote, renamed or
-// removed through the environment (the lock file, the reserve, RocksDB's
-// info log) are left alone, and files that existed before are taken as
-// durable as they were when first touched.
+// everything in it, unless its parent was fsynced after. Files the store
+// never wrote, renamed or removed through the environment (the lock file,
+// the reserve, RocksDB's info log) are left alone, and files that existed
+// before are taken as durable as they were when first touched.
+//
+// This is the least a disk keeps; one may keep any part of the rest too,
+// which is closer to what a killed process leaves (the crash tests).
 //
 // StopDurabilityAfter(n) makes every sync after the n-th a no-op for
 // durability (the sync still happens and succeeds): a power loss right
