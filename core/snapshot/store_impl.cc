@@ -80,6 +80,11 @@ void SnapshotPin::Release() {
 }
 
 Result<std::unique_ptr<Store>> Store::Open(const std::string& dir, const StoreOptions& options) {
+  return OpenStoreWithEnv(dir, options, StoreEnv());
+}
+
+Result<std::unique_ptr<Store>> OpenStoreWithEnv(const std::string& dir, const StoreOptions& options,
+                                                const StoreEnv& env) {
   if (dir.empty()) return Status::InvalidArgument("store directory is empty");
   // Validate the chunk sizes before touching anything.
   GPUCKPT_RETURN_IF_ERROR(Chunker::Create(options.chunking.generic, 1).status());
@@ -90,8 +95,9 @@ Result<std::unique_ptr<Store>> Store::Open(const std::string& dir, const StoreOp
   }
   constexpr size_t kBlockCacheBytes = 32u << 20;
   GPUCKPT_ASSIGN_OR_RETURN(
-      auto db, options.read_only ? StoreDb::OpenReadOnly(dir, kBlockCacheBytes)
-                                 : StoreDb::Open(dir, options.create_if_missing, kBlockCacheBytes));
+      auto db, options.read_only
+                   ? StoreDb::OpenReadOnly(dir, kBlockCacheBytes)
+                   : StoreDb::Open(dir, options.create_if_missing, kBlockCacheBytes, env));
   auto cache = std::make_unique<ChunkCache>(options.chunk_cache_bytes);
   GPUCKPT_ASSIGN_OR_RETURN(auto chunks,
                            ChunkStore::Open(db.get(), cache.get(), options.verify_on_read));

@@ -67,6 +67,12 @@ class SnapshotPin {
   uint64_t key_ = 0;
 };
 
+// Store::Open(), with the store's file I/O going through `env` (see
+// core/store/store_env.h): how tests watch what a store makes durable. A
+// read-only store ignores `env`.
+Result<std::unique_ptr<Store>> OpenStoreWithEnv(const std::string& dir, const StoreOptions& options,
+                                                const StoreEnv& env);
+
 class StoreImpl final : public Store {
  public:
   StoreImpl(std::unique_ptr<StoreDb> db, std::unique_ptr<ChunkCache> cache,

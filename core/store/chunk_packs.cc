@@ -11,7 +11,6 @@
 #include <cstdio>
 #include <cstring>
 
-#include "core/base/full_io.h"
 #include "core/store/chunk_codec.h"
 #include "core/store/format.h"
 
@@ -83,22 +82,23 @@ Result<PackLocation> DecodePackLocation(std::string_view value) {
   return l;
 }
 
-Result<std::unique_ptr<ChunkPacks>> ChunkPacks::Open(const std::string& dir) {
-  if (mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
+Result<std::unique_ptr<ChunkPacks>> ChunkPacks::Open(const std::string& dir, StoreFileOps* files) {
+  if (files->MakeDirectory(dir.c_str(), 0700) != 0 && errno != EEXIST) {
     return StatusFromErrno(errno, "creating " + dir);
   }
-  return OpenExisting(dir);
+  return OpenExisting(dir, files);
 }
 
-Result<std::unique_ptr<ChunkPacks>> ChunkPacks::OpenExisting(const std::string& dir) {
+Result<std::unique_ptr<ChunkPacks>> ChunkPacks::OpenExisting(const std::string& dir,
+                                                             StoreFileOps* files) {
   UniqueFd dir_fd(open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW));
   if (dir_fd.get() < 0) return StatusFromErrno(errno, "opening " + dir);
-  std::unique_ptr<ChunkPacks> packs(new ChunkPacks(dir, std::move(dir_fd), 1));
-  GPUCKPT_ASSIGN_OR_RETURN(auto files, packs->List());
+  std::unique_ptr<ChunkPacks> packs(new ChunkPacks(dir, std::move(dir_fd), files, 1));
+  GPUCKPT_ASSIGN_OR_RETURN(auto existing, packs->List());
   // Never append to a pack of an earlier run: its tail may be torn.
-  if (!files.empty()) {
+  if (!existing.empty()) {
     MutexLock lock(&packs->mu_);
-    packs->next_id_ = files.back().id + 1;
+    packs->next_id_ = existing.back().id + 1;
   }
   return packs;
 }
@@ -107,17 +107,31 @@ ChunkPacks::~ChunkPacks() = default;
 
 std::string ChunkPacks::PathOf(uint64_t id) const { return dir_ + "/" + PackName(id); }
 
+Status ChunkPacks::WriteFully(const File& file, const char* data, size_t len,
+                              uint64_t offset) const {
+  while (len > 0) {
+    const ssize_t n = files_->Pwrite(file.fd.get(), data, len, static_cast<off_t>(offset));
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return StatusFromErrno(errno, "writing pack " + PathOf(file.id));
+    }
+    data += n;
+    len -= static_cast<size_t>(n);
+    offset += static_cast<uint64_t>(n);
+  }
+  return Status::Ok();
+}
+
 Status ChunkPacks::StartPackLocked() {
   const uint64_t id = next_id_++;
   const std::string name = PackName(id);
-  UniqueFd fd(openat(dir_fd_.get(), name.c_str(),
-                     O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600));
+  UniqueFd fd(files_->CreateExclusive(dir_fd_.get(), name.c_str(), 0600));
   if (fd.get() < 0) return StatusFromErrno(errno, "creating pack " + PathOf(id));
   char header[kHeaderSize] = {};
   std::memcpy(header, kPackMagic, sizeof(kPackMagic));
   for (int i = 0; i < 4; ++i) header[8 + i] = static_cast<char>((kPackFormatVersion >> (8 * i)) & 0xff);
-  GPUCKPT_RETURN_IF_ERROR(PwriteFully(fd.get(), header, sizeof(header), 0, "pack " + PathOf(id)));
   auto file = std::make_shared<File>(id, std::move(fd), kHeaderSize);
+  GPUCKPT_RETURN_IF_ERROR(WriteFully(*file, header, sizeof(header), 0));
   open_[id] = file;
   active_ = file;
   dirty_.insert(id);
@@ -139,8 +153,7 @@ Result<PackLocation> ChunkPacks::Append(std::string_view record) {
     file->end += record.size();
   }
   // Outside the lock: appenders write their own ranges side by side.
-  GPUCKPT_RETURN_IF_ERROR(
-      PwriteFully(file->fd.get(), record.data(), record.size(), offset, "pack " + PathOf(file->id)));
+  GPUCKPT_RETURN_IF_ERROR(WriteFully(*file, record.data(), record.size(), offset));
   const uint64_t end = offset + record.size();
   if (offset / kWritebackStep != end / kWritebackStep) {
     // Best effort: start writing the step just filled; Sync() still waits
@@ -228,12 +241,12 @@ Status ChunkPacks::Sync() {
   }
   Status status;
   for (const auto& f : files) {
-    if (fdatasync(f->fd.get()) != 0) {
+    if (files_->Fdatasync(f->fd.get()) != 0) {
       status = StatusFromErrno(errno, "syncing pack " + PathOf(f->id));
       break;
     }
   }
-  if (status.ok() && dir_dirty && fsync(dir_fd_.get()) != 0) {
+  if (status.ok() && dir_dirty && files_->FsyncDirectory(dir_fd_.get()) != 0) {
     status = StatusFromErrno(errno, "syncing " + dir_);
   }
   if (!status.ok()) {
@@ -286,10 +299,10 @@ Status ChunkPacks::Remove(uint64_t id) {
     open_.erase(id);  // readers holding it keep reading the unlinked file
     dirty_.erase(id);
   }
-  if (unlinkat(dir_fd_.get(), PackName(id).c_str(), 0) != 0 && errno != ENOENT) {
+  if (files_->Unlink(dir_fd_.get(), PackName(id).c_str()) != 0 && errno != ENOENT) {
     return StatusFromErrno(errno, "removing pack " + PathOf(id));
   }
-  if (fsync(dir_fd_.get()) != 0) return StatusFromErrno(errno, "syncing " + dir_);
+  if (files_->FsyncDirectory(dir_fd_.get()) != 0) return StatusFromErrno(errno, "syncing " + dir_);
   return Status::Ok();
 }
 
@@ -309,8 +322,7 @@ Result<uint64_t> ChunkPacks::PunchHoles(
   for (const auto& [offset, length] : ranges) {
     if (length == 0) continue;
     if (offset < kHeaderSize) return Status::InvalidArgument("punching the header of a pack");
-    if (fallocate(fd.get(), FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, static_cast<off_t>(offset),
-                  static_cast<off_t>(length)) != 0) {
+    if (files_->PunchHole(fd.get(), static_cast<off_t>(offset), static_cast<off_t>(length)) != 0) {
       if (errno == EOPNOTSUPP || errno == ENOSYS) {
         return Status::Unavailable("the filesystem of " + dir_ + " cannot punch holes");
       }

@@ -7,6 +7,9 @@
 // few MiB, so the disk sees large sequential writes while a checkpoint is
 // still being stored and Sync() finds little left to write.
 //
+// Every call that changes a pack on disk goes through a StoreFileOps (the
+// system calls, or a test's recorder of what was made durable).
+//
 // Durability: Sync() fdatasyncs every pack appended to since the last Sync()
 // (and the packs directory when a pack was created). StoreDb calls it before
 // RocksDB writes any memtable to disk, so no location record reaches the
@@ -35,6 +38,7 @@
 
 #include "core/base/mutex.h"
 #include "core/base/unique_fd.h"
+#include "core/store/store_env.h"
 #include "gpuckpt/status.h"
 
 namespace gpuckpt {
@@ -56,12 +60,15 @@ bool IsPackLocation(std::string_view value);
 
 class ChunkPacks {
  public:
-  // Opens (creating) the packs directory `dir`. Packs are created with
-  // mode 0600.
-  static Result<std::unique_ptr<ChunkPacks>> Open(const std::string& dir);
+  // Opens (creating) the packs directory `dir`; the caller makes its name
+  // durable (syncs its parent). Packs are created with mode 0600. `files`
+  // must outlive the ChunkPacks.
+  static Result<std::unique_ptr<ChunkPacks>> Open(const std::string& dir,
+                                                  StoreFileOps* files = StoreFileOps::System());
   // Opens the packs directory `dir` for reading only, without creating it
   // (kNotFound when it is not there).
-  static Result<std::unique_ptr<ChunkPacks>> OpenExisting(const std::string& dir);
+  static Result<std::unique_ptr<ChunkPacks>> OpenExisting(
+      const std::string& dir, StoreFileOps* files = StoreFileOps::System());
   ~ChunkPacks();
 
   ChunkPacks(const ChunkPacks&) = delete;
@@ -123,8 +130,11 @@ class ChunkPacks {
 
  private:
   struct File;
-  ChunkPacks(std::string dir, UniqueFd dir_fd, uint64_t next_id)
-      : dir_(std::move(dir)), dir_fd_(std::move(dir_fd)), next_id_(next_id) {}
+  ChunkPacks(std::string dir, UniqueFd dir_fd, StoreFileOps* files, uint64_t next_id)
+      : dir_(std::move(dir)), dir_fd_(std::move(dir_fd)), files_(files), next_id_(next_id) {}
+
+  // Writes all of `len` bytes at `offset` of `file`.
+  Status WriteFully(const File& file, const char* data, size_t len, uint64_t offset) const;
 
   std::string PathOf(uint64_t id) const;
   // Creates the next pack. Its file is made and its header written with mu_
@@ -136,6 +146,7 @@ class ChunkPacks {
 
   const std::string dir_;
   const UniqueFd dir_fd_;
+  StoreFileOps* const files_;
 
   // Held through a whole Sync(), its fdatasync()s included: that is what it
   // is for (see Sync()); only Sync() takes it.

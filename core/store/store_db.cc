@@ -3,6 +3,8 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <rocksdb/cache.h>
+#include <rocksdb/env.h>
+#include <rocksdb/file_system.h>
 #include <rocksdb/filter_policy.h>
 #include <rocksdb/listener.h>
 #include <rocksdb/table.h>
@@ -16,6 +18,7 @@
 #include <cerrno>
 #include <cstdarg>
 #include <cstdio>
+#include <filesystem>
 #include <string>
 
 #include "core/store/format.h"
@@ -36,6 +39,30 @@ bool DirectoryIsEmpty(const std::string& dir) {
   }
   closedir(d);
   return empty;
+}
+
+// Whether `dir` holds nothing but what an open of a new store makes before
+// its database (the lock file, the reserve, an empty packs directory): a
+// creation cut short by a crash or a power loss, to be finished, not
+// somebody's unrelated directory.
+bool HoldsOnlyAnUnfinishedStore(const std::string& dir) {
+  DIR* d = opendir(dir.c_str());
+  if (d == nullptr) return false;
+  bool only_ours = true;
+  while (dirent* e = readdir(d)) {
+    std::string_view name = e->d_name;
+    if (name == "." || name == ".." || name == format::kLockFileName ||
+        name == format::kReserveFileName) {
+      continue;
+    }
+    if (name == format::kPacksDirName && DirectoryIsEmpty(dir + "/" + format::kPacksDirName)) {
+      continue;
+    }
+    only_ours = false;
+    break;
+  }
+  closedir(d);
+  return only_ours;
 }
 
 // Syncs the packs before RocksDB writes a memtable out: the memtable may
@@ -233,16 +260,31 @@ Status OnStoreDisk(Status status) {
 }
 
 Result<std::unique_ptr<StoreDb>> StoreDb::Open(const std::string& dir, bool create_if_missing,
-                                               size_t block_cache_bytes) {
+                                               size_t block_cache_bytes, const StoreEnv& env) {
   std::unique_ptr<StoreDb> store(new StoreDb());
   store->dir_ = dir;
+  store->env_ = env;
+  if (store->env_.rocksdb_fs)
+    store->rocksdb_env_ = rocksdb::NewCompositeEnv(store->env_.rocksdb_fs);
+  StoreFileOps* const files = env.files ? env.files.get() : StoreFileOps::System();
   const std::string db_dir = dir + "/" + format::kDbDirName;
 
   struct stat st {};
   if (stat(dir.c_str(), &st) != 0) {
     if (errno != ENOENT || !create_if_missing) return StatusFromErrno(errno, "store " + dir);
-    if (mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
-      return StatusFromErrno(errno, "creating store " + dir);
+    if (files->MakeDirectory(dir.c_str(), 0700) != 0) {
+      if (errno != EEXIST) return StatusFromErrno(errno, "creating store " + dir);
+    } else {
+      // A new directory's name is durable once its parent is synced: until
+      // then a power loss may take the store, and every snapshot committed
+      // to it, away.
+      std::string parent = std::filesystem::path(dir).parent_path().string();
+      if (parent.empty()) parent = ".";
+      // A parent this user may write but not read (mode -wx) cannot be
+      // opened to sync; the store works without it.
+      if (files->SyncDirectory(parent.c_str()) != 0 && errno != EACCES) {
+        return StatusFromErrno(errno, "syncing " + parent);
+      }
     }
   } else if (!S_ISDIR(st.st_mode)) {
     return Status::InvalidArgument("store " + dir + " is not a directory");
@@ -252,7 +294,7 @@ Result<std::unique_ptr<StoreDb>> StoreDb::Open(const std::string& dir, bool crea
   if (!has_db) {
     if (!create_if_missing) return Status::NotFound("no gpuckpt store in " + dir);
     // Never scatter our files into somebody's unrelated directory.
-    if (!DirectoryIsEmpty(dir)) {
+    if (!HoldsOnlyAnUnfinishedStore(dir)) {
       return Status::InvalidArgument(dir + " is not a gpuckpt store and is not empty");
     }
   }
@@ -277,7 +319,8 @@ Result<std::unique_ptr<StoreDb>> StoreDb::Open(const std::string& dir, bool crea
     return StatusFromErrno(errno, "writing " + lock_path);
   }
 
-  GPUCKPT_ASSIGN_OR_RETURN(store->packs_, ChunkPacks::Open(dir + "/" + format::kPacksDirName));
+  GPUCKPT_ASSIGN_OR_RETURN(store->packs_,
+                           ChunkPacks::Open(dir + "/" + format::kPacksDirName, files));
 
   // The reserve: 1% of the filesystem, within bounds. Opening writes
   // (RocksDB replays its WAL into new table files), so on a full disk the
@@ -294,10 +337,14 @@ Result<std::unique_ptr<StoreDb>> StoreDb::Open(const std::string& dir, bool crea
 
   auto cache = rocksdb::NewLRUCache(block_cache_bytes);
   rocksdb::DBOptions db_options;
-  if (mkdir(db_dir.c_str(), 0700) != 0 && errno != EEXIST) {
+  if (files->MakeDirectory(db_dir.c_str(), 0700) != 0 && errno != EEXIST) {
     return StatusFromErrno(errno, "creating " + db_dir);
   }
+  // The names of packs/ and db/, which may have just been made (or made by
+  // an open that crashed before this sync). Cheap when nothing changed.
+  if (files->SyncDirectory(dir.c_str()) != 0) return StatusFromErrno(errno, "syncing " + dir);
   db_options.info_log = std::make_shared<InfoLog>(db_dir + "/LOG");
+  if (store->rocksdb_env_) db_options.env = store->rocksdb_env_.get();
   db_options.create_if_missing = create_if_missing;
   db_options.create_missing_column_families = true;
   db_options.max_background_jobs = 4;

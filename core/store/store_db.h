@@ -34,6 +34,7 @@
 #include "core/store/chunk_fingerprint.h"
 #include "core/store/chunk_hash.h"
 #include "core/store/chunk_packs.h"
+#include "core/store/store_env.h"
 #include "gpuckpt/status.h"
 
 namespace gpuckpt {
@@ -55,9 +56,14 @@ class StoreDb {
   // Opens `dir` (creating it with mode 0700 when `create_if_missing`).
   // Refuses a non-empty directory that is not a store, a store held by
   // another process (kBusy, naming its pid) and a store written by a newer
-  // format (kUnavailable).
+  // format (kUnavailable); a directory left by a creation cut short (the
+  // lock file, the reserve, an empty packs/) is completed. RocksDB, the
+  // packs and the store's directories do their file I/O through `env` (the
+  // real filesystem by default; see store_env.h); the lock file, the
+  // reserve and RocksDB's info log, which hold nothing a reopened store
+  // needs, do not.
   static Result<std::unique_ptr<StoreDb>> Open(const std::string& dir, bool create_if_missing,
-                                               size_t block_cache_bytes);
+                                               size_t block_cache_bytes, const StoreEnv& env = {});
   // Opens the store in `dir` for reading, beside whoever holds it (a running
   // gpuckptfs): no lock is taken and nothing in `dir` is written. RocksDB's
   // secondary mode shows the database as it was when opened, until
@@ -161,6 +167,8 @@ class StoreDb {
   // waits for it.
   Mutex reserve_mu_;
   bool reserve_held_ GUARDED_BY(reserve_mu_) = false;
+  StoreEnv env_;  // outlives packs_ and db_, which do their I/O through it
+  std::unique_ptr<rocksdb::Env> rocksdb_env_;  // on env_.rocksdb_fs; null: the default
   std::unique_ptr<ChunkPacks> packs_;  // outlives db_: its flushes sync the packs
   std::unique_ptr<rocksdb::DB> db_;
   std::vector<rocksdb::ColumnFamilyHandle*> handles_;
