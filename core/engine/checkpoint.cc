@@ -475,6 +475,10 @@ Result<std::unique_ptr<CriuLogs>> PrepareDumpRunner(
   return criu_logs;
 }
 
+void AppendArgs(const std::vector<std::string>& args, CriuCommand* cmd) {
+  cmd->args.insert(cmd->args.end(), args.begin(), args.end());
+}
+
 // How CRIU's dump ended: what serving its image stream returned, and its
 // exit.
 struct DumpOutcome {
@@ -544,9 +548,7 @@ Result<SnapshotInfo> Engine::DumpAndStore(const CheckpointRequest& request,
   GPUCKPT_ASSIGN_OR_RETURN(auto server, ImageCaptureServer::Listen(images));
 
   CriuCommand cmd = DumpCommand(request, process, tree, gpu, work, images);
-  if (mount_namespace)
-    cmd.args.insert(cmd.args.end(), mount_namespace->criu_args.begin(),
-                    mount_namespace->criu_args.end());
+  if (mount_namespace) AppendArgs(mount_namespace->criu_args, &cmd);
   GPUCKPT_ASSIGN_OR_RETURN(
       auto criu_logs,
       PrepareDumpRunner(process, tree, identity, work,
