@@ -604,15 +604,51 @@ Status CheckNothingMountedAt(const std::string& resolved_mountpoint) {
   return Status::Ok();
 }
 
+namespace {
+
+std::vector<std::string> FuseArguments(const MountOptions& options) {
+  std::vector<std::string> arg_strings = {"gpuckptfs", "-o",
+                                          "default_permissions,fsname=gpuckpt,subtype=gpuckpt"};
+  if (options.allow_other) arg_strings.back() += ",allow_other";
+  if (options.debug) arg_strings.push_back("-d");
+  return arg_strings;
+}
+
+// 8 MiB of read-ahead on the mount at `resolved_mountpoint`, so that a
+// cold sequential reader has eight 1 MiB requests in flight instead of one
+// of 128 KiB; `resolved` is why the mount point could not be resolved, if
+// it could not. A mount without it still works: warned about, not fatal.
+void RaiseReadAheadOrWarn(const Status& resolved, const char* resolved_mountpoint) {
+  Status ra = resolved.ok()
+                  ? SetMountReadAhead(resolved_mountpoint, kGpuckptMountType, kReadAheadBytes >> 10)
+                  : resolved;
+  if (!ra.ok()) {
+    std::fprintf(stderr,
+                 "gpuckptfs: warning: cold sequential reads keep the kernel's 128 KiB "
+                 "read-ahead: %s\n",
+                 ra.ToString().c_str());
+  }
+}
+
+// Serves the mounted session until it is unmounted or signalled.
+Status RunSessionLoop(fuse_session* se) {
+  fuse_loop_config* config = fuse_loop_cfg_create();
+  fuse_loop_cfg_set_clone_fd(config, 0);
+  fuse_loop_cfg_set_max_threads(config, 16);
+  const int rc = fuse_session_loop_mt(se, config);
+  fuse_loop_cfg_destroy(config);
+  if (rc < 0) return Status::IOError(std::string("FUSE session ended with ") + std::strerror(-rc));
+  return Status::Ok();
+}
+
+}  // namespace
+
 Status ServeFilesystem(Store* store, Engine* engine, const MountOptions& options,
                        const std::function<void()>& on_mounted) {
   Filesystem fs(store, engine);
   static const fuse_lowlevel_ops ops = MakeOps();
 
-  std::vector<std::string> arg_strings = {"gpuckptfs", "-o",
-                                          "default_permissions,fsname=gpuckpt,subtype=gpuckpt"};
-  if (options.allow_other) arg_strings.back() += ",allow_other";
-  if (options.debug) arg_strings.push_back("-d");
+  std::vector<std::string> arg_strings = FuseArguments(options);
   std::vector<char*> argv;
   for (auto& a : arg_strings) argv.push_back(a.data());
   fuse_args args = FUSE_ARGS_INIT(static_cast<int>(argv.size()), argv.data());
@@ -651,26 +687,12 @@ Status ServeFilesystem(Store* store, Engine* engine, const MountOptions& options
   }
   cleanup.mounted = true;
   // Before the kernel's INIT, which keeps the smaller of this and
-  // max_readahead: 8 MiB, so that a cold sequential reader has eight 1 MiB
-  // requests in flight instead of one of 128 KiB.
-  Status ra = resolved
-                  ? SetMountReadAhead(resolved_mountpoint, kGpuckptMountType, kReadAheadBytes >> 10)
-                  : StatusFromErrno(resolve_errno, "resolving " + options.mountpoint);
-  if (!ra.ok()) {
-    std::fprintf(stderr,
-                 "gpuckptfs: warning: cold sequential reads keep the kernel's 128 KiB "
-                 "read-ahead: %s\n",
-                 ra.ToString().c_str());
-  }
+  // max_readahead.
+  RaiseReadAheadOrWarn(
+      resolved ? Status::Ok() : StatusFromErrno(resolve_errno, "resolving " + options.mountpoint),
+      resolved_mountpoint);
   if (on_mounted) on_mounted();
-
-  fuse_loop_config* config = fuse_loop_cfg_create();
-  fuse_loop_cfg_set_clone_fd(config, 0);
-  fuse_loop_cfg_set_max_threads(config, 16);
-  const int rc = fuse_session_loop_mt(se, config);
-  fuse_loop_cfg_destroy(config);
-  if (rc < 0) return Status::IOError(std::string("FUSE session ended with ") + std::strerror(-rc));
-  return Status::Ok();
+  return RunSessionLoop(se);
 }
 
 }  // namespace gpuckpt

@@ -94,6 +94,33 @@ void SetTime(struct stat* st, int64_t ns) {
   st->st_atim = st->st_mtim;
 }
 
+Status NoEntry(const std::string& name) { return Status::NotFound("no entry '" + name + "'"); }
+
+// A stored file, directory or symlink of a checkpoint, or a device file.
+struct stat EntryStat(const FileEntry& e) {
+  struct stat st {};
+  switch (e.type) {
+    case FileType::kDirectory:
+      st = DirStat(e.mode);
+      break;
+    case FileType::kSymlink:
+      st.st_mode = S_IFLNK | 0777;
+      st.st_nlink = 1;
+      st.st_size = static_cast<off_t>(e.symlink_target.size());
+      break;
+    case FileType::kRegular:
+      st = FileStat(e.mode, e.size);
+      // du shows what this file added to the store, not its length (0
+      // for device files that are views of the images).
+      st.st_blocks = static_cast<blkcnt_t>((e.stored_bytes + 511) / 512);
+      break;
+  }
+  st.st_uid = e.uid;
+  st.st_gid = e.gid;
+  SetTime(&st, e.mtime_ns);
+  return st;
+}
+
 }  // namespace
 
 Result<std::vector<SnapshotInfo>> StoreView::Snapshots() {
@@ -282,165 +309,224 @@ Status StoreView::RemoveSnapshot(const NodeId& node, const Caller& caller) {
 
 Result<NodeId> StoreView::Child(const NodeId& parent, const std::string& name,
                                 const Caller& caller) {
-  auto not_found = [&] { return Status::NotFound("no entry '" + name + "'"); };
   switch (parent.kind) {
-    case NodeKind::kRoot: {
-      if (name == "README") return MakeNode(NodeKind::kReadme);
-      if (name == "ctl") return MakeNode(NodeKind::kCtl);
-      if (name == "restore") return MakeNode(NodeKind::kRestore);
-      if (name == "metrics") return MakeNode(NodeKind::kMetrics);
-      if (name == "checkpoints") return MakeNode(NodeKind::kCheckpointsDir);
-      if (name == "device") return MakeNode(NodeKind::kDeviceDir);
-      if (name == "archives") return MakeNode(NodeKind::kArchivesDir);
-      int pid = 0;
-      if (!ParsePid(name, &pid)) return not_found();
-      // Someone else's process is as absent as in the listing: its pid,
-      // owner and start time are theirs.
-      auto p = Process(pid);
-      if (!p.ok() || (!caller.is_root() && p->creds.ruid != caller.uid)) return not_found();
-      return MakeNode(NodeKind::kPidDir, "", "", pid);
-    }
+    case NodeKind::kRoot:
+      return RootChild(name, caller);
+    case NodeKind::kCheckpointsDir:
+    case NodeKind::kDeviceDir:
+    case NodeKind::kArchivesDir:
+      return CheckpointListChild(parent, name, caller);
+    case NodeKind::kSnapshotDir:
+    case NodeKind::kSnapshotEntry:
+    case NodeKind::kDeviceSnapshotDir:
+    case NodeKind::kDeviceEntry:
+      return SnapshotChild(parent, name, caller);
+    case NodeKind::kPidDir:
+    case NodeKind::kPidCheckpoints:
+      return ProcessChild(parent, name);
+    default:
+      return Status::InvalidArgument("not a directory");
+  }
+}
+
+Result<NodeId> StoreView::RootChild(const std::string& name, const Caller& caller) {
+  if (name == "README") return MakeNode(NodeKind::kReadme);
+  if (name == "ctl") return MakeNode(NodeKind::kCtl);
+  if (name == "restore") return MakeNode(NodeKind::kRestore);
+  if (name == "metrics") return MakeNode(NodeKind::kMetrics);
+  if (name == "checkpoints") return MakeNode(NodeKind::kCheckpointsDir);
+  if (name == "device") return MakeNode(NodeKind::kDeviceDir);
+  if (name == "archives") return MakeNode(NodeKind::kArchivesDir);
+  int pid = 0;
+  if (!ParsePid(name, &pid)) return NoEntry(name);
+  // Someone else's process is as absent as in the listing: its pid,
+  // owner and start time are theirs.
+  auto p = Process(pid);
+  if (!p.ok() || (!caller.is_root() && p->creds.ruid != caller.uid)) return NoEntry(name);
+  return MakeNode(NodeKind::kPidDir, "", "", pid);
+}
+
+Result<NodeId> StoreView::CheckpointListChild(const NodeId& parent, const std::string& name,
+                                              const Caller& caller) {
+  switch (parent.kind) {
     case NodeKind::kCheckpointsDir: {
       // Someone else's checkpoint is as absent as in the listing.
       auto tree = CurrentTree(name);
-      if (!tree.ok() || !Visible((*tree)->owner, caller)) return not_found();
+      if (!tree.ok() || !Visible((*tree)->owner, caller)) return NoEntry(name);
       return SnapshotNode(NodeKind::kSnapshotDir, name, (*tree)->info.key);
     }
     case NodeKind::kDeviceDir: {
       // As checkpoints/<id>, and only where the checkpoint has device state.
       auto tree = CurrentTree(name);
       if (!tree.ok() || !Visible((*tree)->owner, caller) || !(*tree)->has_device)
-        return not_found();
+        return NoEntry(name);
       return SnapshotNode(NodeKind::kDeviceSnapshotDir, name, (*tree)->info.key);
     }
     case NodeKind::kArchivesDir: {
       // As checkpoints/<id>.
       const auto id = ArchiveIdOf(name);
-      if (!id) return not_found();
+      if (!id) return NoEntry(name);
       auto tree = CurrentTree(*id);
-      if (!tree.ok() || !Visible((*tree)->owner, caller)) return not_found();
+      if (!tree.ok() || !Visible((*tree)->owner, caller)) return NoEntry(name);
       return SnapshotNode(NodeKind::kArchive, *id, (*tree)->info.key);
-    }
-    case NodeKind::kSnapshotDir:
-    case NodeKind::kSnapshotEntry:
-    case NodeKind::kDeviceSnapshotDir:
-    case NodeKind::kDeviceEntry: {
-      GPUCKPT_ASSIGN_OR_RETURN(auto tree, VisibleTree(parent, caller));
-      if (parent.kind == NodeKind::kSnapshotDir && name == "manifest.json")
-        return SnapshotNode(NodeKind::kManifest, parent.snapshot, parent.key);
-      const std::string path = parent.path.empty() ? name : parent.path + "/" + name;
-      if (ListingOf(*tree, parent).entries.count(path) == 0) return not_found();
-      const NodeKind kind =
-          InDeviceView(parent.kind) ? NodeKind::kDeviceEntry : NodeKind::kSnapshotEntry;
-      return SnapshotNode(kind, parent.snapshot, parent.key, path);
-    }
-    case NodeKind::kPidDir:
-      if (name == "ctl") return MakeNode(NodeKind::kPidCtl, "", "", parent.pid);
-      if (name == "status") return MakeNode(NodeKind::kPidStatus, "", "", parent.pid);
-      if (name == "status.json") return MakeNode(NodeKind::kPidStatusJson, "", "", parent.pid);
-      if (name == "checkpoints") return MakeNode(NodeKind::kPidCheckpoints, "", "", parent.pid);
-      return not_found();
-    case NodeKind::kPidCheckpoints: {
-      GPUCKPT_ASSIGN_OR_RETURN(auto ids, CheckpointsOf(parent.pid));
-      int n = 0;
-      if ((name == "latest" && !ids.empty()) ||
-          (ParsePid(name, &n) && static_cast<size_t>(n) <= ids.size()))
-        return MakeNode(NodeKind::kPidCheckpointLink, "", name, parent.pid);
-      return not_found();
     }
     default:
       return Status::InvalidArgument("not a directory");
   }
 }
 
-Result<std::vector<std::pair<std::string, NodeId>>> StoreView::Children(const NodeId& dir,
-                                                                        const Caller& caller) {
-  std::vector<std::pair<std::string, NodeId>> out;
+Result<NodeId> StoreView::SnapshotChild(const NodeId& parent, const std::string& name,
+                                        const Caller& caller) {
+  GPUCKPT_ASSIGN_OR_RETURN(auto tree, VisibleTree(parent, caller));
+  if (parent.kind == NodeKind::kSnapshotDir && name == "manifest.json")
+    return SnapshotNode(NodeKind::kManifest, parent.snapshot, parent.key);
+  const std::string path = parent.path.empty() ? name : parent.path + "/" + name;
+  if (ListingOf(*tree, parent).entries.count(path) == 0) return NoEntry(name);
+  const NodeKind kind =
+      InDeviceView(parent.kind) ? NodeKind::kDeviceEntry : NodeKind::kSnapshotEntry;
+  return SnapshotNode(kind, parent.snapshot, parent.key, path);
+}
+
+Result<NodeId> StoreView::ProcessChild(const NodeId& parent, const std::string& name) {
+  if (parent.kind == NodeKind::kPidDir) {
+    if (name == "ctl") return MakeNode(NodeKind::kPidCtl, "", "", parent.pid);
+    if (name == "status") return MakeNode(NodeKind::kPidStatus, "", "", parent.pid);
+    if (name == "status.json") return MakeNode(NodeKind::kPidStatusJson, "", "", parent.pid);
+    if (name == "checkpoints") return MakeNode(NodeKind::kPidCheckpoints, "", "", parent.pid);
+    return NoEntry(name);
+  }
+  GPUCKPT_ASSIGN_OR_RETURN(auto ids, CheckpointsOf(parent.pid));
+  int n = 0;
+  if ((name == "latest" && !ids.empty()) ||
+      (ParsePid(name, &n) && static_cast<size_t>(n) <= ids.size()))
+    return MakeNode(NodeKind::kPidCheckpointLink, "", name, parent.pid);
+  return NoEntry(name);
+}
+
+Result<StoreView::Entries> StoreView::Children(const NodeId& dir, const Caller& caller) {
   switch (dir.kind) {
-    case NodeKind::kRoot: {
-      out.push_back({"README", MakeNode(NodeKind::kReadme)});
-      out.push_back({"archives", MakeNode(NodeKind::kArchivesDir)});
-      out.push_back({"checkpoints", MakeNode(NodeKind::kCheckpointsDir)});
-      out.push_back({"ctl", MakeNode(NodeKind::kCtl)});
-      out.push_back({"device", MakeNode(NodeKind::kDeviceDir)});
-      out.push_back({"metrics", MakeNode(NodeKind::kMetrics)});
-      out.push_back({"restore", MakeNode(NodeKind::kRestore)});
-      GPUCKPT_ASSIGN_OR_RETURN(auto processes, engine_->processes().List());
-      for (const auto& p : processes) {
-        if (!caller.is_root() && p.creds.ruid != caller.uid) continue;
-        out.push_back({std::to_string(p.pid), MakeNode(NodeKind::kPidDir, "", "", p.pid)});
-      }
-      return out;
-    }
-    case NodeKind::kCheckpointsDir: {
-      GPUCKPT_ASSIGN_OR_RETURN(auto list, Snapshots());
-      for (auto& s : list) {
-        if (!Visible(OwnerOf(s), caller)) continue;
-        out.push_back({s.id, SnapshotNode(NodeKind::kSnapshotDir, s.id, s.key)});
-      }
-      std::sort(out.begin(), out.end());
-      return out;
-    }
-    case NodeKind::kDeviceDir: {
-      // Decided from the manifests (HasDeviceState()): building every
-      // checkpoint's device files would read all their pagemaps.
-      GPUCKPT_ASSIGN_OR_RETURN(auto list, Snapshots());
-      for (auto& s : list) {
-        if (!Visible(OwnerOf(s), caller) || !HasDeviceState(s)) continue;
-        out.push_back({s.id, SnapshotNode(NodeKind::kDeviceSnapshotDir, s.id, s.key)});
-      }
-      std::sort(out.begin(), out.end());
-      return out;
-    }
-    case NodeKind::kArchivesDir: {
-      GPUCKPT_ASSIGN_OR_RETURN(auto list, Snapshots());
-      for (auto& s : list) {
-        if (!Visible(OwnerOf(s), caller)) continue;
-        out.push_back({ArchiveFileName(s.id), SnapshotNode(NodeKind::kArchive, s.id, s.key)});
-      }
-      std::sort(out.begin(), out.end());
-      return out;
-    }
+    case NodeKind::kRoot:
+      return RootChildren(caller);
+    case NodeKind::kCheckpointsDir:
+    case NodeKind::kDeviceDir:
+    case NodeKind::kArchivesDir:
+      return CheckpointListChildren(dir, caller);
     case NodeKind::kSnapshotDir:
     case NodeKind::kSnapshotEntry:
     case NodeKind::kDeviceSnapshotDir:
-    case NodeKind::kDeviceEntry: {
-      GPUCKPT_ASSIGN_OR_RETURN(auto tree, VisibleTree(dir, caller));
-      if (dir.kind == NodeKind::kSnapshotDir)
-        out.push_back({"manifest.json", SnapshotNode(NodeKind::kManifest, dir.snapshot, dir.key)});
-      const Listing& listing = ListingOf(*tree, dir);
-      auto it = listing.children.find(dir.path);
-      if (it == listing.children.end()) return Status::InvalidArgument("not a directory");
-      const NodeKind kind =
-          InDeviceView(dir.kind) ? NodeKind::kDeviceEntry : NodeKind::kSnapshotEntry;
-      for (const auto& name : it->second) {
-        const std::string path = dir.path.empty() ? name : dir.path + "/" + name;
-        out.push_back({name, SnapshotNode(kind, dir.snapshot, dir.key, path)});
-      }
-      return out;
-    }
+    case NodeKind::kDeviceEntry:
+      return SnapshotChildren(dir, caller);
     case NodeKind::kPidDir:
-      out.push_back({"checkpoints", MakeNode(NodeKind::kPidCheckpoints, "", "", dir.pid)});
-      out.push_back({"ctl", MakeNode(NodeKind::kPidCtl, "", "", dir.pid)});
-      out.push_back({"status", MakeNode(NodeKind::kPidStatus, "", "", dir.pid)});
-      out.push_back({"status.json", MakeNode(NodeKind::kPidStatusJson, "", "", dir.pid)});
-      return out;
-    case NodeKind::kPidCheckpoints: {
-      GPUCKPT_ASSIGN_OR_RETURN(auto ids, CheckpointsOf(dir.pid));
-      for (size_t i = 0; i < ids.size(); ++i) {
-        const std::string name = std::to_string(i + 1);
-        out.push_back({name, MakeNode(NodeKind::kPidCheckpointLink, "", name, dir.pid)});
-      }
-      if (!ids.empty())
-        out.push_back({"latest", MakeNode(NodeKind::kPidCheckpointLink, "", "latest", dir.pid)});
-      return out;
-    }
+    case NodeKind::kPidCheckpoints:
+      return ProcessChildren(dir);
     default:
       return Status::InvalidArgument("not a directory");
   }
+}
+
+Result<StoreView::Entries> StoreView::RootChildren(const Caller& caller) {
+  Entries out;
+  out.push_back({"README", MakeNode(NodeKind::kReadme)});
+  out.push_back({"archives", MakeNode(NodeKind::kArchivesDir)});
+  out.push_back({"checkpoints", MakeNode(NodeKind::kCheckpointsDir)});
+  out.push_back({"ctl", MakeNode(NodeKind::kCtl)});
+  out.push_back({"device", MakeNode(NodeKind::kDeviceDir)});
+  out.push_back({"metrics", MakeNode(NodeKind::kMetrics)});
+  out.push_back({"restore", MakeNode(NodeKind::kRestore)});
+  GPUCKPT_ASSIGN_OR_RETURN(auto processes, engine_->processes().List());
+  for (const auto& p : processes) {
+    if (!caller.is_root() && p.creds.ruid != caller.uid) continue;
+    out.push_back({std::to_string(p.pid), MakeNode(NodeKind::kPidDir, "", "", p.pid)});
+  }
+  return out;
+}
+
+Result<StoreView::Entries> StoreView::CheckpointListChildren(const NodeId& dir,
+                                                             const Caller& caller) {
+  GPUCKPT_ASSIGN_OR_RETURN(auto list, Snapshots());
+  Entries out;
+  for (auto& s : list) {
+    if (!Visible(OwnerOf(s), caller)) continue;
+    if (dir.kind == NodeKind::kCheckpointsDir) {
+      out.push_back({s.id, SnapshotNode(NodeKind::kSnapshotDir, s.id, s.key)});
+    } else if (dir.kind == NodeKind::kDeviceDir) {
+      // Decided from the manifests (HasDeviceState()): building every
+      // checkpoint's device files would read all their pagemaps.
+      if (HasDeviceState(s))
+        out.push_back({s.id, SnapshotNode(NodeKind::kDeviceSnapshotDir, s.id, s.key)});
+    } else {
+      out.push_back({ArchiveFileName(s.id), SnapshotNode(NodeKind::kArchive, s.id, s.key)});
+    }
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+Result<StoreView::Entries> StoreView::SnapshotChildren(const NodeId& dir, const Caller& caller) {
+  GPUCKPT_ASSIGN_OR_RETURN(auto tree, VisibleTree(dir, caller));
+  Entries out;
+  if (dir.kind == NodeKind::kSnapshotDir)
+    out.push_back({"manifest.json", SnapshotNode(NodeKind::kManifest, dir.snapshot, dir.key)});
+  const Listing& listing = ListingOf(*tree, dir);
+  auto it = listing.children.find(dir.path);
+  if (it == listing.children.end()) return Status::InvalidArgument("not a directory");
+  const NodeKind kind = InDeviceView(dir.kind) ? NodeKind::kDeviceEntry : NodeKind::kSnapshotEntry;
+  for (const auto& name : it->second) {
+    const std::string path = dir.path.empty() ? name : dir.path + "/" + name;
+    out.push_back({name, SnapshotNode(kind, dir.snapshot, dir.key, path)});
+  }
+  return out;
+}
+
+Result<StoreView::Entries> StoreView::ProcessChildren(const NodeId& dir) {
+  Entries out;
+  if (dir.kind == NodeKind::kPidDir) {
+    out.push_back({"checkpoints", MakeNode(NodeKind::kPidCheckpoints, "", "", dir.pid)});
+    out.push_back({"ctl", MakeNode(NodeKind::kPidCtl, "", "", dir.pid)});
+    out.push_back({"status", MakeNode(NodeKind::kPidStatus, "", "", dir.pid)});
+    out.push_back({"status.json", MakeNode(NodeKind::kPidStatusJson, "", "", dir.pid)});
+    return out;
+  }
+  GPUCKPT_ASSIGN_OR_RETURN(auto ids, CheckpointsOf(dir.pid));
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const std::string name = std::to_string(i + 1);
+    out.push_back({name, MakeNode(NodeKind::kPidCheckpointLink, "", name, dir.pid)});
+  }
+  if (!ids.empty())
+    out.push_back({"latest", MakeNode(NodeKind::kPidCheckpointLink, "", "latest", dir.pid)});
+  return out;
 }
 
 Result<struct stat> StoreView::Attributes(const NodeId& node, const Caller& caller) {
+  switch (node.kind) {
+    case NodeKind::kRoot:
+    case NodeKind::kCheckpointsDir:
+    case NodeKind::kDeviceDir:
+    case NodeKind::kArchivesDir:
+    case NodeKind::kReadme:
+    case NodeKind::kMetrics:
+    case NodeKind::kCtl:
+    case NodeKind::kRestore:
+      return TopLevelAttributes(node, caller);
+    case NodeKind::kSnapshotDir:
+    case NodeKind::kDeviceSnapshotDir:
+    case NodeKind::kManifest:
+    case NodeKind::kArchive:
+    case NodeKind::kSnapshotEntry:
+    case NodeKind::kDeviceEntry:
+      return CheckpointAttributes(node, caller);
+    case NodeKind::kPidDir:
+    case NodeKind::kPidCtl:
+    case NodeKind::kPidStatus:
+    case NodeKind::kPidStatusJson:
+    case NodeKind::kPidCheckpoints:
+    case NodeKind::kPidCheckpointLink:
+      return ProcessAttributes(node, caller);
+  }
+  return Status::Internal("unknown node kind");
+}
+
+Result<struct stat> StoreView::TopLevelAttributes(const NodeId& node, const Caller& caller) {
   switch (node.kind) {
     case NodeKind::kRoot:
       return DirStat(0755);
@@ -480,10 +566,17 @@ Result<struct stat> StoreView::Attributes(const NodeId& node, const Caller& call
                                                    : engine_->started_ns());
       return st;
     }
+    default:
+      return Status::Internal("unknown node kind");
+  }
+}
+
+Result<struct stat> StoreView::CheckpointAttributes(const NodeId& node, const Caller& caller) {
+  GPUCKPT_ASSIGN_OR_RETURN(auto tree, VisibleTree(node, caller));
+  switch (node.kind) {
     case NodeKind::kSnapshotDir:
     case NodeKind::kDeviceSnapshotDir: {
       // Images hold a process's whole memory: only its owner and root.
-      GPUCKPT_ASSIGN_OR_RETURN(auto tree, VisibleTree(node, caller));
       struct stat st = DirStat(0700);
       st.st_uid = tree->owner.uid;
       st.st_gid = tree->owner.gid;
@@ -491,7 +584,6 @@ Result<struct stat> StoreView::Attributes(const NodeId& node, const Caller& call
       return st;
     }
     case NodeKind::kManifest: {
-      GPUCKPT_ASSIGN_OR_RETURN(auto tree, VisibleTree(node, caller));
       struct stat st = FileStat(0400, SnapshotManifestJson(tree->info).size());
       st.st_uid = tree->owner.uid;
       st.st_gid = tree->owner.gid;
@@ -499,7 +591,6 @@ Result<struct stat> StoreView::Attributes(const NodeId& node, const Caller& call
       return st;
     }
     case NodeKind::kArchive: {
-      GPUCKPT_ASSIGN_OR_RETURN(auto tree, VisibleTree(node, caller));
       if (tree->archive == nullptr) return tree->archive_status;
       const FileEntry& file = tree->archive->file();
       // Read-only and the owner's alone, like manifest.json.
@@ -511,65 +602,37 @@ Result<struct stat> StoreView::Attributes(const NodeId& node, const Caller& call
       SetTime(&st, file.mtime_ns);
       return st;
     }
-    case NodeKind::kSnapshotEntry:
-    case NodeKind::kDeviceEntry: {
-      GPUCKPT_ASSIGN_OR_RETURN(auto tree, VisibleTree(node, caller));
+    default: {
       const Listing& listing = ListingOf(*tree, node);
       auto it = listing.entries.find(node.path);
       if (it == listing.entries.end()) return Status::NotFound("no entry '" + node.path + "'");
-      const FileEntry& e = it->second;
-      struct stat st {};
-      switch (e.type) {
-        case FileType::kDirectory:
-          st = DirStat(e.mode);
-          break;
-        case FileType::kSymlink:
-          st.st_mode = S_IFLNK | 0777;
-          st.st_nlink = 1;
-          st.st_size = static_cast<off_t>(e.symlink_target.size());
-          break;
-        case FileType::kRegular:
-          st = FileStat(e.mode, e.size);
-          // du shows what this file added to the store, not its length (0
-          // for device files that are views of the images).
-          st.st_blocks = static_cast<blkcnt_t>((e.stored_bytes + 511) / 512);
-          break;
-      }
-      st.st_uid = e.uid;
-      st.st_gid = e.gid;
-      SetTime(&st, e.mtime_ns);
-      return st;
-    }
-    case NodeKind::kPidDir:
-    case NodeKind::kPidCtl:
-    case NodeKind::kPidStatus:
-    case NodeKind::kPidStatusJson:
-    case NodeKind::kPidCheckpoints:
-    case NodeKind::kPidCheckpointLink: {
-      GPUCKPT_ASSIGN_OR_RETURN(ProcessInfo p, Process(node.pid));
-      if (!caller.is_root() && p.creds.ruid != caller.uid)
-        return Status::NotFound("no process " + std::to_string(node.pid));
-      struct stat st {};
-      if (node.kind == NodeKind::kPidDir) st = DirStat(0700);
-      if (node.kind == NodeKind::kPidCheckpoints) st = DirStat(0500);
-      if (node.kind == NodeKind::kPidCtl) st = FileStat(0600, 0);
-      if (node.kind == NodeKind::kPidStatus || node.kind == NodeKind::kPidStatusJson)
-        st = FileStat(0400, 0);
-      if (node.kind == NodeKind::kPidCheckpointLink) {
-        GPUCKPT_ASSIGN_OR_RETURN(std::string target, SymlinkTarget(node));
-        st.st_mode = S_IFLNK | 0777;
-        st.st_nlink = 1;
-        st.st_size = static_cast<off_t>(target.size());
-      }
-      st.st_uid = p.creds.ruid;
-      st.st_gid = p.creds.rgid;
-      // A process's files are of the moment they are read (its state,
-      // memory, the operation in flight).
-      SetTime(&st, UnixNowNs());
-      return st;
+      return EntryStat(it->second);
     }
   }
-  return Status::Internal("unknown node kind");
+}
+
+Result<struct stat> StoreView::ProcessAttributes(const NodeId& node, const Caller& caller) {
+  GPUCKPT_ASSIGN_OR_RETURN(ProcessInfo p, Process(node.pid));
+  if (!caller.is_root() && p.creds.ruid != caller.uid)
+    return Status::NotFound("no process " + std::to_string(node.pid));
+  struct stat st {};
+  if (node.kind == NodeKind::kPidDir) st = DirStat(0700);
+  if (node.kind == NodeKind::kPidCheckpoints) st = DirStat(0500);
+  if (node.kind == NodeKind::kPidCtl) st = FileStat(0600, 0);
+  if (node.kind == NodeKind::kPidStatus || node.kind == NodeKind::kPidStatusJson)
+    st = FileStat(0400, 0);
+  if (node.kind == NodeKind::kPidCheckpointLink) {
+    GPUCKPT_ASSIGN_OR_RETURN(std::string target, SymlinkTarget(node));
+    st.st_mode = S_IFLNK | 0777;
+    st.st_nlink = 1;
+    st.st_size = static_cast<off_t>(target.size());
+  }
+  st.st_uid = p.creds.ruid;
+  st.st_gid = p.creds.rgid;
+  // A process's files are of the moment they are read (its state,
+  // memory, the operation in flight).
+  SetTime(&st, UnixNowNs());
+  return st;
 }
 
 Result<std::string> StoreView::GeneratedContent(const NodeId& node, const Caller& caller) {

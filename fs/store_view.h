@@ -104,9 +104,9 @@ class StoreView {
   // not see it).
   Result<NodeId> Child(const NodeId& parent, const std::string& name, const Caller& caller)
       EXCLUDES(mu_);
+  using Entries = std::vector<std::pair<std::string, NodeId>>;
   // Names and ids of a directory's children as `caller` may list them, sorted.
-  Result<std::vector<std::pair<std::string, NodeId>>> Children(const NodeId& dir,
-                                                               const Caller& caller) EXCLUDES(mu_);
+  Result<Entries> Children(const NodeId& dir, const Caller& caller) EXCLUDES(mu_);
   // Attributes as `caller` may see them: kNotFound for a removed
   // checkpoint's nodes, and for someone else's checkpoint. st_ino is left 0
   // for the caller to fill.
@@ -176,6 +176,23 @@ class StoreView {
     std::shared_ptr<const ArchiveLayout> archive;
     Status archive_status;
   };
+  // Child(), Children() and Attributes() by part of the tree: the mount's
+  // top (its files and the directories of all checkpoints), the
+  // checkpoints/, device/ and archives/ directories, a checkpoint's own
+  // files, and a process's <pid>/.
+  Result<NodeId> RootChild(const std::string& name, const Caller& caller) EXCLUDES(mu_);
+  Result<NodeId> CheckpointListChild(const NodeId& parent, const std::string& name,
+                                     const Caller& caller) EXCLUDES(mu_);
+  Result<NodeId> SnapshotChild(const NodeId& parent, const std::string& name, const Caller& caller)
+      EXCLUDES(mu_);
+  Result<NodeId> ProcessChild(const NodeId& parent, const std::string& name) EXCLUDES(mu_);
+  Result<Entries> RootChildren(const Caller& caller) EXCLUDES(mu_);
+  Result<Entries> CheckpointListChildren(const NodeId& dir, const Caller& caller) EXCLUDES(mu_);
+  Result<Entries> SnapshotChildren(const NodeId& dir, const Caller& caller) EXCLUDES(mu_);
+  Result<Entries> ProcessChildren(const NodeId& dir) EXCLUDES(mu_);
+  Result<struct stat> TopLevelAttributes(const NodeId& node, const Caller& caller) EXCLUDES(mu_);
+  Result<struct stat> CheckpointAttributes(const NodeId& node, const Caller& caller) EXCLUDES(mu_);
+  Result<struct stat> ProcessAttributes(const NodeId& node, const Caller& caller) EXCLUDES(mu_);
   // Adds `files` to `listing`, with the parents that they lack shown as
   // private directories of the checkpoint's owner.
   static void AddToListing(std::vector<FileEntry> files, const SnapshotTree& tree,

@@ -339,16 +339,7 @@ Result<SnapshotInfo> Engine::Checkpoint(const CheckpointRequest& request) {
   auto run = [&]() -> Result<SnapshotInfo> {
     GPUCKPT_ASSIGN_OR_RETURN(ProcessInfo process, processes_->Get(request.pid));
     GPUCKPT_RETURN_IF_ERROR(MayCheckpoint(request.caller, process));
-    GPUCKPT_ASSIGN_OR_RETURN(std::vector<int> tree, ProcessTree(request.pid));
-    if (!request.caller.is_root()) {
-      // CRIU takes the whole tree: every process in it must be the caller's.
-      for (int pid : tree) {
-        auto member = ReadProcess(pid, ProcReadOptions{.read_gpu_devices = false});
-        if (!member.ok()) continue;  // exited meanwhile; CRIU sees the tree anew
-        GPUCKPT_RETURN_IF_ERROR(MayCheckpoint(request.caller, *member));
-      }
-    }
-    GPUCKPT_RETURN_IF_ERROR(RefuseIoUring(tree));
+    GPUCKPT_ASSIGN_OR_RETURN(std::vector<int> tree, CheckpointableTree(request));
     const TreeFootprint footprint = MeasureTree(tree);
     // At worst every byte of the tree's memory and device memory is new.
     GPUCKPT_RETURN_IF_ERROR(CheckQuota(request.caller,
@@ -372,10 +363,31 @@ Result<SnapshotInfo> Engine::Checkpoint(const CheckpointRequest& request) {
   auto result = run();
   ReleaseFreeMemory();
   NoteStoreChanged();
+  RecordCheckpointEnd(request, result, on_board, kept_log);
+  return result;
+}
+
+Result<std::vector<int>> Engine::CheckpointableTree(const CheckpointRequest& request) {
+  GPUCKPT_ASSIGN_OR_RETURN(std::vector<int> tree, ProcessTree(request.pid));
+  if (!request.caller.is_root()) {
+    // CRIU takes the whole tree: every process in it must be the caller's.
+    for (int pid : tree) {
+      auto member = ReadProcess(pid, ProcReadOptions{.read_gpu_devices = false});
+      if (!member.ok()) continue;  // exited meanwhile; CRIU sees the tree anew
+      GPUCKPT_RETURN_IF_ERROR(MayCheckpoint(request.caller, *member));
+    }
+  }
+  GPUCKPT_RETURN_IF_ERROR(RefuseIoUring(tree));
+  return tree;
+}
+
+void Engine::RecordCheckpointEnd(const CheckpointRequest& request,
+                                 const Result<SnapshotInfo>& result, bool on_board,
+                                 const std::string& kept_log) {
   if (result.ok()) {
     metrics_.CountOperation("checkpoint", "ok");
     metrics_.AddCheckpointBytes(result->logical_bytes, result->new_bytes, result->stored_bytes);
-    const std::optional<double> frozen = FrozenSecondsOf(*result);
+    const std::optional<double> frozen = FrozenSecondsOf(result.value());
     if (frozen) metrics_.ObserveFrozen(*frozen);
     spdlog::info(
         "checkpoint uid={} pid={} id={} result=ok logical_bytes={} new_bytes={} stored_bytes={} "
@@ -383,7 +395,7 @@ Result<SnapshotInfo> Engine::Checkpoint(const CheckpointRequest& request) {
         request.caller.uid, request.pid, LogValue(result->id), result->logical_bytes,
         result->new_bytes, result->stored_bytes, frozen ? fmt::format("{:.3f}", *frozen) : "-",
         result->duration_s);
-    return result;
+    return;
   }
   const Status& failure = result.status();
   metrics_.CountOperation("checkpoint", ResultLabel(failure.code()));
@@ -396,8 +408,112 @@ Result<SnapshotInfo> Engine::Checkpoint(const CheckpointRequest& request) {
   LogOperationEnd(failure, "checkpoint uid={} pid={} result={} error={}{}", request.caller.uid,
                   request.pid, ResultLabel(failure.code()), LogValue(failure.message()),
                   kept_log.empty() ? "" : " criu_log=" + LogValue(kept_log));
-  return result;
 }
+
+namespace {
+
+// The directories of one dump inside its work dir: `images`, through which
+// CRIU streams, and the scratch directory where gpuckpt's cuda-checkpoint
+// records the device memory it saw the driver move into host memory, and
+// its lock events.
+Result<GpuCheckpointOptions> MakeDumpDirs(const std::string& work, const std::string& images,
+                                          uint32_t lock_timeout_ms) {
+  if (mkdir(images.c_str(), 0700) != 0) return StatusFromErrno(errno, images);
+  GpuCheckpointOptions gpu_options;
+  gpu_options.lock_timeout_ms = lock_timeout_ms;
+  gpu_options.scratch_dir = work + "/gpu";
+  if (mkdir(gpu_options.scratch_dir.c_str(), 0700) != 0)
+    return StatusFromErrno(errno, gpu_options.scratch_dir);
+  return gpu_options;
+}
+
+// Who the tree's processes are, read once before anything is locked: their
+// start times tell them from later processes with a reused pid, and their
+// owners decide whom CRIU runs as.
+struct TreeIdentity {
+  std::vector<uint64_t> start_times;  // 0 for a process that exited meanwhile
+  std::set<uint32_t> owners;
+};
+
+TreeIdentity IdentifyTree(const std::vector<int>& tree) {
+  TreeIdentity identity;
+  for (int pid : tree) {
+    auto p = ReadProcess(pid, ProcReadOptions{.read_gpu_devices = false});
+    identity.start_times.push_back(p.ok() ? p->start_time : 0);
+    if (p.ok()) identity.owners.insert(p->creds.ruid);
+  }
+  return identity;
+}
+
+// Opens the dump's CRIU logs in `work` and, for a tree wholly one user's,
+// makes `cmd` run as that user, who is given `work_paths`.
+Result<std::unique_ptr<CriuLogs>> PrepareDumpRunner(
+    const ProcessInfo& process, const std::vector<int>& tree, const TreeIdentity& identity,
+    const std::string& work, const std::vector<std::string>& work_paths, CriuCommand* cmd) {
+  const bool dump_as_owner = process.creds.ruid != 0 && identity.owners.size() == 1;
+  // Made before the work dir is the user's, so the names are the daemon's.
+  GPUCKPT_ASSIGN_OR_RETURN(
+      auto criu_logs,
+      CriuLogs::Create(work, "dump.log",
+                       dump_as_owner ? std::optional<uint32_t>(process.creds.ruid) : std::nullopt,
+                       process.creds.rgid));
+  if (dump_as_owner) {
+    // CRIU dumps a tree that is wholly one user's as that user
+    // (CAP_CHECKPOINT_RESTORE and CAP_SYS_PTRACE only): least privilege, and
+    // root may lack what a dump of another uid needs (CAP_SYS_RESOURCE for
+    // prlimit, in containers). A tree of several owners (only root may ask
+    // for that) is dumped as root. CAP_NET_ADMIN only for a tree with TCP
+    // connections (the ranks of a multi-GPU job), whose sockets CRIU reads
+    // in repair mode: the user's own sockets, nothing it could not see.
+    cmd->run_as = CriuCredentials{process.creds.ruid, process.creds.rgid, process.creds.groups,
+                                  /*keep_sys_ptrace=*/true, /*keep_setpcap=*/false};
+    cmd->run_as->keep_net_admin = TreeHoldsTcpConnection(tree);
+    cmd->args.push_back("--unprivileged");
+    GPUCKPT_RETURN_IF_ERROR(GiveTo(process.creds.ruid, process.creds.rgid, work_paths));
+  }
+  cmd->stderr_fd = criu_logs->stderr_fd();
+  return criu_logs;
+}
+
+void AppendArgs(const std::vector<std::string>& args, CriuCommand* cmd) {
+  cmd->args.insert(cmd->args.end(), args.begin(), args.end());
+}
+
+// How CRIU's dump ended: what serving its image stream returned, and its
+// exit.
+struct DumpOutcome {
+  Status served;
+  Result<int> exit;
+  bool ok() const { return served.ok() && exit.ok() && exit.value() == 0; }
+};
+
+// Runs `cmd` and stores every image file CRIU streams into `writer`, under
+// images/.
+Result<DumpOutcome> RunDump(const Criu& criu_runner, const CriuCommand& cmd,
+                            ImageCaptureServer& server, SnapshotWriter& writer,
+                            const ProcessInfo& process, CheckpointRollback& rollback,
+                            OperationBoard::Ticket* ticket) {
+  ticket->SetStage("dump");
+  const int64_t mtime = UnixNowNs();
+  GPUCKPT_RETURN_IF_ERROR(
+      writer.AddEntry(ImageEntry("images", FileType::kDirectory, 0700, process, mtime)));
+  rollback.DumpStarting();
+  GPUCKPT_ASSIGN_OR_RETURN(auto criu, criu_runner.Start(cmd));
+  Status served = server.Serve(
+      [&](const std::string& file, int fd) -> Status {
+        // CRIU splices pages into this pipe 64 KiB at a time by default: a
+        // larger pipe halves the wake-ups on both sides. Best effort (the
+        // limit is /proc/sys/fs/pipe-max-size).
+        fcntl(fd, F_SETPIPE_SZ, kPipeBytes);
+        return writer.AddFile(
+            ImageEntry("images/" + file, FileType::kRegular, 0600, process, mtime), fd);
+      },
+      criu.pidfd());
+  Result<int> exit = criu.Wait();
+  return DumpOutcome{std::move(served), std::move(exit)};
+}
+
+}  // namespace
 
 Result<SnapshotInfo> Engine::DumpAndStore(const CheckpointRequest& request,
                                           const ProcessInfo& process, const std::vector<int>& tree,
@@ -410,25 +526,13 @@ Result<SnapshotInfo> Engine::DumpAndStore(const CheckpointRequest& request,
   GPUCKPT_ASSIGN_OR_RETURN(auto work_dir, MakeWorkDir("checkpoint-" + std::to_string(request.pid)));
   const std::string& work = work_dir->path();
   const std::string images = work + "/images";
-  if (mkdir(images.c_str(), 0700) != 0) return StatusFromErrno(errno, images);
-  // Where gpuckpt's cuda-checkpoint records the device memory it saw the
-  // driver move into host memory, and its lock events.
-  GpuCheckpointOptions gpu_options;
-  gpu_options.lock_timeout_ms =
+  const uint32_t lock_timeout_ms =
       request.lock_timeout_ms != 0 ? request.lock_timeout_ms : options_.lock_timeout_ms;
-  gpu_options.scratch_dir = work + "/gpu";
-  if (mkdir(gpu_options.scratch_dir.c_str(), 0700) != 0)
-    return StatusFromErrno(errno, gpu_options.scratch_dir);
-  std::vector<uint64_t> start_times;
-  std::set<uint32_t> owners_in_tree;
-  for (int pid : tree) {
-    auto p = ReadProcess(pid, ProcReadOptions{.read_gpu_devices = false});
-    start_times.push_back(p.ok() ? p->start_time : 0);
-    if (p.ok()) owners_in_tree.insert(p->creds.ruid);
-  }
-
+  GPUCKPT_ASSIGN_OR_RETURN(const GpuCheckpointOptions gpu_options,
+                           MakeDumpDirs(work, images, lock_timeout_ms));
+  const TreeIdentity identity = IdentifyTree(tree);
   KillJournal journal(JournalDir());
-  CheckpointRollback rollback(*gpu_, journal, request, tree, start_times);
+  CheckpointRollback rollback(*gpu_, journal, request, tree, identity.start_times);
   GPUCKPT_RETURN_IF_ERROR(rollback.JournalIfNeeded());
   const int64_t setup_start_ns = MonotonicNowNs();
   GPUCKPT_ASSIGN_OR_RETURN(const CriuGpuSetup gpu, gpu_->SetupForCheckpoint(tree, gpu_options));
@@ -444,50 +548,14 @@ Result<SnapshotInfo> Engine::DumpAndStore(const CheckpointRequest& request,
   GPUCKPT_ASSIGN_OR_RETURN(auto server, ImageCaptureServer::Listen(images));
 
   CriuCommand cmd = DumpCommand(request, process, tree, gpu, work, images);
-  if (mount_namespace)
-    cmd.args.insert(cmd.args.end(), mount_namespace->criu_args.begin(),
-                    mount_namespace->criu_args.end());
-  const bool dump_as_owner = process.creds.ruid != 0 && owners_in_tree.size() == 1;
-  // Made before the work dir is the user's, so the names are the daemon's.
+  if (mount_namespace) AppendArgs(mount_namespace->criu_args, &cmd);
   GPUCKPT_ASSIGN_OR_RETURN(
       auto criu_logs,
-      CriuLogs::Create(work, "dump.log",
-                       dump_as_owner ? std::optional<uint32_t>(process.creds.ruid) : std::nullopt,
-                       process.creds.rgid));
-  if (dump_as_owner) {
-    // CRIU dumps a tree that is wholly one user's as that user
-    // (CAP_CHECKPOINT_RESTORE and CAP_SYS_PTRACE only): least privilege, and
-    // root may lack what a dump of another uid needs (CAP_SYS_RESOURCE for
-    // prlimit, in containers). A tree of several owners (only root may ask
-    // for that) is dumped as root. CAP_NET_ADMIN only for a tree with TCP
-    // connections (the ranks of a multi-GPU job), whose sockets CRIU reads
-    // in repair mode: the user's own sockets, nothing it could not see.
-    cmd.run_as = CriuCredentials{process.creds.ruid, process.creds.rgid, process.creds.groups,
-                                 /*keep_sys_ptrace=*/true, /*keep_setpcap=*/false};
-    cmd.run_as->keep_net_admin = TreeHoldsTcpConnection(tree);
-    cmd.args.push_back("--unprivileged");
-    GPUCKPT_RETURN_IF_ERROR(GiveTo(process.creds.ruid, process.creds.rgid,
-                                   {work, images, gpu_options.scratch_dir, server->socket_path()}));
-  }
-  cmd.stderr_fd = criu_logs->stderr_fd();
+      PrepareDumpRunner(process, tree, identity, work,
+                        {work, images, gpu_options.scratch_dir, server->socket_path()}, &cmd));
 
-  ticket->SetStage("dump");
-  const int64_t mtime = UnixNowNs();
-  GPUCKPT_RETURN_IF_ERROR(
-      writer->AddEntry(ImageEntry("images", FileType::kDirectory, 0700, process, mtime)));
-  rollback.DumpStarting();
-  GPUCKPT_ASSIGN_OR_RETURN(auto criu, criu_.Start(cmd));
-  Status served = server->Serve(
-      [&](const std::string& file, int fd) -> Status {
-        // CRIU splices pages into this pipe 64 KiB at a time by default: a
-        // larger pipe halves the wake-ups on both sides. Best effort (the
-        // limit is /proc/sys/fs/pipe-max-size).
-        fcntl(fd, F_SETPIPE_SZ, kPipeBytes);
-        return writer->AddFile(
-            ImageEntry("images/" + file, FileType::kRegular, 0600, process, mtime), fd);
-      },
-      criu.pidfd());
-  Result<int> exit = criu.Wait();
+  GPUCKPT_ASSIGN_OR_RETURN(DumpOutcome dump,
+                           RunDump(criu_, cmd, *server, *writer, process, rollback, ticket));
   // A tree that runs on gets its GPUs back now, not after the commit; a
   // --kill tree stays stopped and locked until it is killed.
   if (!request.kill) rollback.ReleaseLocks();
@@ -496,47 +564,74 @@ Result<SnapshotInfo> Engine::DumpAndStore(const CheckpointRequest& request,
   writer->SetBackground(false);
   const double dump_s = SecondsSince(start);
   metrics_.ObserveStage("checkpoint", "dump", dump_s);
-  if (!served.ok() || !exit.ok() || *exit != 0) {
-    std::vector<std::string> detail;
-    Status failure = CriuFailure("criu dump of process " + std::to_string(request.pid), *criu_logs,
-                                 served, exit, &detail);
-    *kept_log = KeepCriuLog(*criu_logs, "checkpoint-" + std::to_string(request.pid));
-    ticket->AddDetail(detail);
-    if (!kept_log->empty()) ticket->SetCriuLog(*kept_log);
-    // The driver could not lock the process in time (long GPU work in
-    // flight): nothing is wrong, it runs on; try again later (EAGAIN).
-    // cuda-checkpoint recorded it in the scratch directory.
-    if (gpu_->LockTimes(gpu_options).lock_timed_out)
-      return Status::Aborted(fmt::format(
-          "the GPU driver could not lock process {} within {} ms (GPU work in flight); it was "
-          "left running: try again, or with a longer --lock-timeout",
-          request.pid, gpu_options.lock_timeout_ms));
-    return failure;
-  }
+  if (!dump.ok())
+    return DumpFailure(request.pid, *criu_logs, dump.served, dump.exit, gpu_options, ticket,
+                       kept_log);
 
+  RecordDumpResults(gpu_options, rollback.lock_span(), dump_end_ns, dump_s, work, &manifest);
+  GPUCKPT_ASSIGN_OR_RETURN(SnapshotInfo info, CommitCheckpoint(*writer, manifest, ticket));
+  rollback.Published();
+  if (request.kill) processes_->Invalidate();
+  work_dir->MarkSucceeded();
+  return info;
+}
+
+Status Engine::DumpFailure(int pid, const CriuLogs& logs, const Status& served, Result<int>& exit,
+                           const GpuCheckpointOptions& gpu_options, OperationBoard::Ticket* ticket,
+                           std::string* kept_log) {
+  Status failure =
+      RecordCriuFailure("criu dump of process " + std::to_string(pid),
+                        "checkpoint-" + std::to_string(pid), logs, served, exit, ticket, kept_log);
+  // The driver could not lock the process in time (long GPU work in
+  // flight): nothing is wrong, it runs on; try again later (EAGAIN).
+  // cuda-checkpoint recorded it in the scratch directory.
+  if (gpu_->LockTimes(gpu_options).lock_timed_out)
+    return Status::Aborted(fmt::format(
+        "the GPU driver could not lock process {} within {} ms (GPU work in flight); it was "
+        "left running: try again, or with a longer --lock-timeout",
+        pid, gpu_options.lock_timeout_ms));
+  return failure;
+}
+
+Status Engine::RecordCriuFailure(const std::string& what, const std::string& label,
+                                 const CriuLogs& logs, const Status& served, Result<int>& exit,
+                                 OperationBoard::Ticket* ticket, std::string* kept_log) {
+  std::vector<std::string> detail;
+  Status failure = CriuFailure(what, logs, served, exit, &detail);
+  *kept_log = KeepCriuLog(logs, label);
+  ticket->AddDetail(detail);
+  if (!kept_log->empty()) ticket->SetCriuLog(*kept_log);
+  return failure;
+}
+
+void Engine::RecordDumpResults(const GpuCheckpointOptions& gpu_options,
+                               const GpuBackend::LockSpan& held_locks, int64_t dump_end_ns,
+                               double dump_s, const std::string& work,
+                               CheckpointManifest* manifest) {
   // The device memory the driver moved into host memory, found by
   // cuda-checkpoint: shown under device/ as slices of the pages images.
   auto ranges = gpu_->DeviceRanges(gpu_options);
   if (ranges.ok()) {
-    for (const auto& r : *ranges) manifest.cuda_host_ranges.push_back({r.pid, r.start, r.end});
+    for (const auto& r : *ranges) manifest->cuda_host_ranges.push_back({r.pid, r.start, r.end});
   } else {
-    manifest.device_error = ranges.status().message();
+    manifest->device_error = ranges.status().message();
   }
   const GpuBackend::LockSpan locks =
-      rollback.lock_span().first_lock_ns ? rollback.lock_span() : gpu_->LockTimes(gpu_options);
+      held_locks.first_lock_ns ? held_locks : gpu_->LockTimes(gpu_options);
   const FrozenTime frozen = MeasureFrozenTime(locks, dump_end_ns, ReadCriuDumpStats(work));
-  manifest.stages =
+  manifest->stages =
       ManifestStages{dump_s, frozen.seconds, frozen.seconds ? frozen.how : "", frozen.criu_seconds};
-  manifest.staging_memory_bytes = staging_->capacity();
+  manifest->staging_memory_bytes = staging_->capacity();
+}
 
+Result<SnapshotInfo> Engine::CommitCheckpoint(SnapshotWriter& writer,
+                                              const CheckpointManifest& manifest,
+                                              OperationBoard::Ticket* ticket) {
   ticket->SetStage("store");
   const auto commit_start = std::chrono::steady_clock::now();
-  writer->SetExtraJson(EncodeManifest(manifest));
-  GPUCKPT_ASSIGN_OR_RETURN(SnapshotInfo info, writer->Commit());
+  writer.SetExtraJson(EncodeManifest(manifest));
+  GPUCKPT_ASSIGN_OR_RETURN(SnapshotInfo info, writer.Commit());
   metrics_.ObserveStage("checkpoint", "commit", SecondsSince(commit_start));
-  rollback.Published();
-  if (request.kill) processes_->Invalidate();
-  work_dir->MarkSucceeded();
   return info;
 }
 

@@ -25,6 +25,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -225,6 +226,13 @@ class Engine {
   Status CheckRoomForCheckpoint(int pid, const TreeFootprint& footprint, bool check_space);
   // The dedup domain of a checkpoint owned by `owner_uid`.
   std::optional<uint32_t> DedupDomainFor(uint32_t owner_uid) const;
+  // The tree of request.pid, refused where the caller (not root) does not
+  // own all of it or where CRIU could not dump it (io_uring).
+  Result<std::vector<int>> CheckpointableTree(const CheckpointRequest& request);
+  // A checkpoint's outcome in metrics and the log; a refusal before its
+  // ticket began (`on_board` false) is shown in status too.
+  void RecordCheckpointEnd(const CheckpointRequest& request, const Result<SnapshotInfo>& result,
+                           bool on_board, const std::string& kept_log);
   // A checkpoint's steps (checkpoint.cc): DumpAndStore runs CRIU into a
   // snapshot and publishes it; it undoes whatever it did on every way out
   // that does not publish.
@@ -248,6 +256,20 @@ class Engine {
   CriuCommand DumpCommand(const CheckpointRequest& request, const ProcessInfo& process,
                           const std::vector<int>& tree, const CriuGpuSetup& gpu,
                           const std::string& work, const std::string& images) const;
+  // A failed dump's error, its log kept and shown on the ticket; a GPU
+  // lock that timed out is kAborted (try again), not CRIU's failure.
+  Status DumpFailure(int pid, const CriuLogs& logs, const Status& served, Result<int>& exit,
+                     const GpuCheckpointOptions& gpu_options, OperationBoard::Ticket* ticket,
+                     std::string* kept_log);
+  // What only the finished dump tells the manifest: the device memory
+  // cuda-checkpoint found, how long the tree was frozen, the stages' times.
+  // `held_locks`: the span of the locks the backend took before CRIU ran.
+  void RecordDumpResults(const GpuCheckpointOptions& gpu_options,
+                         const GpuBackend::LockSpan& held_locks, int64_t dump_end_ns, double dump_s,
+                         const std::string& work, CheckpointManifest* manifest);
+  // Writes the manifest and publishes the snapshot.
+  Result<SnapshotInfo> CommitCheckpoint(SnapshotWriter& writer, const CheckpointManifest& manifest,
+                                        OperationBoard::Ticket* ticket);
   // The id of the checkpoint a restore names; *imported when it was
   // imported from outside the mount for this restore.
   Result<std::string> ResolveRestoreSource(const RestoreRequest& request, bool* imported);
@@ -285,6 +307,26 @@ class Engine {
   Result<int> RestoreSnapshot(const std::string& id, const TreeSetup& setup,
                               const CriuGpuSetup& gpu, const Caller& as, int root_pid,
                               OperationBoard::Ticket* ticket, std::string* kept_log);
+  // Restore's steps (restore.cc): the checkpoint `request` names (*id;
+  // *imported when it was imported for this restore), checked and restored.
+  Result<int> ResolveAndRestore(const RestoreRequest& request, std::string* id, bool* imported,
+                                std::string* kept_log);
+  // A restore's outcome in metrics, the log and the caller's restore file.
+  void RecordRestoreEnd(const RestoreRequest& request, const std::string& id, bool imported,
+                        const std::string& kept_log, const Result<int>& pid,
+                        std::chrono::steady_clock::time_point start);
+  // `criu restore --stream` of checkpoint `id` (whose image files are
+  // `images`) from `images_dir`, as `as`, with the GPU setup's plugins,
+  // path and environment.
+  Result<CriuCommand> RestoreCommand(const std::string& id, const std::set<std::string>& images,
+                                     const TreeSetup& setup, const CriuGpuSetup& gpu,
+                                     const Caller& as, const std::string& work,
+                                     const std::string& images_dir, const std::string& pidfile);
+  // The error of a failed CRIU run (`what`), its log kept (as `label`) into
+  // *kept_log and both shown on the ticket.
+  Status RecordCriuFailure(const std::string& what, const std::string& label, const CriuLogs& logs,
+                           const Status& served, Result<int>& exit, OperationBoard::Ticket* ticket,
+                           std::string* kept_log);
   void RecoverInterruptedKills();
   std::string JournalDir() const;
   // Copies the log of a failed CRIU run into state_dir's criu-logs/ (the

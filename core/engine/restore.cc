@@ -334,6 +334,63 @@ Status GiveToCriu(int fd, bool is_pipe, const char* data, size_t len, const std:
 // machine). A block is reused only once CRIU has read all of it: a pipe of
 // capacity C holds at most C bytes, so everything given more than C bytes
 // ago has been read.
+// The blocks StreamFile reads into. A block given to a pipe of capacity C
+// is reused once C more bytes were given after it (CRIU has read it); one
+// written to anything else, at once.
+class StreamBlocks {
+ public:
+  // `pipe_capacity`: 0 when the descriptor is no pipe.
+  explicit StreamBlocks(int pipe_capacity) : pipe_capacity_(pipe_capacity) {}
+
+  // An idle block, else a new one.
+  Result<MappedBlock*> Take(const std::string& name) {
+    if (!idle_.empty()) {
+      MappedBlock* block = idle_.back();
+      idle_.pop_back();
+      return block;
+    }
+    owned_.push_back(std::make_unique<MappedBlock>(kStreamBlock));
+    if (owned_.back()->data() == nullptr) {
+      return StatusFromErrno(errno, "memory for serving " + name);
+    }
+    return owned_.back().get();
+  }
+
+  // `block` was handed over, which made `total_given` bytes in all.
+  void Given(MappedBlock* block, uint64_t total_given) {
+    if (pipe_capacity_ <= 0) {
+      idle_.push_back(block);
+      return;
+    }
+    given_.push_back(GivenBlock{block, total_given});
+    while (!given_.empty() &&
+           given_.front().end + static_cast<uint64_t>(pipe_capacity_) <= total_given) {
+      idle_.push_back(given_.front().memory);
+      given_.pop_front();
+    }
+  }
+
+ private:
+  struct GivenBlock {
+    MappedBlock* memory;
+    uint64_t end;  // bytes given to CRIU once this block was
+  };
+  const int pipe_capacity_;
+  std::vector<std::unique_ptr<MappedBlock>> owned_;  // all blocks
+  std::vector<MappedBlock*> idle_;
+  std::deque<GivenBlock> given_;  // handed over, perhaps not read yet, oldest first
+};
+
+// Writes a stored file into CRIU's pipe. The next blocks are read (looked
+// up, decompressed, checked) on other threads while this one hands them
+// over: one reader alone is slower than CRIU takes the pages in.
+//
+// Blocks go into the pipe by reference, which saves the copy into the pipe
+// (on the one thread that feeds CRIU, the bottleneck of a restore: 4.7 GB/s
+// against 2.4 GB/s with write() between two threads on the 2-core build
+// machine). A block is reused only once CRIU has read all of it: a pipe of
+// capacity C holds at most C bytes, so everything given more than C bytes
+// ago has been read.
 Status StreamFile(FileReader* reader, int fd, const std::string& name,
                   const std::function<void(size_t)>& on_written) {
   const int capacity = fcntl(fd, F_GETPIPE_SZ);
@@ -342,13 +399,7 @@ Status StreamFile(FileReader* reader, int fd, const std::string& name,
     MappedBlock* memory = nullptr;
     std::future<Result<size_t>> read;
   };
-  struct Given {
-    MappedBlock* memory;
-    uint64_t end;  // bytes given to CRIU once this block was
-  };
-  std::vector<std::unique_ptr<MappedBlock>> owned;  // all blocks; destroyed last
-  std::vector<MappedBlock*> idle;
-  std::deque<Given> given;  // handed over, perhaps not read yet, oldest first
+  StreamBlocks blocks(is_pipe ? capacity : 0);  // destroyed last
   std::deque<Block> ahead;
   // Declared after the blocks: its futures are waited for before the
   // memory they read into goes away.
@@ -362,16 +413,7 @@ Status StreamFile(FileReader* reader, int fd, const std::string& name,
   uint64_t total_given = 0;
   auto launch = [&]() -> Status {
     Block b;
-    if (!idle.empty()) {
-      b.memory = idle.back();
-      idle.pop_back();
-    } else {
-      owned.push_back(std::make_unique<MappedBlock>(kStreamBlock));
-      if (owned.back()->data() == nullptr) {
-        return StatusFromErrno(errno, "memory for serving " + name);
-      }
-      b.memory = owned.back().get();
-    }
+    GPUCKPT_ASSIGN_OR_RETURN(b.memory, blocks.Take(name));
     b.read = std::async(std::launch::async, [reader, offset = next, buf = b.memory->data()] {
       return reader->Pread(offset, kStreamBlock, buf);
     });
@@ -389,19 +431,93 @@ Status StreamFile(FileReader* reader, int fd, const std::string& name,
     GPUCKPT_RETURN_IF_ERROR(GiveToCriu(fd, is_pipe, b.memory->data(), *n, name, &gone));
     if (gone) return Status::Ok();
     total_given += *n;
-    if (is_pipe) {
-      given.push_back(Given{b.memory, total_given});
-      while (!given.empty() && given.front().end + static_cast<uint64_t>(capacity) <= total_given) {
-        idle.push_back(given.front().memory);
-        given.pop_front();
-      }
-    } else {
-      idle.push_back(b.memory);
-    }
+    blocks.Given(b.memory, total_given);
     on_written(*n);
     if (next < size) GPUCKPT_RETURN_IF_ERROR(launch());
   }
   return Status::Ok();
+}
+
+// The names of a checkpoint's image files, relative to images/.
+std::set<std::string> ImageNames(const std::vector<FileEntry>& files) {
+  std::set<std::string> images;
+  for (const auto& f : files) {
+    if (f.type == FileType::kRegular && f.path.compare(0, 7, "images/") == 0)
+      images.insert(f.path.substr(7));
+  }
+  return images;
+}
+
+// Opens the restore's CRIU logs in `work`; when CRIU runs as `as` (not
+// root), it gets `work_paths`: it writes its log there and connects to the
+// socket. The work dir's parent stays root's.
+Result<std::unique_ptr<CriuLogs>> PrepareRestoreRunner(const std::string& work,
+                                                       const std::vector<std::string>& work_paths,
+                                                       const Caller& as) {
+  // Made before the work dir is the user's, so the names are the daemon's.
+  GPUCKPT_ASSIGN_OR_RETURN(
+      auto criu_logs,
+      CriuLogs::Create(work, "restore.log",
+                       as.is_root() ? std::nullopt : std::optional<uint32_t>(as.uid), as.gid));
+  if (!as.is_root()) GPUCKPT_RETURN_IF_ERROR(GiveTo(as.uid, as.gid, work_paths));
+  return criu_logs;
+}
+
+// Streams the checkpoint's image files to the CRIU whose pidfd is
+// `criu_pidfd`, as it asks for them.
+Status ServeImages(Store* store, const std::string& id, const std::set<std::string>& images,
+                   ImageServeServer& server, int criu_pidfd, OperationBoard::Ticket* ticket) {
+  std::atomic<uint64_t> served_bytes{0};
+  return server.Serve(
+      [&](const std::string& name) { return images.count(name) > 0; },
+      [&](const std::string& name, int fd) -> Status {
+        GPUCKPT_ASSIGN_OR_RETURN(auto reader, store->OpenFile(id, "images/" + name));
+        return StreamFile(reader.get(), fd, name,
+                          [&](size_t n) { ticket->SetBytes(served_bytes.fetch_add(n) + n); });
+      },
+      criu_pidfd);
+}
+
+// The pid of the restored tree's root. CRIU (perhaps the user's) wrote the
+// pid file into the work dir: read as untrusted, and only believed when it
+// names the tree's root, which CRIU restores with its old pid.
+Result<int> ReadRestoredRootPid(const std::string& id, const std::string& pidfile, int root_pid) {
+  auto pid_text = ReadSmallFileNoFollow(pidfile, 32);
+  const int pid = pid_text.ok() ? std::atoi(pid_text->c_str()) : 0;
+  if (pid <= 0) return Status::IOError("criu restored " + id + " but wrote no pid");
+  if (root_pid == 1) {
+    // In a new pid namespace the root's pid here is new: believed when that
+    // process is the init of a namespace below ours.
+    auto handle = ProcessHandle::Open(pid);
+    auto ns_pids = handle.ok() ? handle->ReadNamespacePids() : handle.status();
+    if (!ns_pids.ok() || ns_pids->size() < 2 || ns_pids->back() != 1)
+      return Status::IOError(fmt::format(
+          "criu restored {} but says its root is pid {}, which is no pid namespace's init", id,
+          pid));
+  } else if (pid != root_pid)
+    return Status::IOError(
+        fmt::format("criu restored {} but says its root is pid {}, not {}", id, pid, root_pid));
+  return pid;
+}
+
+// Who the restored tasks may be: the caller, or for root, the user who
+// made the checkpoint (root only restores what root made with whatever
+// credentials the images hold).
+Caller RestoredTasksCaller(const Caller& caller, const CheckpointManifest& manifest) {
+  if (!caller.is_root()) return caller;
+  const ManifestMaker maker = manifest.MakerOrOwner();
+  return Caller{maker.uid, maker.gid, 0, maker.groups};
+}
+
+// The checkpoint's GPU stack and GPUs, as the manifest names them, and
+// where the request maps them.
+GpuRestoreOptions RestoreGpuOptions(const RestoreRequest& request,
+                                    const CheckpointManifest& manifest) {
+  GpuRestoreOptions gpu_options;
+  gpu_options.gpu_map = request.gpu_map;
+  gpu_options.checkpoint_stacks = manifest.gpu_backend;
+  for (const auto& g : manifest.gpus) gpu_options.checkpoint_gpus.push_back(g.uuid);
+  return gpu_options;
 }
 
 }  // namespace
@@ -465,64 +581,63 @@ Result<int> Engine::Restore(const RestoreRequest& request) {
   bool imported = false;
   std::string id;
   std::string kept_log;  // the CRIU log of a failed restore
-  auto run = [&]() -> Result<int> {
-    GPUCKPT_ASSIGN_OR_RETURN(id, ResolveRestoreSource(request, &imported));
-    GPUCKPT_ASSIGN_OR_RETURN(SnapshotInfo info, store_->Get(id));
-    Result<CheckpointManifest> manifest = DecodeManifest(info.extra_json);
-    if (!manifest.ok()) return manifest.status().WithContext("checkpoint " + id);
-    // Who the restored tasks may be: the caller, or for root, the user who
-    // made the checkpoint (root only restores what root made with whatever
-    // credentials the images hold).
-    Caller as = request.caller;
-    if (as.is_root()) {
-      const ManifestMaker maker = manifest->MakerOrOwner();
-      as = Caller{maker.uid, maker.gid, 0, maker.groups};
-    }
-    GPUCKPT_ASSIGN_OR_RETURN(std::string pstree, ReadStoredFile(store_, id, "images/pstree.img"));
-    GPUCKPT_ASSIGN_OR_RETURN(auto tasks, ParsePstreeImage(pstree));
-    auto root = std::find_if(tasks.begin(), tasks.end(), IsRootPid);
-    if (root == tasks.end())
-      return Status::InvalidArgument("checkpoint " + id + " names no root process");
-    GPUCKPT_RETURN_IF_ERROR(CheckImageCredentials(store_, id, tasks, as));
-    if (!HasOwnPidNamespace(*root)) GPUCKPT_RETURN_IF_ERROR(CheckIdsFree(tasks));
-    // What the manifest says of how to restore it: whether CRIU needed
-    // --shell-job (an imported plain image dir is tried as a standalone
-    // tree), and its GPU stack and GPUs.
-    const bool shell_job = manifest->shell_job.value_or(false);
-    GpuRestoreOptions gpu_options;
-    gpu_options.gpu_map = request.gpu_map;
-    gpu_options.checkpoint_stacks = manifest->gpu_backend;
-    for (const auto& g : manifest->gpus) gpu_options.checkpoint_gpus.push_back(g.uuid);
-    GPUCKPT_ASSIGN_OR_RETURN(std::string root_dir, RootDirFor(request, *manifest, as));
-    GPUCKPT_ASSIGN_OR_RETURN(CriuGpuSetup gpu, gpu_->SetupForRestore(gpu_options));
-    // A tree with its own pid namespace gets new pids outside, so no
-    // process here is its: no status shows its restore, nothing waits.
-    std::unique_ptr<OperationBoard::Ticket> ticket = OperationBoard::Unlisted();
-    if (!HasOwnPidNamespace(*root)) {
-      GPUCKPT_ASSIGN_OR_RETURN(ticket, board_.Begin(static_cast<int>(root->pid), "restore"));
-    }
-    auto pid = RestoreSnapshot(id, {shell_job, root_dir}, gpu, as, static_cast<int>(root->pid),
-                               ticket.get(), &kept_log);
-    ticket->SetCheckpoint(id);
-    if (pid.ok()) {
-      ticket->SetResult(fmt::format("restore of {} ok as pid {}", id, *pid));
-    } else {
-      ticket->SetFailure(pid.status());
-    }
-    return pid;
-  };
-  auto pid = run();
+  auto pid = ResolveAndRestore(request, &id, &imported, &kept_log);
   // A copy that could not be restored leaves nothing behind in the store:
   // the copy itself is where it was.
   if (!pid.ok() && imported) store_->Remove(id).PermitUnchecked();
   ReleaseFreeMemory();
   if (imported) NoteStoreChanged();
+  RecordRestoreEnd(request, id, imported, kept_log, pid, start);
+  if (pid.ok()) processes_->Invalidate();
+  return pid;
+}
+
+Result<int> Engine::ResolveAndRestore(const RestoreRequest& request, std::string* id,
+                                      bool* imported, std::string* kept_log) {
+  GPUCKPT_ASSIGN_OR_RETURN(*id, ResolveRestoreSource(request, imported));
+  GPUCKPT_ASSIGN_OR_RETURN(SnapshotInfo info, store_->Get(*id));
+  Result<CheckpointManifest> manifest = DecodeManifest(info.extra_json);
+  if (!manifest.ok()) return manifest.status().WithContext("checkpoint " + *id);
+  const Caller as = RestoredTasksCaller(request.caller, *manifest);
+  GPUCKPT_ASSIGN_OR_RETURN(std::string pstree, ReadStoredFile(store_, *id, "images/pstree.img"));
+  GPUCKPT_ASSIGN_OR_RETURN(auto tasks, ParsePstreeImage(pstree));
+  auto root = std::find_if(tasks.begin(), tasks.end(), IsRootPid);
+  if (root == tasks.end())
+    return Status::InvalidArgument("checkpoint " + *id + " names no root process");
+  GPUCKPT_RETURN_IF_ERROR(CheckImageCredentials(store_, *id, tasks, as));
+  if (!HasOwnPidNamespace(*root)) GPUCKPT_RETURN_IF_ERROR(CheckIdsFree(tasks));
+  // Whether CRIU needed --shell-job (an imported plain image dir is tried
+  // as a standalone tree).
+  const bool shell_job = manifest->shell_job.value_or(false);
+  GPUCKPT_ASSIGN_OR_RETURN(std::string root_dir, RootDirFor(request, *manifest, as));
+  GPUCKPT_ASSIGN_OR_RETURN(CriuGpuSetup gpu,
+                           gpu_->SetupForRestore(RestoreGpuOptions(request, *manifest)));
+  // A tree with its own pid namespace gets new pids outside, so no
+  // process here is its: no status shows its restore, nothing waits.
+  std::unique_ptr<OperationBoard::Ticket> ticket = OperationBoard::Unlisted();
+  if (!HasOwnPidNamespace(*root)) {
+    GPUCKPT_ASSIGN_OR_RETURN(ticket, board_.Begin(static_cast<int>(root->pid), "restore"));
+  }
+  auto pid = RestoreSnapshot(*id, {shell_job, root_dir}, gpu, as, static_cast<int>(root->pid),
+                             ticket.get(), kept_log);
+  ticket->SetCheckpoint(*id);
+  if (pid.ok()) {
+    ticket->SetResult(fmt::format("restore of {} ok as pid {}", *id, *pid));
+  } else {
+    ticket->SetFailure(pid.status());
+  }
+  return pid;
+}
+
+void Engine::RecordRestoreEnd(const RestoreRequest& request, const std::string& id, bool imported,
+                              const std::string& kept_log, const Result<int>& pid,
+                              std::chrono::steady_clock::time_point start) {
   metrics_.CountOperation("restore", pid.ok() ? "ok" : ResultLabel(pid.status().code()));
   const double total_s =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (pid.ok()) {
     spdlog::info("restore uid={} id={} pid={} result=ok imported={} total_s={:.3f}",
-                 request.caller.uid, LogValue(id), *pid, imported, total_s);
+                 request.caller.uid, LogValue(id), pid.value(), imported, total_s);
   } else {
     LogOperationEnd(pid.status(), "restore uid={} id={} path={} result={} error={}{}",
                     request.caller.uid, LogValue(id.empty() ? "-" : id),
@@ -531,11 +646,9 @@ Result<int> Engine::Restore(const RestoreRequest& request) {
                     kept_log.empty() ? "" : " criu_log=" + LogValue(kept_log));
   }
   SetRestoreResult(request.caller.uid,
-                   pid.ok() ? "pid " + std::to_string(*pid)
+                   pid.ok() ? "pid " + std::to_string(pid.value())
                             : "error: " + pid.status().message() +
                                   (kept_log.empty() ? "" : "\ncriu_log: " + kept_log));
-  if (pid.ok()) processes_->Invalidate();
-  return pid;
 }
 
 Result<int> Engine::RestoreSnapshot(const std::string& id, const TreeSetup& setup,
@@ -543,27 +656,46 @@ Result<int> Engine::RestoreSnapshot(const std::string& id, const TreeSetup& setu
                                     OperationBoard::Ticket* ticket, std::string* kept_log) {
   const auto start = std::chrono::steady_clock::now();
   GPUCKPT_ASSIGN_OR_RETURN(auto files, store_->ListFiles(id));
-  std::set<std::string> images;
-  for (const auto& f : files) {
-    if (f.type == FileType::kRegular && f.path.compare(0, 7, "images/") == 0)
-      images.insert(f.path.substr(7));
-  }
+  const std::set<std::string> images = ImageNames(files);
   GPUCKPT_ASSIGN_OR_RETURN(auto work_dir, MakeWorkDir("restore-" + id));
   const std::string& work = work_dir->path();
   const std::string images_dir = work + "/images";
   if (mkdir(images_dir.c_str(), 0700) != 0) return StatusFromErrno(errno, images_dir);
   GPUCKPT_ASSIGN_OR_RETURN(auto server, ImageServeServer::Listen(images_dir));
-  // Made before the work dir is the user's, so the names are the daemon's.
   GPUCKPT_ASSIGN_OR_RETURN(
-      auto criu_logs,
-      CriuLogs::Create(work, "restore.log",
-                       as.is_root() ? std::nullopt : std::optional<uint32_t>(as.uid), as.gid));
-  if (!as.is_root()) {
-    // CRIU runs as that user: it writes its log here and connects to the
-    // socket. The work dir's parent stays root's.
-    GPUCKPT_RETURN_IF_ERROR(GiveTo(as.uid, as.gid, {work, images_dir, server->socket_path()}));
-  }
+      auto criu_logs, PrepareRestoreRunner(work, {work, images_dir, server->socket_path()}, as));
   const std::string pidfile = work + "/restored.pid";
+  GPUCKPT_ASSIGN_OR_RETURN(CriuCommand cmd,
+                           RestoreCommand(id, images, setup, gpu, as, work, images_dir, pidfile));
+  cmd.stderr_fd = criu_logs->stderr_fd();
+
+  ticket->SetStage("restore");
+  // Cgroups of the tree's own, not the daemon's, so that stopping the
+  // daemon never kills it (cgroup_placement.h): CRIU joins them before it
+  // runs, and everything it restores starts there.
+  GPUCKPT_ASSIGN_OR_RETURN(auto cgroup, MakeRestoreCgroup(fmt::format("restore-{}", root_pid)));
+  cmd.join_cgroup_fds = cgroup->procs_fds();
+  auto criu = criu_.Start(cmd);
+  if (!criu.ok()) return criu.status();
+  Status served = ServeImages(store_, id, images, *server, criu->pidfd(), ticket);
+  Result<int> exit = criu->Wait();
+  metrics_.ObserveStage(
+      "restore", "restore",
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  if (!served.ok() || !exit.ok() || *exit != 0)
+    return RecordCriuFailure("criu restore of " + id, "restore-" + id, *criu_logs, served, exit,
+                             ticket, kept_log);
+  GPUCKPT_ASSIGN_OR_RETURN(const int pid, ReadRestoredRootPid(id, pidfile, root_pid));
+  work_dir->MarkSucceeded();
+  return pid;
+}
+
+Result<CriuCommand> Engine::RestoreCommand(const std::string& id,
+                                           const std::set<std::string>& images,
+                                           const TreeSetup& setup, const CriuGpuSetup& gpu,
+                                           const Caller& as, const std::string& work,
+                                           const std::string& images_dir,
+                                           const std::string& pidfile) {
   CriuCommand cmd;
   cmd.work_dir = work;
   cmd.args = {"restore",     "-d",
@@ -580,12 +712,13 @@ Result<int> Engine::RestoreSnapshot(const std::string& id, const TreeSetup& setu
     cmd.args.insert(cmd.args.end(), {"--root", setup.root_dir, "--external", "mnt[]"});
   // The TCP connections the dump took (checkpoint.cc) are restored too.
   cmd.args.push_back("--tcp-established");
-  // The tree starts in cgroups made for it (below), and CRIU leaves cgroups
-  // alone: those an image names are never believed (they may be another
-  // user's session). Except for a tree with a mount namespace of its own
-  // (root's alone, of a checkpoint root made): a container's mounts bind
-  // its cgroups' directories, which its engine removed when it stopped, so
-  // CRIU makes them again and puts the tasks there (its default).
+  // The tree starts in cgroups made for it (RestoreSnapshot), and CRIU
+  // leaves cgroups alone: those an image names are never believed (they
+  // may be another user's session). Except for a tree with a mount
+  // namespace of its own (root's alone, of a checkpoint root made): a
+  // container's mounts bind its cgroups' directories, which its engine
+  // removed when it stopped, so CRIU makes them again and puts the tasks
+  // there (its default).
   if (setup.root_dir.empty()) cmd.args.push_back("--manage-cgroups=ignore");
   if (!as.is_root()) {
     cmd.args.push_back("--unprivileged");
@@ -600,57 +733,7 @@ Result<int> Engine::RestoreSnapshot(const std::string& id, const TreeSetup& setu
   cmd.args.insert(cmd.args.end(), gpu.criu_args.begin(), gpu.criu_args.end());
   cmd.path_prepend = gpu.path_prepend;
   cmd.environment = gpu.environment;
-  cmd.stderr_fd = criu_logs->stderr_fd();
-
-  ticket->SetStage("restore");
-  // Cgroups of the tree's own, not the daemon's, so that stopping the
-  // daemon never kills it (cgroup_placement.h): CRIU joins them before it
-  // runs, and everything it restores starts there.
-  GPUCKPT_ASSIGN_OR_RETURN(auto cgroup, MakeRestoreCgroup(fmt::format("restore-{}", root_pid)));
-  cmd.join_cgroup_fds = cgroup->procs_fds();
-  auto criu = criu_.Start(cmd);
-  if (!criu.ok()) return criu.status();
-  std::atomic<uint64_t> served_bytes{0};
-  Status served = server->Serve(
-      [&](const std::string& name) { return images.count(name) > 0; },
-      [&](const std::string& name, int fd) -> Status {
-        GPUCKPT_ASSIGN_OR_RETURN(auto reader, store_->OpenFile(id, "images/" + name));
-        return StreamFile(reader.get(), fd, name,
-                          [&](size_t n) { ticket->SetBytes(served_bytes.fetch_add(n) + n); });
-      },
-      criu->pidfd());
-  Result<int> exit = criu->Wait();
-  metrics_.ObserveStage(
-      "restore", "restore",
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-  if (!served.ok() || !exit.ok() || *exit != 0) {
-    std::vector<std::string> detail;
-    Status failure = CriuFailure("criu restore of " + id, *criu_logs, served, exit, &detail);
-    *kept_log = KeepCriuLog(*criu_logs, "restore-" + id);
-    ticket->AddDetail(detail);
-    if (!kept_log->empty()) ticket->SetCriuLog(*kept_log);
-    return failure;
-  }
-  // CRIU (perhaps the user's) wrote the pid file into the work dir: read
-  // as untrusted, and only believed when it names the tree's root, which
-  // CRIU restores with its old pid.
-  auto pid_text = ReadSmallFileNoFollow(pidfile, 32);
-  const int pid = pid_text.ok() ? std::atoi(pid_text->c_str()) : 0;
-  if (pid <= 0) return Status::IOError("criu restored " + id + " but wrote no pid");
-  if (root_pid == 1) {
-    // In a new pid namespace the root's pid here is new: believed when that
-    // process is the init of a namespace below ours.
-    auto handle = ProcessHandle::Open(pid);
-    auto ns_pids = handle.ok() ? handle->ReadNamespacePids() : handle.status();
-    if (!ns_pids.ok() || ns_pids->size() < 2 || ns_pids->back() != 1)
-      return Status::IOError(fmt::format(
-          "criu restored {} but says its root is pid {}, which is no pid namespace's init", id,
-          pid));
-  } else if (pid != root_pid)
-    return Status::IOError(
-        fmt::format("criu restored {} but says its root is pid {}, not {}", id, pid, root_pid));
-  work_dir->MarkSucceeded();
-  return pid;
+  return cmd;
 }
 
 }  // namespace gpuckpt

@@ -100,56 +100,202 @@ Result<std::unique_ptr<Store>> OpenStore(const Globals& g, Access access) {
   return Store::Open(g.store_dir, o);
 }
 
+// What the subcommands' arguments say.
+struct CommandArgs {
+  std::string src, name, base, id, dest;
+  bool as_json = false;
+};
+
+// The subcommands, to tell which one was given.
+struct Commands {
+  CLI::App* import;
+  CLI::App* exp;
+  CLI::App* ls;
+  CLI::App* rm;
+  CLI::App* gc;
+  CLI::App* fsck;
+  CLI::App* stats;
+};
+
+void DeclareGlobalOptions(CLI::App& app, Globals* g) {
+  app.add_option("--store", g->store_dir, "Store directory")->capture_default_str();
+  app.add_option("--zstd-level", g->zstd_level, "zstd level for new chunks (negative: fast modes)")
+      ->capture_default_str()
+      ->check(CLI::Range(-100, 22));
+  app.add_option("--threads", g->threads, "Worker threads (0: one per CPU)")->capture_default_str();
+  app.add_option("--chunk-sizes", g->generic_sizes,
+                 "MIN,AVG,MAX bytes of chunks of ordinary files (default 16K,64K,256K)")
+      ->delimiter(',')
+      ->expected(3);
+  app.add_option("--page-chunk-sizes", g->page_sizes,
+                 "MIN,AVG,MAX bytes of chunks of page images (default 4K,16K,64K)")
+      ->delimiter(',')
+      ->expected(3);
+  app.add_flag("!--no-page-aware", g->page_aware,
+               "Chunk page images (pages-*.img) like ordinary files, not at page boundaries");
+}
+
+Commands DeclareCommands(CLI::App& app, Globals* g, CommandArgs* args) {
+  Commands c;
+  c.import =
+      app.add_subcommand("import", "Store a directory tree as a new snapshot; prints its id");
+  c.import->add_option("SRC_DIR", args->src, "Directory to import")->required();
+  c.import->add_option("--name", args->name, "Snapshot id (default: the next free number)");
+  c.import->add_option("--base", args->base,
+                       "A snapshot the tree probably resembles (an earlier import of it): chunks "
+                       "found unchanged at the same place are not hashed again");
+
+  c.exp = app.add_subcommand("export", "Write a snapshot into a new directory");
+  c.exp->add_option("ID", args->id, "Snapshot id")->required();
+  c.exp->add_option("DEST_DIR", args->dest, "Destination (must not exist, or be empty)")
+      ->required();
+  c.exp->add_flag("--no-sync", g->no_sync,
+                  "Don't sync the destination before renaming it into place (faster; a power "
+                  "loss soon after may leave files incomplete)");
+
+  c.ls = app.add_subcommand("ls", "List snapshots");
+  c.ls->add_flag("--json", args->as_json, "JSON output");
+
+  c.rm = app.add_subcommand("rm", "Delete a snapshot (its chunks go at the next gc)");
+  c.rm->add_option("ID", args->id, "Snapshot id")->required();
+
+  c.gc = app.add_subcommand("gc", "Delete chunks no snapshot uses");
+  c.fsck = app.add_subcommand("fsck", "Re-hash every chunk and check every snapshot's index");
+  c.stats = app.add_subcommand("stats", "Sizes of the store");
+  c.stats->add_flag("--json", args->as_json, "JSON output");
+  return c;
+}
+
+int RunImport(Store& store, const CommandArgs& args) {
+  ProgressBar bar("import");
+  SnapshotSpec spec;
+  spec.name = args.name;
+  spec.base = args.base;
+  // The store treats a vanished base as none; a base named by hand that
+  // does not exist is a typo.
+  if (!args.base.empty()) {
+    if (auto b = store.Get(args.base); !b.ok()) return Fail(b.status());
+  }
+  auto info =
+      store.ImportDirectory(args.src, spec, [&](uint64_t d, uint64_t t) { bar.Update(d, t); });
+  if (!info.ok()) return Fail(info.status());
+  std::printf("%s\n", info->id.c_str());
+  std::string from_base;
+  if (!info->base.empty()) {
+    from_base = ", " + std::to_string(info->base_chunks) + " of " +
+                std::to_string(info->chunk_count) + " chunks unchanged from " + info->base;
+  }
+  std::fprintf(stderr, "snapshot %s: %s logical, %s new, %s stored%s, %.2f s\n", info->id.c_str(),
+               HumanBytes(info->logical_bytes).c_str(), HumanBytes(info->new_bytes).c_str(),
+               HumanBytes(info->stored_bytes).c_str(), from_base.c_str(), info->duration_s);
+  return 0;
+}
+
+int RunExport(Store& store, const CommandArgs& args) {
+  ProgressBar bar("export");
+  Status s = store.Export(args.id, args.dest, [&](uint64_t d, uint64_t t) { bar.Update(d, t); });
+  if (!s.ok()) return Fail(s);
+  return 0;
+}
+
+int RunList(Store& store, const CommandArgs& args) {
+  auto list = store.List();
+  if (!list.ok()) return Fail(list.status());
+  if (args.as_json) {
+    json out = json::array();
+    for (const auto& i : *list) out.push_back(InfoToJson(i));
+    std::cout << out.dump(2) << "\n";
+  } else {
+    std::printf("%-24s %-19s %10s %10s %10s  %s\n", "ID", "CREATED", "LOGICAL", "NEW", "STORED",
+                "SOURCE");
+    for (const auto& i : *list) {
+      std::printf("%-24s %-19s %10s %10s %10s  %s\n", i.id.c_str(),
+                  FormatTime(i.created_ns).c_str(), HumanBytes(i.logical_bytes).c_str(),
+                  HumanBytes(i.new_bytes).c_str(), HumanBytes(i.stored_bytes).c_str(),
+                  i.source.c_str());
+    }
+  }
+  return 0;
+}
+
+int RunRemove(Store& store, const CommandArgs& args) {
+  Status s = store.Remove(args.id);
+  if (!s.ok()) return Fail(s);
+  return 0;
+}
+
+int RunGc(Store& store) {
+  auto r = store.Gc();
+  if (!r.ok()) return Fail(r.status());
+  std::printf("kept %llu chunks, deleted %llu chunks (%s), removed %llu unfinished snapshots\n",
+              static_cast<unsigned long long>(r->chunks_kept),
+              static_cast<unsigned long long>(r->chunks_deleted),
+              HumanBytes(r->bytes_deleted).c_str(),
+              static_cast<unsigned long long>(r->orphan_records_deleted));
+  std::printf(
+      "removed %llu pack files (%llu rewritten: %s of live chunks copied), "
+      "%s punched out of the packs kept\n",
+      static_cast<unsigned long long>(r->packs_removed),
+      static_cast<unsigned long long>(r->packs_rewritten), HumanBytes(r->bytes_rewritten).c_str(),
+      HumanBytes(r->bytes_punched).c_str());
+  return 0;
+}
+
+int RunFsck(Store& store) {
+  auto r = store.Fsck();
+  if (!r.ok()) return Fail(r.status());
+  for (const auto& p : r->problems) std::printf("%s\n", p.c_str());
+  std::string verdict = "clean";
+  if (!r->clean()) {
+    verdict = std::to_string(r->problems.size()) + " problems (" +
+              std::to_string(r->damaged_chunks) + " damaged chunks, " +
+              std::to_string(r->damaged_files) + " files that cannot be read back whole)";
+  }
+  std::fprintf(stderr, "checked %llu chunks, %llu snapshots, %llu extents: %s\n",
+               static_cast<unsigned long long>(r->chunks_checked),
+               static_cast<unsigned long long>(r->snapshots_checked),
+               static_cast<unsigned long long>(r->extents_checked), verdict.c_str());
+  return r->clean() ? 0 : kExitFsckProblems;
+}
+
+int RunStats(Store& store, const CommandArgs& args) {
+  auto r = store.Stats();
+  if (!r.ok()) return Fail(r.status());
+  if (args.as_json) {
+    json out = {{"snapshot_count", r->snapshot_count}, {"logical_bytes", r->logical_bytes},
+                {"chunk_count", r->chunk_count},       {"unique_bytes", r->unique_bytes},
+                {"stored_bytes", r->stored_bytes},     {"disk_bytes", r->disk_bytes}};
+    std::cout << out.dump(2) << "\n";
+  } else {
+    std::printf("snapshots     %llu\n", static_cast<unsigned long long>(r->snapshot_count));
+    std::printf("logical       %s\n", HumanBytes(r->logical_bytes).c_str());
+    std::printf("chunks        %llu\n", static_cast<unsigned long long>(r->chunk_count));
+    std::printf("unique        %s\n", HumanBytes(r->unique_bytes).c_str());
+    std::printf("stored        %s\n", HumanBytes(r->stored_bytes).c_str());
+    std::printf("on disk       %s\n", HumanBytes(r->disk_bytes).c_str());
+  }
+  return 0;
+}
+
+int RunCommand(const Commands& c, Store& store, const CommandArgs& args) {
+  if (c.import->parsed()) return RunImport(store, args);
+  if (c.exp->parsed()) return RunExport(store, args);
+  if (c.ls->parsed()) return RunList(store, args);
+  if (c.rm->parsed()) return RunRemove(store, args);
+  if (c.gc->parsed()) return RunGc(store);
+  if (c.fsck->parsed()) return RunFsck(store);
+  if (c.stats->parsed()) return RunStats(store, args);
+  return 2;
+}
+
 int Main(int argc, char** argv) {
   CLI::App app{"gpuckpt: the deduplicated checkpoint store of gpuckptfs"};
   app.set_version_flag("--version", "gpuckpt " GPUCKPT_VERSION_STRING);
   app.require_subcommand(1);
   Globals g;
-  app.add_option("--store", g.store_dir, "Store directory")->capture_default_str();
-  app.add_option("--zstd-level", g.zstd_level, "zstd level for new chunks (negative: fast modes)")
-      ->capture_default_str()
-      ->check(CLI::Range(-100, 22));
-  app.add_option("--threads", g.threads, "Worker threads (0: one per CPU)")->capture_default_str();
-  app.add_option("--chunk-sizes", g.generic_sizes,
-                 "MIN,AVG,MAX bytes of chunks of ordinary files (default 16K,64K,256K)")
-      ->delimiter(',')
-      ->expected(3);
-  app.add_option("--page-chunk-sizes", g.page_sizes,
-                 "MIN,AVG,MAX bytes of chunks of page images (default 4K,16K,64K)")
-      ->delimiter(',')
-      ->expected(3);
-  app.add_flag("!--no-page-aware", g.page_aware,
-               "Chunk page images (pages-*.img) like ordinary files, not at page boundaries");
-
-  std::string src, name, base, id, dest;
-  bool as_json = false;
-
-  auto* import =
-      app.add_subcommand("import", "Store a directory tree as a new snapshot; prints its id");
-  import->add_option("SRC_DIR", src, "Directory to import")->required();
-  import->add_option("--name", name, "Snapshot id (default: the next free number)");
-  import->add_option("--base", base,
-                     "A snapshot the tree probably resembles (an earlier import of it): chunks "
-                     "found unchanged at the same place are not hashed again");
-
-  auto* exp = app.add_subcommand("export", "Write a snapshot into a new directory");
-  exp->add_option("ID", id, "Snapshot id")->required();
-  exp->add_option("DEST_DIR", dest, "Destination (must not exist, or be empty)")->required();
-  exp->add_flag("--no-sync", g.no_sync,
-                "Don't sync the destination before renaming it into place (faster; a power loss "
-                "soon after may leave files incomplete)");
-
-  auto* ls = app.add_subcommand("ls", "List snapshots");
-  ls->add_flag("--json", as_json, "JSON output");
-
-  auto* rm = app.add_subcommand("rm", "Delete a snapshot (its chunks go at the next gc)");
-  rm->add_option("ID", id, "Snapshot id")->required();
-
-  auto* gc = app.add_subcommand("gc", "Delete chunks no snapshot uses");
-  auto* fsck = app.add_subcommand("fsck", "Re-hash every chunk and check every snapshot's index");
-  auto* stats = app.add_subcommand("stats", "Sizes of the store");
-  stats->add_flag("--json", as_json, "JSON output");
-
+  CommandArgs args;
+  DeclareGlobalOptions(app, &g);
+  const Commands commands = DeclareCommands(app, &g, &args);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -162,117 +308,12 @@ int Main(int argc, char** argv) {
   // Only import creates a store; everything else on a missing store is an
   // error, not a new empty store. What only reads works while gpuckptfs
   // holds the store.
-  const Access access = import->parsed()               ? Access::kCreate
-                        : rm->parsed() || gc->parsed() ? Access::kWrite
-                                                       : Access::kReadOnly;
+  const Access access = commands.import->parsed()                        ? Access::kCreate
+                        : commands.rm->parsed() || commands.gc->parsed() ? Access::kWrite
+                                                                         : Access::kReadOnly;
   auto store_or = OpenStore(g, access);
   if (!store_or.ok()) return Fail(store_or.status());
-  Store& store = **store_or;
-
-  if (import->parsed()) {
-    ProgressBar bar("import");
-    SnapshotSpec spec;
-    spec.name = name;
-    spec.base = base;
-    // The store treats a vanished base as none; a base named by hand that
-    // does not exist is a typo.
-    if (!base.empty()) {
-      if (auto b = store.Get(base); !b.ok()) return Fail(b.status());
-    }
-    auto info = store.ImportDirectory(src, spec, [&](uint64_t d, uint64_t t) { bar.Update(d, t); });
-    if (!info.ok()) return Fail(info.status());
-    std::printf("%s\n", info->id.c_str());
-    std::string from_base;
-    if (!info->base.empty()) {
-      from_base = ", " + std::to_string(info->base_chunks) + " of " +
-                  std::to_string(info->chunk_count) + " chunks unchanged from " + info->base;
-    }
-    std::fprintf(stderr, "snapshot %s: %s logical, %s new, %s stored%s, %.2f s\n",
-                 info->id.c_str(), HumanBytes(info->logical_bytes).c_str(),
-                 HumanBytes(info->new_bytes).c_str(), HumanBytes(info->stored_bytes).c_str(),
-                 from_base.c_str(), info->duration_s);
-    return 0;
-  }
-  if (exp->parsed()) {
-    ProgressBar bar("export");
-    Status s = store.Export(id, dest, [&](uint64_t d, uint64_t t) { bar.Update(d, t); });
-    if (!s.ok()) return Fail(s);
-    return 0;
-  }
-  if (ls->parsed()) {
-    auto list = store.List();
-    if (!list.ok()) return Fail(list.status());
-    if (as_json) {
-      json out = json::array();
-      for (const auto& i : *list) out.push_back(InfoToJson(i));
-      std::cout << out.dump(2) << "\n";
-    } else {
-      std::printf("%-24s %-19s %10s %10s %10s  %s\n", "ID", "CREATED", "LOGICAL", "NEW", "STORED",
-                  "SOURCE");
-      for (const auto& i : *list) {
-        std::printf("%-24s %-19s %10s %10s %10s  %s\n", i.id.c_str(),
-                    FormatTime(i.created_ns).c_str(), HumanBytes(i.logical_bytes).c_str(),
-                    HumanBytes(i.new_bytes).c_str(), HumanBytes(i.stored_bytes).c_str(),
-                    i.source.c_str());
-      }
-    }
-    return 0;
-  }
-  if (rm->parsed()) {
-    Status s = store.Remove(id);
-    if (!s.ok()) return Fail(s);
-    return 0;
-  }
-  if (gc->parsed()) {
-    auto r = store.Gc();
-    if (!r.ok()) return Fail(r.status());
-    std::printf("kept %llu chunks, deleted %llu chunks (%s), removed %llu unfinished snapshots\n",
-                static_cast<unsigned long long>(r->chunks_kept),
-                static_cast<unsigned long long>(r->chunks_deleted),
-                HumanBytes(r->bytes_deleted).c_str(),
-                static_cast<unsigned long long>(r->orphan_records_deleted));
-    std::printf("removed %llu pack files (%llu rewritten: %s of live chunks copied), "
-                "%s punched out of the packs kept\n",
-                static_cast<unsigned long long>(r->packs_removed),
-                static_cast<unsigned long long>(r->packs_rewritten),
-                HumanBytes(r->bytes_rewritten).c_str(), HumanBytes(r->bytes_punched).c_str());
-    return 0;
-  }
-  if (fsck->parsed()) {
-    auto r = store.Fsck();
-    if (!r.ok()) return Fail(r.status());
-    for (const auto& p : r->problems) std::printf("%s\n", p.c_str());
-    std::string verdict = "clean";
-    if (!r->clean()) {
-      verdict = std::to_string(r->problems.size()) + " problems (" +
-                std::to_string(r->damaged_chunks) + " damaged chunks, " +
-                std::to_string(r->damaged_files) + " files that cannot be read back whole)";
-    }
-    std::fprintf(stderr, "checked %llu chunks, %llu snapshots, %llu extents: %s\n",
-                 static_cast<unsigned long long>(r->chunks_checked),
-                 static_cast<unsigned long long>(r->snapshots_checked),
-                 static_cast<unsigned long long>(r->extents_checked), verdict.c_str());
-    return r->clean() ? 0 : kExitFsckProblems;
-  }
-  if (stats->parsed()) {
-    auto r = store.Stats();
-    if (!r.ok()) return Fail(r.status());
-    if (as_json) {
-      json out = {{"snapshot_count", r->snapshot_count}, {"logical_bytes", r->logical_bytes},
-                  {"chunk_count", r->chunk_count},       {"unique_bytes", r->unique_bytes},
-                  {"stored_bytes", r->stored_bytes},     {"disk_bytes", r->disk_bytes}};
-      std::cout << out.dump(2) << "\n";
-    } else {
-      std::printf("snapshots     %llu\n", static_cast<unsigned long long>(r->snapshot_count));
-      std::printf("logical       %s\n", HumanBytes(r->logical_bytes).c_str());
-      std::printf("chunks        %llu\n", static_cast<unsigned long long>(r->chunk_count));
-      std::printf("unique        %s\n", HumanBytes(r->unique_bytes).c_str());
-      std::printf("stored        %s\n", HumanBytes(r->stored_bytes).c_str());
-      std::printf("on disk       %s\n", HumanBytes(r->disk_bytes).c_str());
-    }
-    return 0;
-  }
-  return 2;
+  return RunCommand(commands, **store_or, args);
 }
 
 }  // namespace

@@ -22,6 +22,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -228,14 +229,20 @@ int Serve(const std::string& store_dir, EngineOptions engine_options, const Moun
   return 0;
 }
 
-int Main(int argc, char** argv) {
-  CLI::App app{"gpuckptfs: checkpoints of processes as files"};
-  app.set_version_flag("--version", "gpuckptfs " GPUCKPT_VERSION_STRING);
+// What the command line says.
+struct Settings {
   std::string store_dir = "/var/lib/gpuckpt";
   MountOptions mount;
   EngineOptions engine_options;
+  GpuSettings gpu;
   bool foreground = false;
-  app.add_option("--store", store_dir, "Store directory (created if missing)")
+  std::string log_level = "info";
+};
+
+// The options are declared in the order --help lists them, in three parts.
+void DeclareDaemonOptions(CLI::App& app, Settings* settings) {
+  EngineOptions& engine_options = settings->engine_options;
+  app.add_option("--store", settings->store_dir, "Store directory (created if missing)")
       ->capture_default_str();
   app.add_flag("--all-processes", engine_options.all_processes,
                "Show every process you may checkpoint, not only GPU processes");
@@ -252,8 +259,7 @@ int Main(int argc, char** argv) {
                  "CRIU logs of failed operations (criu-logs/, the newest 32 per store), and the "
                  "log (gpuckptfs.log) when the daemon runs in the background outside systemd")
       ->capture_default_str();
-  std::string log_level = "info";
-  app.add_option("--log-level", log_level,
+  app.add_option("--log-level", settings->log_level,
                  "The least severe lines logged: debug, info (every operation), warning "
                  "(refusals and recoveries), error. The log goes to the systemd journal under "
                  "systemd, else to stderr with --foreground, else to STATE_DIR/gpuckptfs.log")
@@ -262,15 +268,17 @@ int Main(int argc, char** argv) {
         return level.ok() ? std::string() : level.status().message();
       })
       ->capture_default_str();
-  GpuSettings gpu_settings;
-  app.add_option("--lock-timeout", engine_options.lock_timeout_ms,
+}
+
+void DeclareCheckpointOptions(CLI::App& app, EngineOptions* engine_options) {
+  app.add_option("--lock-timeout", engine_options->lock_timeout_ms,
                  "Milliseconds the GPU driver may take to lock a process for a checkpoint "
                  "(checkpoint --lock-timeout overrides it)")
       ->check(CLI::Range(1u, 3600u * 1000u))
       ->capture_default_str();
   const std::string default_staging =
       std::to_string(DefaultStagingMemory() >> 20) + " MiB: a quarter of this machine's memory";
-  app.add_option("--staging-memory", engine_options.staging_memory_bytes,
+  app.add_option("--staging-memory", engine_options->staging_memory_bytes,
                  "Memory that checkpoints in flight may hold for CRIU's images before they are "
                  "stored, so that CRIU and the frozen process never wait on hashing, "
                  "compression or the disk while there is room (e.g. 8G, 512M; units of 1024)")
@@ -282,34 +290,43 @@ int Main(int argc, char** argv) {
           ""))
       ->type_name("SIZE")
       ->default_str(default_staging);
-  app.add_flag("--shared-dedup", engine_options.shared_dedup,
+  app.add_flag("--shared-dedup", engine_options->shared_dedup,
                "Deduplicate chunks across all owners, not only among each owner's checkpoints: "
                "less space where users run the same code and data, but what a checkpoint "
                "reports as new then tells its user whether others' checkpoints hold the same "
                "bytes");
-  app.add_option("--quota", engine_options.user_quota_bytes,
+  app.add_option("--quota", engine_options->user_quota_bytes,
                  "The most each user's checkpoints may add to the store (e.g. 100G; units of "
                  "1024); a checkpoint or import that could go beyond it is refused (ENOSPC). "
                  "Root is not limited. Default: none")
       ->transform(CLI::AsSizeValue(false))
       ->type_name("SIZE");
-  app.add_option("--criu-plugin-dir", gpu_settings.criu_plugin_dir,
+}
+
+void DeclareGpuAndMountOptions(CLI::App& app, Settings* settings) {
+  app.add_option("--criu-plugin-dir", settings->gpu.criu_plugin_dir,
                  "Where CRIU's cuda_plugin.so and amdgpu_plugin.so are (default: lib/criu "
                  "beside the criu binary's sbin/)");
-  app.add_option("--cuda-checkpoint-dir", gpu_settings.cuda_checkpoint_dir,
+  app.add_option("--cuda-checkpoint-dir", settings->gpu.cuda_checkpoint_dir,
                  "The directory of gpuckpt's cuda-checkpoint (default: libexec/gpuckpt beside "
                  "this binary)");
-  app.add_flag("--no-gpu", gpu_settings.off,
+  app.add_flag("--no-gpu", settings->gpu.off,
                "Do not load any GPU driver; GPU processes cannot be checkpointed");
-  app.add_flag("-f,--foreground", foreground, "Stay in the foreground");
-  app.add_flag("-d,--debug", mount.debug, "Log every FUSE request (implies --foreground)");
-  app.add_option("MOUNTPOINT", mount.mountpoint, "Where to mount")->capture_default_str();
+  app.add_flag("-f,--foreground", settings->foreground, "Stay in the foreground");
+  app.add_flag("-d,--debug", settings->mount.debug,
+               "Log every FUSE request (implies --foreground)");
+  app.add_option("MOUNTPOINT", settings->mount.mountpoint, "Where to mount")->capture_default_str();
   app.footer(
       "As mount(8) runs it (mount -t fuse.gpuckptfs, fstab, systemd .mount units):\n"
       "  gpuckptfs STORE MOUNTPOINT -o OPTIONS\n"
       "OPTIONS are the long options above with _ for -, as NAME or NAME=VALUE (e.g.\n"
       "all_processes,lock_timeout=20000,quota=100G); rw, nosuid, nodev, noauto, _netdev,\n"
       "x-systemd.* and the other generic mount options are accepted and change nothing.");
+}
+
+// Parses either form of the command line into what `app` declared; the
+// exit status when the program ends here (--help, --version, bad usage).
+std::optional<int> ParseCommandLine(CLI::App& app, int argc, char** argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
   const bool mount_form = IsMountForm(args);
   if (mount_form) {
@@ -334,66 +351,84 @@ int Main(int argc, char** argv) {
     const int rc = app.exit(e);
     return rc == 0 ? 0 : 2;
   }
-  if (mount.debug) foreground = true;
-  // The daemon leaves this directory: paths given relative to it are made
-  // absolute now (the mount point is resolved below).
-  for (std::string* path :
-       {&store_dir, &engine_options.criu_path, &engine_options.work_dir, &engine_options.state_dir,
-        &gpu_settings.criu_plugin_dir, &gpu_settings.cuda_checkpoint_dir}) {
+  return std::nullopt;
+}
+
+// The daemon leaves this directory: paths given relative to it are made
+// absolute now (the mount point is resolved by ResolveMountpoint).
+void MakePathsAbsolute(Settings* settings) {
+  EngineOptions& engine_options = settings->engine_options;
+  for (std::string* path : {&settings->store_dir, &engine_options.criu_path,
+                            &engine_options.work_dir, &engine_options.state_dir,
+                            &settings->gpu.criu_plugin_dir, &settings->gpu.cuda_checkpoint_dir}) {
     *path = Absolute(*path);
   }
-  // The log is set up before the fork (it holds no threads), so that the
-  // daemon's first lines, and a journal recovery's, are kept.
-  {
-    LogOptions log;
-    log.sink = ChooseLogSink(foreground);
-    log.file = engine_options.state_dir + "/gpuckptfs.log";
-    log.level = ParseLogLevel(log_level).value();
-    Status s =
-        log.sink == LogSink::kFile ? PrepareStateDir(engine_options.state_dir) : Status::Ok();
-    if (s.ok()) s = SetUpLogging(log);
-    if (!s.ok()) {
-      std::fprintf(stderr, "gpuckptfs: %s\n", s.ToString().c_str());
-      return 1;
-    }
-    spdlog::info("gpuckptfs {} starting: store={} mountpoint={} state_dir={}", GPUCKPT_VERSION,
-                 LogValue(store_dir), LogValue(mount.mountpoint),
-                 LogValue(engine_options.state_dir));
-  }
+}
 
-  if (Status s = CheckMountpoint(mount.mountpoint); !s.ok()) {
-    std::fprintf(stderr, "gpuckptfs: %s\n", s.ToString().c_str());
-    return 1;
-  }
+// The log is set up before the fork (it holds no threads), so that the
+// daemon's first lines, and a journal recovery's, are kept.
+Status StartLogging(const Settings& settings) {
+  const std::string& state_dir = settings.engine_options.state_dir;
+  LogOptions log;
+  log.sink = ChooseLogSink(settings.foreground);
+  log.file = state_dir + "/gpuckptfs.log";
+  log.level = ParseLogLevel(settings.log_level).value();
+  Status s = log.sink == LogSink::kFile ? PrepareStateDir(state_dir) : Status::Ok();
+  if (s.ok()) s = SetUpLogging(log);
+  if (!s.ok()) return s;
+  spdlog::info("gpuckptfs {} starting: store={} mountpoint={} state_dir={}", GPUCKPT_VERSION,
+               LogValue(settings.store_dir), LogValue(settings.mount.mountpoint),
+               LogValue(state_dir));
+  return Status::Ok();
+}
+
+Status ResolveMountpoint(MountOptions* mount) {
+  GPUCKPT_RETURN_IF_ERROR(CheckMountpoint(mount->mountpoint));
   // Restore recognises paths inside the mount by this prefix.
-  if (char* real = realpath(mount.mountpoint.c_str(), nullptr)) {
-    mount.mountpoint = real;
+  if (char* real = realpath(mount->mountpoint.c_str(), nullptr)) {
+    mount->mountpoint = real;
     free(real);
   }
   // A mount over a mount (a running gpuckptfs, say) would hide it: refused
   // here, before the store is opened or anything resumed from its journal
   // (ServeFilesystem checks again, just before mounting).
-  if (Status s = CheckNothingMountedAt(mount.mountpoint); !s.ok()) {
-    std::fprintf(stderr, "gpuckptfs: %s\n", s.ToString().c_str());
-    return 1;
-  }
-  if (foreground) {
-    const int rc =
-        Serve(store_dir, engine_options, mount, gpu_settings, [](const std::string& error) {
-          if (!error.empty()) {
-            std::fprintf(stderr, "gpuckptfs: %s\n", error.c_str());
-            return;
-          }
-          // systemd's Type=notify: the mount is up. Nothing happens where
-          // NOTIFY_SOCKET is not set (not started by systemd).
-          sd_notify(0, "READY=1");
-        });
-    sd_notify(0, "STOPPING=1");
-    return rc;
-  }
+  return CheckNothingMountedAt(mount->mountpoint);
+}
 
-  // Fork before opening the store (RocksDB's threads don't survive fork),
-  // and keep the parent until the child reports the mount up or failed.
+int ServeInForeground(const Settings& settings) {
+  const int rc = Serve(settings.store_dir, settings.engine_options, settings.mount, settings.gpu,
+                       [](const std::string& error) {
+                         if (!error.empty()) {
+                           std::fprintf(stderr, "gpuckptfs: %s\n", error.c_str());
+                           return;
+                         }
+                         // systemd's Type=notify: the mount is up. Nothing
+                         // happens where NOTIFY_SOCKET is not set (not
+                         // started by systemd).
+                         sd_notify(0, "READY=1");
+                       });
+  sd_notify(0, "STOPPING=1");
+  return rc;
+}
+
+// The parent's side of ServeInBackground: waits for the daemon `pid` to
+// report the mount up ("ok") or why it failed on `report_fd`.
+int WaitForDaemon(pid_t pid, int report_fd) {
+  std::string message;
+  char buf[512];
+  ssize_t n;
+  while ((n = read(report_fd, buf, sizeof(buf))) > 0) message.append(buf, static_cast<size_t>(n));
+  if (message == "ok") return 0;
+  if (message.empty()) message = "the daemon exited before mounting";
+  std::fprintf(stderr, "gpuckptfs: %s\n", message.c_str());
+  int status = 0;
+  waitpid(pid, &status, 0);
+  return 1;
+}
+
+// Forks before opening the store (RocksDB's threads don't survive fork),
+// and keeps the parent until the child reports the mount up or failed.
+int ServeInBackground(const Settings& settings) {
   int pipe_fds[2];
   if (pipe2(pipe_fds, O_CLOEXEC) != 0) {
     std::perror("gpuckptfs: pipe");
@@ -406,23 +441,13 @@ int Main(int argc, char** argv) {
   }
   if (pid > 0) {
     close(pipe_fds[1]);
-    std::string message;
-    char buf[512];
-    ssize_t n;
-    while ((n = read(pipe_fds[0], buf, sizeof(buf))) > 0)
-      message.append(buf, static_cast<size_t>(n));
-    if (message == "ok") return 0;
-    if (message.empty()) message = "the daemon exited before mounting";
-    std::fprintf(stderr, "gpuckptfs: %s\n", message.c_str());
-    int status = 0;
-    waitpid(pid, &status, 0);
-    return 1;
+    return WaitForDaemon(pid, pipe_fds[0]);
   }
   close(pipe_fds[0]);
   setsid();
   if (chdir("/") != 0) _exit(1);
   const int report_fd = pipe_fds[1];
-  return Serve(store_dir, engine_options, mount, gpu_settings,
+  return Serve(settings.store_dir, settings.engine_options, settings.mount, settings.gpu,
                [report_fd](const std::string& error) {
                  const std::string message = error.empty() ? "ok" : error;
                  if (write(report_fd, message.data(), message.size()) < 0) {
@@ -440,6 +465,26 @@ int Main(int argc, char** argv) {
                    }
                  }
                });
+}
+
+int Fail(const Status& s) {
+  std::fprintf(stderr, "gpuckptfs: %s\n", s.ToString().c_str());
+  return 1;
+}
+
+int Main(int argc, char** argv) {
+  CLI::App app{"gpuckptfs: checkpoints of processes as files"};
+  app.set_version_flag("--version", "gpuckptfs " GPUCKPT_VERSION_STRING);
+  Settings settings;
+  DeclareDaemonOptions(app, &settings);
+  DeclareCheckpointOptions(app, &settings.engine_options);
+  DeclareGpuAndMountOptions(app, &settings);
+  if (const std::optional<int> rc = ParseCommandLine(app, argc, argv)) return *rc;
+  if (settings.mount.debug) settings.foreground = true;
+  MakePathsAbsolute(&settings);
+  if (Status s = StartLogging(settings); !s.ok()) return Fail(s);
+  if (Status s = ResolveMountpoint(&settings.mount); !s.ok()) return Fail(s);
+  return settings.foreground ? ServeInForeground(settings) : ServeInBackground(settings);
 }
 
 }  // namespace
