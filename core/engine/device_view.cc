@@ -145,6 +145,109 @@ FileEntry DeviceEntry(const std::string& name, uint64_t size, const SnapshotInfo
   return e;  // stored_bytes 0: the bytes are the images' own
 }
 
+// The plugin files of AMD GPUs, as they are in images/.
+void AddAmdPluginFiles(const std::vector<FileEntry>& files, const SnapshotInfo& info,
+                       const SnapshotOwner& owner,
+                       std::vector<std::shared_ptr<const DeviceFile>>* out) {
+  for (const auto& f : files) {
+    if (f.type != FileType::kRegular || f.path.rfind("images/amdgpu-", 0) != 0) continue;
+    auto file = std::make_shared<DeviceFile>();
+    file->entry = DeviceEntry(f.path.substr(7), f.size, info, owner);
+    file->alias_of = f;
+    out->push_back(std::move(file));
+  }
+}
+
+// The images by path, as listed: the device files read them by their
+// listing (path and index), never by a lookup of the path alone.
+class ListedImages {
+ public:
+  ListedImages(const std::vector<FileEntry>& files, const SnapshotInfo& info) : info_(info) {
+    for (const auto& f : files)
+      if (f.type == FileType::kRegular) listed_.emplace(f.path, &f);
+  }
+
+  Result<const FileEntry*> Find(const std::string& path) const {
+    auto it = listed_.find(path);
+    if (it == listed_.end())
+      return Status::Corruption("checkpoint " + info_.id + " records device memory but has no " +
+                                path);
+    return it->second;
+  }
+
+ private:
+  const SnapshotInfo& info_;
+  std::map<std::string_view, const FileEntry*> listed_;
+};
+
+Result<CriuPagemap> ReadPagemap(Store* store, const SnapshotInfo& info, const ListedImages& images,
+                                int pid) {
+  const std::string path = "images/pagemap-" + std::to_string(pid) + ".img";
+  GPUCKPT_ASSIGN_OR_RETURN(const FileEntry* pagemap, images.Find(path));
+  GPUCKPT_ASSIGN_OR_RETURN(auto reader, store->OpenListedFile(info.id, info.key, *pagemap));
+  GPUCKPT_ASSIGN_OR_RETURN(
+      std::string bytes,
+      ReadSmallStoredFile(*reader, path + " of checkpoint " + info.id, kMaxPagemapBytes));
+  return ParsePagemapImage(bytes, path);
+}
+
+// The file of device range `r`: slices of the pages image of the process
+// whose pagemap is `map`.
+Result<std::shared_ptr<DeviceFile>> RangeFile(const ManifestDeviceRange& r, const CriuPagemap& map,
+                                              const ListedImages& images, const SnapshotInfo& info,
+                                              const SnapshotOwner& owner) {
+  const uint64_t page_size = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+  auto file = std::make_shared<DeviceFile>();
+  const std::string name = fmt::format("cuda-{}-{:x}.bin", r.pid, r.start);
+  file->entry = DeviceEntry(name, r.end - r.start, info, owner);
+  GPUCKPT_ASSIGN_OR_RETURN(const FileEntry* pages,
+                           images.Find("images/pages-" + std::to_string(map.pages_id) + ".img"));
+  file->source = *pages;
+  file->segments = Slices(map, page_size, r.start, r.end);
+  return file;
+}
+
+// cuda-ranges.json: what each range file holds.
+std::shared_ptr<DeviceFile> RangesIndexFile(const nlohmann::json& listing, const SnapshotInfo& info,
+                                            const SnapshotOwner& owner) {
+  auto index = std::make_shared<DeviceFile>();
+  index->content =
+      nlohmann::json{{"version", 1},
+                     {"what", "device memory the CUDA driver moved into host memory at checkpoint"},
+                     {"ranges", listing}}
+          .dump(2) +
+      "\n";
+  index->entry = DeviceEntry("cuda-ranges.json", index->content.size(), info, owner);
+  return index;
+}
+
+// A file for each of `ranges` and their index.
+Status AddCudaRangeFiles(Store* store, const SnapshotInfo& info, const SnapshotOwner& owner,
+                         const std::vector<FileEntry>& files,
+                         const std::vector<ManifestDeviceRange>& ranges,
+                         std::vector<std::shared_ptr<const DeviceFile>>* out) {
+  const ListedImages images(files, info);
+  std::map<int, CriuPagemap> pagemaps;
+  nlohmann::json listing = nlohmann::json::array();
+  for (const ManifestDeviceRange& r : ranges) {
+    if (pagemaps.count(r.pid) == 0) {
+      GPUCKPT_ASSIGN_OR_RETURN(CriuPagemap map, ReadPagemap(store, info, images, r.pid));
+      pagemaps.emplace(r.pid, std::move(map));
+    }
+    GPUCKPT_ASSIGN_OR_RETURN(std::shared_ptr<DeviceFile> file,
+                             RangeFile(r, pagemaps.at(r.pid), images, info, owner));
+    listing.push_back({{"pid", r.pid},
+                       {"start", r.start},
+                       {"end", r.end},
+                       {"size", r.end - r.start},
+                       {"start_hex", fmt::format("0x{:x}", r.start)},
+                       {"file", file->entry.path}});
+    out->push_back(std::move(file));
+  }
+  out->push_back(RangesIndexFile(listing, info, owner));
+  return Status::Ok();
+}
+
 }  // namespace
 
 bool HasDeviceState(const SnapshotInfo& info) {
@@ -163,73 +266,14 @@ Result<std::vector<std::shared_ptr<const DeviceFile>>> BuildDeviceFiles(
   for (const auto& f : files)
     if (IsStoredDevicePath(f.path)) return out;  // stored itself
 
-  // AMD plugin files.
-  for (const auto& f : files) {
-    if (f.type != FileType::kRegular || f.path.rfind("images/amdgpu-", 0) != 0) continue;
-    auto file = std::make_shared<DeviceFile>();
-    file->entry = DeviceEntry(f.path.substr(7), f.size, info, owner);
-    file->alias_of = f;
-    out.push_back(std::move(file));
-  }
-
+  AddAmdPluginFiles(files, info, owner, &out);
   // CUDA device memory moved to host memory.
   // Ranges that are not well formed were left out when the manifest was
   // read: what is left names bytes of this checkpoint's own images.
   const CheckpointManifest manifest = ManifestOrEmpty(info.extra_json);
   if (manifest.cuda_host_ranges.empty()) return out;
-  const uint64_t page_size = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
-  // The images by path, as listed: the device files read them by their
-  // listing (path and index), never by a lookup of the path alone.
-  std::map<std::string_view, const FileEntry*> listed;
-  for (const auto& f : files)
-    if (f.type == FileType::kRegular) listed.emplace(f.path, &f);
-  auto listed_image = [&](const std::string& path) -> Result<const FileEntry*> {
-    auto it = listed.find(path);
-    if (it == listed.end())
-      return Status::Corruption("checkpoint " + info.id + " records device memory but has no " +
-                                path);
-    return it->second;
-  };
-  std::map<int, CriuPagemap> pagemaps;
-  nlohmann::json listing = nlohmann::json::array();
-  for (const ManifestDeviceRange& r : manifest.cuda_host_ranges) {
-    const int pid = r.pid;
-    const uint64_t start = r.start, end = r.end;
-    if (pagemaps.count(pid) == 0) {
-      const std::string path = "images/pagemap-" + std::to_string(pid) + ".img";
-      GPUCKPT_ASSIGN_OR_RETURN(const FileEntry* pagemap, listed_image(path));
-      GPUCKPT_ASSIGN_OR_RETURN(auto reader, store->OpenListedFile(info.id, info.key, *pagemap));
-      GPUCKPT_ASSIGN_OR_RETURN(
-          std::string bytes,
-          ReadSmallStoredFile(*reader, path + " of checkpoint " + info.id, kMaxPagemapBytes));
-      GPUCKPT_ASSIGN_OR_RETURN(CriuPagemap map, ParsePagemapImage(bytes, path));
-      pagemaps.emplace(pid, std::move(map));
-    }
-    const CriuPagemap& map = pagemaps.at(pid);
-    auto file = std::make_shared<DeviceFile>();
-    const std::string name = fmt::format("cuda-{}-{:x}.bin", pid, start);
-    file->entry = DeviceEntry(name, end - start, info, owner);
-    GPUCKPT_ASSIGN_OR_RETURN(const FileEntry* pages,
-                             listed_image("images/pages-" + std::to_string(map.pages_id) + ".img"));
-    file->source = *pages;
-    file->segments = Slices(map, page_size, start, end);
-    listing.push_back({{"pid", pid},
-                       {"start", start},
-                       {"end", end},
-                       {"size", end - start},
-                       {"start_hex", fmt::format("0x{:x}", start)},
-                       {"file", name}});
-    out.push_back(std::move(file));
-  }
-  auto index = std::make_shared<DeviceFile>();
-  index->content =
-      nlohmann::json{{"version", 1},
-                     {"what", "device memory the CUDA driver moved into host memory at checkpoint"},
-                     {"ranges", listing}}
-          .dump(2) +
-      "\n";
-  index->entry = DeviceEntry("cuda-ranges.json", index->content.size(), info, owner);
-  out.push_back(std::move(index));
+  GPUCKPT_RETURN_IF_ERROR(
+      AddCudaRangeFiles(store, info, owner, files, manifest.cuda_host_ranges, &out));
   return out;
 }
 

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <set>
+#include <span>
 #include <tuple>
 #include <unordered_map>
 #include <unordered_set>
@@ -31,6 +32,98 @@ Status CollectedWhileRead(const ChunkHash& hash) {
   return Status::Aborted("chunk " + hash.Hex() +
                          " was collected while it was read: the store's holder (a running "
                          "gpuckptfs) removed what named it; list again and read what is there");
+}
+
+// ReadMany(): records closer than this in a pack are read together with the
+// bytes between them; runs stop growing at kMaxRun.
+constexpr uint64_t kMaxGap = 64u << 10;
+constexpr uint64_t kMaxRun = 8u << 20;
+// Every kReadAheadStep of a pack read, the kernel is asked to fetch the
+// kReadAhead bytes after the next step boundary.
+constexpr uint64_t kReadAheadStep = 4u << 20;
+constexpr uint64_t kReadAhead = 16u << 20;
+
+// CompactPacks(): pack id -> the records some location points at (offset,
+// length).
+using LiveRecords = std::unordered_map<uint64_t, std::vector<std::pair<uint64_t, uint64_t>>>;
+
+Result<LiveRecords> LiveRecordsByPack(const StoreDb& db) {
+  LiveRecords live;
+  std::unique_ptr<rocksdb::Iterator> it(db.db()->NewIterator(rocksdb::ReadOptions(), db.chunks()));
+  for (it->SeekToFirst(); it->Valid(); it->Next()) {
+    if (!IsPackLocation(it->value().ToStringView())) continue;
+    GPUCKPT_ASSIGN_OR_RETURN(PackLocation l, DecodePackLocation(it->value().ToStringView()));
+    live[l.pack].emplace_back(l.offset, l.length);
+  }
+  GPUCKPT_RETURN_IF_ERROR(FromRocks(it->status(), "scanning chunk locations"));
+  return live;
+}
+
+uint64_t LiveBytes(const LiveRecords& live, uint64_t id) {
+  uint64_t used = 0;
+  if (auto found = live.find(id); found != live.end()) {
+    for (const auto& r : found->second) used += r.second;
+  }
+  return used;
+}
+
+// What becomes of the packs that hold live records: copied (`rewrite`,
+// `rewrite_bytes` of live records) or punched in place (`punch`).
+struct PackPlan {
+  std::vector<uint64_t> rewrite;
+  uint64_t rewrite_bytes = 0;
+  std::vector<uint64_t> punch;
+};
+
+// Removes the inactive packs nothing points into; plans the others.
+Result<PackPlan> RemoveUnusedPacks(ChunkPacks& packs,
+                                   const std::vector<ChunkPacks::PackFile>& files,
+                                   const LiveRecords& live, ChunkStore::PackCompaction* report) {
+  PackPlan plan;
+  for (const auto& f : files) {
+    if (f.active) continue;
+    const uint64_t used = LiveBytes(live, f.id);
+    if (used == 0) {
+      GPUCKPT_RETURN_IF_ERROR(packs.Remove(f.id));
+      ++report->packs_removed;
+      report->bytes_freed += f.size;
+    } else if (used < (f.size - std::min(f.size, ChunkPacks::kHeaderSize)) / 2) {
+      plan.rewrite.push_back(f.id);
+      plan.rewrite_bytes += used;
+    } else {
+      plan.punch.push_back(f.id);
+    }
+  }
+  return plan;
+}
+
+// Punches the garbage between and after the live records of packs `punch`
+// out (a no-op where the filesystem has no holes).
+Status PunchGarbage(ChunkPacks& packs, const std::vector<ChunkPacks::PackFile>& files,
+                    const std::vector<uint64_t>& punch, LiveRecords* live,
+                    ChunkStore::PackCompaction* report) {
+  for (uint64_t id : punch) {
+    std::vector<std::pair<uint64_t, uint64_t>>& records = (*live)[id];
+    std::sort(records.begin(), records.end());
+    std::vector<std::pair<uint64_t, uint64_t>> gaps;
+    uint64_t end = ChunkPacks::kHeaderSize;
+    for (const auto& [offset, length] : records) {
+      // Gaps under a page free nothing.
+      if (offset > end && offset - end >= 4096) gaps.emplace_back(end, offset - end);
+      end = std::max(end, offset + length);
+    }
+    for (const auto& f : files) {
+      if (f.id == id && f.size > end && f.size - end >= 4096) gaps.emplace_back(end, f.size - end);
+    }
+    if (gaps.empty()) continue;
+    auto punched = packs.PunchHoles(id, gaps);
+    // A filesystem without holes keeps the garbage until the pack is
+    // rewritten; nothing is lost.
+    if (punched.status().code() == StatusCode::kUnavailable) break;
+    GPUCKPT_RETURN_IF_ERROR(punched.status());
+    report->bytes_punched += *punched;
+  }
+  return Status::Ok();
 }
 
 }  // namespace
@@ -161,18 +254,57 @@ Result<std::shared_ptr<const std::string>> ChunkStore::DecodeChecked(
   return std::shared_ptr<const std::string>(std::move(data));
 }
 
+// Where the chunks of a run are read into: this thread's buffer, reused and
+// never zeroed: a fresh one per call cost a page fault and a clear for every
+// byte read. Only runs of up to kKeptBuffer use it (a FUSE read is 1 MiB);
+// longer ones get a buffer of their own, kept for the rest of the call, so
+// that idle threads hold little.
+class ChunkStore::RunBuffers {
+ public:
+  char* For(size_t run_bytes) {
+    constexpr size_t kKeptBuffer = 2u << 20;
+    thread_local std::unique_ptr<char[]> kept;
+    if (run_bytes <= kKeptBuffer) {
+      if (!kept) kept.reset(new char[kKeptBuffer]);
+      return kept.get();
+    }
+    if (own_size_ < run_bytes) {
+      own_.reset(new char[run_bytes]);
+      own_size_ = run_bytes;
+    }
+    return own_.get();
+  }
+
+ private:
+  std::unique_ptr<char[]> own_;
+  size_t own_size_ = 0;
+};
+
 Status ChunkStore::ReadMany(const std::vector<ChunkRef>& refs, const ChunkDomainKey* domain,
                             std::vector<std::shared_ptr<const std::string>>* out) const {
-  // Records closer than this in a pack are read together with the bytes
-  // between them; runs stop growing at kMaxRun.
-  constexpr uint64_t kMaxGap = 64u << 10;
-  constexpr uint64_t kMaxRun = 8u << 20;
-  // Every kReadAheadStep of a pack read, the kernel is asked to fetch the
-  // kReadAhead bytes after the next step boundary.
-  constexpr uint64_t kReadAheadStep = 4u << 20;
-  constexpr uint64_t kReadAhead = 16u << 20;
   out->assign(refs.size(), nullptr);
   std::vector<size_t> wanted;  // indices not served by the cache
+  GPUCKPT_RETURN_IF_ERROR(ServeFromCache(refs, out, &wanted));
+  if (wanted.empty()) return Status::Ok();
+  std::vector<PackedChunk> packed;
+  GPUCKPT_RETURN_IF_ERROR(LookUpLocations(refs, wanted, domain, out, &packed));
+  std::sort(packed.begin(), packed.end(), [](const PackedChunk& a, const PackedChunk& b) {
+    return std::tie(a.location.pack, a.location.offset) <
+           std::tie(b.location.pack, b.location.offset);
+  });
+  RunBuffers buffers;
+  for (size_t begin = 0; begin < packed.size();) {
+    const size_t end = EndOfRun(packed, begin);
+    GPUCKPT_RETURN_IF_ERROR(
+        ReadRun(refs, std::span(packed).subspan(begin, end - begin), domain, &buffers, out));
+    begin = end;
+  }
+  return Status::Ok();
+}
+
+Status ChunkStore::ServeFromCache(const std::vector<ChunkRef>& refs,
+                                  std::vector<std::shared_ptr<const std::string>>* out,
+                                  std::vector<size_t>* wanted) const {
   for (size_t i = 0; i < refs.size(); ++i) {
     if (refs[i].use_cache) {
       if (auto hit = cache_->Lookup(refs[i].hash)) {
@@ -183,10 +315,15 @@ Status ChunkStore::ReadMany(const std::vector<ChunkRef>& refs, const ChunkDomain
         continue;
       }
     }
-    wanted.push_back(i);
+    wanted->push_back(i);
   }
-  if (wanted.empty()) return Status::Ok();
+  return Status::Ok();
+}
 
+Status ChunkStore::LookUpLocations(const std::vector<ChunkRef>& refs,
+                                   const std::vector<size_t>& wanted, const ChunkDomainKey* domain,
+                                   std::vector<std::shared_ptr<const std::string>>* out,
+                                   std::vector<PackedChunk>* packed) const {
   std::vector<std::string> keys(wanted.size());
   std::vector<rocksdb::Slice> key_slices(wanted.size());
   for (size_t k = 0; k < wanted.size(); ++k) {
@@ -200,11 +337,6 @@ Status ChunkStore::ReadMany(const std::vector<ChunkRef>& refs, const ChunkDomain
   db_->db()->MultiGet(r, db_->chunks(), wanted.size(), key_slices.data(), values.data(),
                       statuses.data());
 
-  struct Packed {
-    size_t index;  // into refs
-    PackLocation location;
-  };
-  std::vector<Packed> packed;
   for (size_t k = 0; k < wanted.size(); ++k) {
     const ChunkRef& ref = refs[wanted[k]];
     if (statuses[k].IsNotFound())
@@ -220,71 +352,58 @@ Status ChunkStore::ReadMany(const std::vector<ChunkRef>& refs, const ChunkDomain
     if (!location.ok()) {
       return Status::Corruption("chunk " + ref.hash.Hex() + ": " + location.status().message());
     }
-    packed.push_back(Packed{wanted[k], *location});
+    packed->push_back(PackedChunk{wanted[k], *location});
   }
-  std::sort(packed.begin(), packed.end(), [](const Packed& a, const Packed& b) {
-    return std::tie(a.location.pack, a.location.offset) <
-           std::tie(b.location.pack, b.location.offset);
-  });
-  // Runs are read into this thread's buffer, reused and never zeroed: a
-  // fresh one per call cost a page fault and a clear for every byte read.
-  // Only runs of up to kKeptBuffer keep it (a FUSE read is 1 MiB); longer
-  // ones get a buffer of their own, so that idle threads hold little.
-  constexpr size_t kKeptBuffer = 2u << 20;
-  thread_local std::unique_ptr<char[]> kept;
-  std::unique_ptr<char[]> own;  // for longer runs, kept for the rest of this call
-  size_t own_size = 0;
-  for (size_t begin = 0; begin < packed.size();) {
-    const PackLocation& first = packed[begin].location;
-    uint64_t run_end = first.offset + first.length;
-    size_t end = begin + 1;
-    while (end < packed.size() && packed[end].location.pack == first.pack &&
-           packed[end].location.offset >= run_end &&
-           packed[end].location.offset - run_end <= kMaxGap &&
-           packed[end].location.offset + packed[end].location.length - first.offset <= kMaxRun) {
-      run_end = packed[end].location.offset + packed[end].location.length;
-      ++end;
+  return Status::Ok();
+}
+
+size_t ChunkStore::EndOfRun(const std::vector<PackedChunk>& packed, size_t begin) {
+  const PackLocation& first = packed[begin].location;
+  uint64_t run_end = first.offset + first.length;
+  size_t end = begin + 1;
+  while (end < packed.size() && packed[end].location.pack == first.pack &&
+         packed[end].location.offset >= run_end &&
+         packed[end].location.offset - run_end <= kMaxGap &&
+         packed[end].location.offset + packed[end].location.length - first.offset <= kMaxRun) {
+    run_end = packed[end].location.offset + packed[end].location.length;
+    ++end;
+  }
+  return end;
+}
+
+Status ChunkStore::ReadRun(const std::vector<ChunkRef>& refs, std::span<const PackedChunk> run,
+                           const ChunkDomainKey* domain, RunBuffers* buffers,
+                           std::vector<std::shared_ptr<const std::string>>* out) const {
+  const PackLocation& first = run.front().location;
+  const uint64_t run_end = run.back().location.offset + run.back().location.length;
+  const size_t run_bytes = static_cast<size_t>(run_end - first.offset);
+  char* const buffer = buffers->For(run_bytes);
+  if (first.offset / kReadAheadStep != run_end / kReadAheadStep) {
+    // Crossed into the next step: have the disk read the steps after it
+    // while we decode this one. Readers go forward through a file, and a
+    // file's chunks lie forward in the pack.
+    const uint64_t next_step = run_end / kReadAheadStep * kReadAheadStep + kReadAheadStep;
+    db_->packs().ReadAhead(first.pack, next_step, kReadAhead);
+  }
+  Status read = db_->packs().ReadRange(first.pack, first.offset, run_bytes, buffer);
+  for (const PackedChunk& chunk : run) {
+    const ChunkRef& ref = refs[chunk.index];
+    if (read.code() == StatusCode::kNotFound) {
+      // gc moved these records after our lookup: one at a time, anew.
+      GPUCKPT_ASSIGN_OR_RETURN((*out)[chunk.index],
+                               Read(ref.hash, ref.seq, ref.expected_len, domain, ref.use_cache));
+      continue;
     }
-    const size_t run_bytes = static_cast<size_t>(run_end - first.offset);
-    char* buffer;
-    if (run_bytes <= kKeptBuffer) {
-      if (!kept) kept.reset(new char[kKeptBuffer]);
-      buffer = kept.get();
-    } else {
-      if (own_size < run_bytes) {
-        own.reset(new char[run_bytes]);
-        own_size = run_bytes;
-      }
-      buffer = own.get();
+    GPUCKPT_RETURN_IF_ERROR(read);
+    const std::string_view record(buffer + (chunk.location.offset - first.offset),
+                                  chunk.location.length);
+    auto decoded =
+        DecodeChecked(ref.hash, ref.seq, ref.expected_len, record, domain, ref.use_cache);
+    if (!decoded.ok() && decoded.status().code() == StatusCode::kCorruption && db_->read_only()) {
+      // Perhaps punched out by the holder's gc: Read() looks again.
+      decoded = Read(ref.hash, ref.seq, ref.expected_len, domain, ref.use_cache);
     }
-    if (first.offset / kReadAheadStep != run_end / kReadAheadStep) {
-      // Crossed into the next step: have the disk read the steps after it
-      // while we decode this one. Readers go forward through a file, and a
-      // file's chunks lie forward in the pack.
-      const uint64_t next_step = run_end / kReadAheadStep * kReadAheadStep + kReadAheadStep;
-      db_->packs().ReadAhead(first.pack, next_step, kReadAhead);
-    }
-    Status read = db_->packs().ReadRange(first.pack, first.offset, run_bytes, buffer);
-    for (size_t j = begin; j < end; ++j) {
-      const ChunkRef& ref = refs[packed[j].index];
-      if (read.code() == StatusCode::kNotFound) {
-        // gc moved these records after our lookup: one at a time, anew.
-        GPUCKPT_ASSIGN_OR_RETURN((*out)[packed[j].index],
-                                 Read(ref.hash, ref.seq, ref.expected_len, domain, ref.use_cache));
-        continue;
-      }
-      GPUCKPT_RETURN_IF_ERROR(read);
-      const std::string_view record(buffer + (packed[j].location.offset - first.offset),
-                                    packed[j].location.length);
-      auto decoded =
-          DecodeChecked(ref.hash, ref.seq, ref.expected_len, record, domain, ref.use_cache);
-      if (!decoded.ok() && decoded.status().code() == StatusCode::kCorruption && db_->read_only()) {
-        // Perhaps punched out by the holder's gc: Read() looks again.
-        decoded = Read(ref.hash, ref.seq, ref.expected_len, domain, ref.use_cache);
-      }
-      GPUCKPT_ASSIGN_OR_RETURN((*out)[packed[j].index], std::move(decoded));
-    }
-    begin = end;
+    GPUCKPT_ASSIGN_OR_RETURN((*out)[chunk.index], std::move(decoded));
   }
   return Status::Ok();
 }
@@ -342,94 +461,47 @@ Result<ChunkStore::PackCompaction> ChunkStore::CompactPacks() {
   // Nothing appends to the old packs from here on: they can be judged whole.
   packs.Rotate();
   GPUCKPT_ASSIGN_OR_RETURN(auto files, packs.List());
-  // Pack id -> the records some location points at (offset, length).
-  std::unordered_map<uint64_t, std::vector<std::pair<uint64_t, uint64_t>>> live;
-  {
-    std::unique_ptr<rocksdb::Iterator> it(
-        db_->db()->NewIterator(rocksdb::ReadOptions(), db_->chunks()));
-    for (it->SeekToFirst(); it->Valid(); it->Next()) {
-      if (!IsPackLocation(it->value().ToStringView())) continue;
-      GPUCKPT_ASSIGN_OR_RETURN(PackLocation l, DecodePackLocation(it->value().ToStringView()));
-      live[l.pack].emplace_back(l.offset, l.length);
-    }
-    GPUCKPT_RETURN_IF_ERROR(FromRocks(it->status(), "scanning chunk locations"));
-  }
-  auto live_bytes = [&](uint64_t id) {
-    uint64_t used = 0;
-    if (auto found = live.find(id); found != live.end()) {
-      for (const auto& r : found->second) used += r.second;
-    }
-    return used;
-  };
+  GPUCKPT_ASSIGN_OR_RETURN(LiveRecords live, LiveRecordsByPack(*db_));
   // First what needs no room: packs nothing points into go, and the garbage
   // between the live records of the others is punched out, so that gc gives
   // space back on a full disk too (a failed snapshot leaves its records in
   // the pack the live ones are in).
-  std::vector<uint64_t> rewrite;
-  uint64_t rewrite_bytes = 0;
-  std::vector<uint64_t> punch;
-  for (const auto& f : files) {
-    if (f.active) continue;
-    const uint64_t used = live_bytes(f.id);
-    if (used == 0) {
-      GPUCKPT_RETURN_IF_ERROR(packs.Remove(f.id));
-      ++report.packs_removed;
-      report.bytes_freed += f.size;
-    } else if (used < (f.size - std::min(f.size, ChunkPacks::kHeaderSize)) / 2) {
-      rewrite.push_back(f.id);
-      rewrite_bytes += used;
-    } else {
-      punch.push_back(f.id);
-    }
-  }
+  GPUCKPT_ASSIGN_OR_RETURN(PackPlan plan, RemoveUnusedPacks(packs, files, live, &report));
   // Packs more than half garbage have their live records copied into a new
   // pack, which keeps a file's chunks together, where there is room for the
   // copies beside the reserve; else their garbage is punched out too.
   auto free = db_->FreeBytes();
-  if (!rewrite.empty() && (!free.ok() || *free < rewrite_bytes + db_->reserve_bytes())) {
-    punch.insert(punch.end(), rewrite.begin(), rewrite.end());
-    rewrite.clear();
+  if (!plan.rewrite.empty() && (!free.ok() || *free < plan.rewrite_bytes + db_->reserve_bytes())) {
+    plan.punch.insert(plan.punch.end(), plan.rewrite.begin(), plan.rewrite.end());
+    plan.rewrite.clear();
   }
-  if (!rewrite.empty()) {
-    auto moved = RewritePacks(rewrite);
-    if (moved.ok()) {
-      report.packs_rewritten = rewrite.size();
-      report.packs_removed += rewrite.size();
-      report.bytes_rewritten = *moved;
-      for (uint64_t id : rewrite) {
-        for (const auto& f : files) {
-          if (f.id == id) report.bytes_freed += f.size;
-        }
-      }
-    } else if (moved.status().code() == StatusCode::kNoSpace) {
-      // The disk filled meanwhile; RewritePacks removed its copies.
-      punch.insert(punch.end(), rewrite.begin(), rewrite.end());
-    } else {
-      return moved.status();
-    }
+  if (!plan.rewrite.empty()) {
+    GPUCKPT_RETURN_IF_ERROR(RewriteOrLeaveToPunch(files, plan.rewrite, &plan.punch, &report));
   }
-  for (uint64_t id : punch) {
-    std::vector<std::pair<uint64_t, uint64_t>>& records = live[id];
-    std::sort(records.begin(), records.end());
-    std::vector<std::pair<uint64_t, uint64_t>> gaps;
-    uint64_t end = ChunkPacks::kHeaderSize;
-    for (const auto& [offset, length] : records) {
-      // Gaps under a page free nothing.
-      if (offset > end && offset - end >= 4096) gaps.emplace_back(end, offset - end);
-      end = std::max(end, offset + length);
-    }
-    for (const auto& f : files) {
-      if (f.id == id && f.size > end && f.size - end >= 4096) gaps.emplace_back(end, f.size - end);
-    }
-    if (gaps.empty()) continue;
-    auto punched = packs.PunchHoles(id, gaps);
-    // A filesystem without holes keeps the garbage until the pack is
-    // rewritten; nothing is lost.
-    if (punched.status().code() == StatusCode::kUnavailable) break;
-    GPUCKPT_RETURN_IF_ERROR(punched.status());
-    report.bytes_punched += *punched;
-  }
+  GPUCKPT_RETURN_IF_ERROR(PunchGarbage(packs, files, plan.punch, &live, &report));
   return report;
+}
+
+Status ChunkStore::RewriteOrLeaveToPunch(const std::vector<ChunkPacks::PackFile>& files,
+                                         const std::vector<uint64_t>& rewrite,
+                                         std::vector<uint64_t>* punch, PackCompaction* report) {
+  auto moved = RewritePacks(rewrite);
+  if (moved.ok()) {
+    report->packs_rewritten = rewrite.size();
+    report->packs_removed += rewrite.size();
+    report->bytes_rewritten = *moved;
+    for (uint64_t id : rewrite) {
+      for (const auto& f : files) {
+        if (f.id == id) report->bytes_freed += f.size;
+      }
+    }
+  } else if (moved.status().code() == StatusCode::kNoSpace) {
+    // The disk filled meanwhile; RewritePacks removed its copies.
+    punch->insert(punch->end(), rewrite.begin(), rewrite.end());
+  } else {
+    return moved.status();
+  }
+  return Status::Ok();
 }
 
 Result<uint64_t> ChunkStore::RewritePacks(const std::vector<uint64_t>& ids) {

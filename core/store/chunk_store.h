@@ -30,6 +30,7 @@
 #include <atomic>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <unordered_set>
 #include <vector>
@@ -132,6 +133,37 @@ class ChunkStore {
   // locations there and removes the old packs; returns the bytes copied. On
   // failure the copies are removed and the old packs stay.
   Result<uint64_t> RewritePacks(const std::vector<uint64_t>& ids);
+  // Steps of ReadMany().
+  // A chunk of ReadMany() that lies in a pack: refs[index] at `location`.
+  struct PackedChunk {
+    size_t index;
+    PackLocation location;
+  };
+  class RunBuffers;
+  // Sets (*out)[i] for each ref found in the cache; the indices of the
+  // others go to `*wanted`.
+  Status ServeFromCache(const std::vector<ChunkRef>& refs,
+                        std::vector<std::shared_ptr<const std::string>>* out,
+                        std::vector<size_t>* wanted) const;
+  // Looks the records of refs[wanted] up in one MultiGet: those kept inline
+  // are decoded into `*out`, the others' pack locations go to `*packed`.
+  Status LookUpLocations(const std::vector<ChunkRef>& refs, const std::vector<size_t>& wanted,
+                         const ChunkDomainKey* domain,
+                         std::vector<std::shared_ptr<const std::string>>* out,
+                         std::vector<PackedChunk>* packed) const;
+  // The end of the run of `packed` (sorted by place) that starts at `begin`:
+  // records of one pack close enough to be read in one go.
+  static size_t EndOfRun(const std::vector<PackedChunk>& packed, size_t begin);
+  // Reads `run` in one read and decodes its chunks into `*out`.
+  Status ReadRun(const std::vector<ChunkRef>& refs, std::span<const PackedChunk> run,
+                 const ChunkDomainKey* domain, RunBuffers* buffers,
+                 std::vector<std::shared_ptr<const std::string>>* out) const;
+  // A step of CompactPacks(): copies the live records of packs `rewrite`
+  // (RewritePacks()) and counts them in `*report`; when the disk filled
+  // meanwhile, adds them to `*punch` instead.
+  Status RewriteOrLeaveToPunch(const std::vector<ChunkPacks::PackFile>& files,
+                               const std::vector<uint64_t>& rewrite, std::vector<uint64_t>* punch,
+                               PackCompaction* report);
   // The record stored under `seq` into `*storage`; `hash` names it in errors.
   Status LoadRecord(const ChunkHash& hash, uint64_t seq, std::string* storage) const;
   // Decodes `record` of chunk `hash` (stored under `seq`, named in

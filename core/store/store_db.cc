@@ -238,6 +238,91 @@ Result<unsigned long> ReadableVersion(const std::string& dir, const std::string&
   return v;
 }
 
+// Makes the store directory `dir` when it is missing and may be created,
+// durably; refuses a path that is there but no directory.
+Status MakeStoreDirectory(const std::string& dir, bool create_if_missing, StoreFileOps* files) {
+  struct stat st {};
+  if (stat(dir.c_str(), &st) != 0) {
+    if (errno != ENOENT || !create_if_missing) return StatusFromErrno(errno, "store " + dir);
+    if (files->MakeDirectory(dir.c_str(), 0700) != 0) {
+      if (errno != EEXIST) return StatusFromErrno(errno, "creating store " + dir);
+    } else {
+      // A new directory's name is durable once its parent is synced: until
+      // then a power loss may take the store, and every snapshot committed
+      // to it, away.
+      std::string parent = std::filesystem::path(dir).parent_path().string();
+      if (parent.empty()) parent = ".";
+      // A parent this user may write but not read (mode -wx) cannot be
+      // opened to sync; the store works without it.
+      if (files->SyncDirectory(parent.c_str()) != 0 && errno != EACCES) {
+        return StatusFromErrno(errno, "syncing " + parent);
+      }
+    }
+  } else if (!S_ISDIR(st.st_mode)) {
+    return Status::InvalidArgument("store " + dir + " is not a directory");
+  }
+  return Status::Ok();
+}
+
+// Refuses `dir` when it has no database and either may not get one or holds
+// something else than an unfinished store.
+Status CheckHoldsStoreOrMayCreateOne(const std::string& dir, const std::string& db_dir,
+                                     bool create_if_missing) {
+  struct stat db_st {};
+  const bool has_db = stat(db_dir.c_str(), &db_st) == 0;
+  if (!has_db) {
+    if (!create_if_missing) return Status::NotFound("no gpuckpt store in " + dir);
+    // Never scatter our files into somebody's unrelated directory.
+    if (!HoldsOnlyAnUnfinishedStore(dir)) {
+      return Status::InvalidArgument(dir + " is not a gpuckpt store and is not empty");
+    }
+  }
+  return Status::Ok();
+}
+
+// Makes db/ if it is missing and syncs the store directory's names.
+Status MakeDatabaseDirectory(const std::string& dir, const std::string& db_dir,
+                             StoreFileOps* files) {
+  if (files->MakeDirectory(db_dir.c_str(), 0700) != 0 && errno != EEXIST) {
+    return StatusFromErrno(errno, "creating " + db_dir);
+  }
+  // The names of packs/ and db/, which may have just been made (or made by
+  // an open that crashed before this sync). Cheap when nothing changed.
+  if (files->SyncDirectory(dir.c_str()) != 0) return StatusFromErrno(errno, "syncing " + dir);
+  return Status::Ok();
+}
+
+// The options of a holder's database in `db_dir`. Makes the info log file.
+rocksdb::DBOptions HolderDbOptions(const std::string& db_dir, bool create_if_missing,
+                                   rocksdb::Env* env, ChunkPacks* packs) {
+  rocksdb::DBOptions db_options;
+  db_options.info_log = std::make_shared<InfoLog>(db_dir + "/LOG");
+  if (env) db_options.env = env;
+  db_options.create_if_missing = create_if_missing;
+  db_options.create_missing_column_families = true;
+  db_options.max_background_jobs = 4;
+  db_options.bytes_per_sync = 1 << 20;
+  db_options.keep_log_file_num = 4;
+  db_options.max_total_wal_size = 256ull << 20;
+  // Chunks, their meta records and extents are written without the WAL and
+  // made durable by a flush before a snapshot is published. Atomic flush
+  // keeps the families consistent with each other at every flush, so a
+  // crash never leaves a meta record whose chunk was lost.
+  db_options.atomic_flush = true;
+  // Chunks of a file lie in order in the blob files, so a sequential read
+  // of a checkpoint is a sequential read of the disk: let the kernel read
+  // ahead (RocksDB otherwise advises "random" on every file it opens).
+  db_options.advise_random_on_open = false;
+  // No preallocation: RocksDB would fallocate 1.1 write buffers (35 MiB) for
+  // every WAL, which here holds a few KiB (bulk writes skip it), and 1.1
+  // target file sizes for every compaction output. On a small or nearly
+  // full disk those reservations alone made writes fail that would fit.
+  db_options.allow_fallocate = false;
+  db_options.listeners.push_back(std::make_shared<SyncPacksBeforeFlush>(packs));
+  db_options.listeners.push_back(std::make_shared<ResumeOnlyWhenAsked>());
+  return db_options;
+}
+
 }  // namespace
 
 Status FromRocks(const rocksdb::Status& s, std::string_view context) {
@@ -269,154 +354,19 @@ Result<std::unique_ptr<StoreDb>> StoreDb::Open(const std::string& dir, bool crea
   StoreFileOps* const files = env.files ? env.files.get() : StoreFileOps::System();
   const std::string db_dir = dir + "/" + format::kDbDirName;
 
-  struct stat st {};
-  if (stat(dir.c_str(), &st) != 0) {
-    if (errno != ENOENT || !create_if_missing) return StatusFromErrno(errno, "store " + dir);
-    if (files->MakeDirectory(dir.c_str(), 0700) != 0) {
-      if (errno != EEXIST) return StatusFromErrno(errno, "creating store " + dir);
-    } else {
-      // A new directory's name is durable once its parent is synced: until
-      // then a power loss may take the store, and every snapshot committed
-      // to it, away.
-      std::string parent = std::filesystem::path(dir).parent_path().string();
-      if (parent.empty()) parent = ".";
-      // A parent this user may write but not read (mode -wx) cannot be
-      // opened to sync; the store works without it.
-      if (files->SyncDirectory(parent.c_str()) != 0 && errno != EACCES) {
-        return StatusFromErrno(errno, "syncing " + parent);
-      }
-    }
-  } else if (!S_ISDIR(st.st_mode)) {
-    return Status::InvalidArgument("store " + dir + " is not a directory");
-  }
-  struct stat db_st {};
-  const bool has_db = stat(db_dir.c_str(), &db_st) == 0;
-  if (!has_db) {
-    if (!create_if_missing) return Status::NotFound("no gpuckpt store in " + dir);
-    // Never scatter our files into somebody's unrelated directory.
-    if (!HoldsOnlyAnUnfinishedStore(dir)) {
-      return Status::InvalidArgument(dir + " is not a gpuckpt store and is not empty");
-    }
-  }
-
-  const std::string lock_path = dir + "/" + format::kLockFileName;
-  store->lock_fd_ = open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
-  if (store->lock_fd_ < 0) return StatusFromErrno(errno, "opening " + lock_path);
-  if (flock(store->lock_fd_, LOCK_EX | LOCK_NB) != 0) {
-    const int err = errno;
-    if (err != EWOULDBLOCK) return StatusFromErrno(err, "locking " + lock_path);
-    char buf[32] = {};
-    const ssize_t n = pread(store->lock_fd_, buf, sizeof(buf) - 1, 0);
-    std::string holder = n > 0 ? std::string(buf, static_cast<size_t>(n)) : "unknown";
-    while (!holder.empty() && (holder.back() == '\n' || holder.back() == ' ')) holder.pop_back();
-    return Status::Busy("store " + dir + " is in use by process " + holder +
-                        " (a running gpuckptfs or gpuckpt); stop it or use another --store");
-  }
-  // The holder's pid, for the message above; the flock is what counts.
-  const std::string pid = std::to_string(getpid()) + "\n";
-  if (ftruncate(store->lock_fd_, 0) != 0 ||
-      pwrite(store->lock_fd_, pid.data(), pid.size(), 0) != static_cast<ssize_t>(pid.size())) {
-    return StatusFromErrno(errno, "writing " + lock_path);
-  }
-
+  GPUCKPT_RETURN_IF_ERROR(MakeStoreDirectory(dir, create_if_missing, files));
+  GPUCKPT_RETURN_IF_ERROR(CheckHoldsStoreOrMayCreateOne(dir, db_dir, create_if_missing));
+  GPUCKPT_RETURN_IF_ERROR(store->LockStore());
   GPUCKPT_ASSIGN_OR_RETURN(store->packs_,
                            ChunkPacks::Open(dir + "/" + format::kPacksDirName, files));
-
-  // The reserve: 1% of the filesystem, within bounds. Opening writes
-  // (RocksDB replays its WAL into new table files), so on a full disk the
-  // reserve goes first: otherwise a store filled by a process that then
-  // exited could not even be opened to rm and gc.
-  struct statvfs vfs {};
-  uint64_t fs_bytes = 0;
-  if (statvfs(dir.c_str(), &vfs) == 0) fs_bytes = uint64_t{vfs.f_blocks} * vfs.f_frsize;
-  store->reserve_bytes_ =
-      std::clamp<uint64_t>(fs_bytes / 100, format::kReserveMinBytes, format::kReserveMaxBytes);
-  if (auto free = store->FreeBytes(); !free.ok() || *free < store->reserve_bytes_) {
-    unlink((dir + "/" + format::kReserveFileName).c_str());
-  }
-
+  store->GiveUpReserveIfShortOfSpace();
   auto cache = rocksdb::NewLRUCache(block_cache_bytes);
-  rocksdb::DBOptions db_options;
-  if (files->MakeDirectory(db_dir.c_str(), 0700) != 0 && errno != EEXIST) {
-    return StatusFromErrno(errno, "creating " + db_dir);
-  }
-  // The names of packs/ and db/, which may have just been made (or made by
-  // an open that crashed before this sync). Cheap when nothing changed.
-  if (files->SyncDirectory(dir.c_str()) != 0) return StatusFromErrno(errno, "syncing " + dir);
-  db_options.info_log = std::make_shared<InfoLog>(db_dir + "/LOG");
-  if (store->rocksdb_env_) db_options.env = store->rocksdb_env_.get();
-  db_options.create_if_missing = create_if_missing;
-  db_options.create_missing_column_families = true;
-  db_options.max_background_jobs = 4;
-  db_options.bytes_per_sync = 1 << 20;
-  db_options.keep_log_file_num = 4;
-  db_options.max_total_wal_size = 256ull << 20;
-  // Chunks, their meta records and extents are written without the WAL and
-  // made durable by a flush before a snapshot is published. Atomic flush
-  // keeps the families consistent with each other at every flush, so a
-  // crash never leaves a meta record whose chunk was lost.
-  db_options.atomic_flush = true;
-  // Chunks of a file lie in order in the blob files, so a sequential read
-  // of a checkpoint is a sequential read of the disk: let the kernel read
-  // ahead (RocksDB otherwise advises "random" on every file it opens).
-  db_options.advise_random_on_open = false;
-  // No preallocation: RocksDB would fallocate 1.1 write buffers (35 MiB) for
-  // every WAL, which here holds a few KiB (bulk writes skip it), and 1.1
-  // target file sizes for every compaction output. On a small or nearly
-  // full disk those reservations alone made writes fail that would fit.
-  db_options.allow_fallocate = false;
-  db_options.listeners.push_back(std::make_shared<SyncPacksBeforeFlush>(store->packs_.get()));
-  db_options.listeners.push_back(std::make_shared<ResumeOnlyWhenAsked>());
-
-  std::vector<rocksdb::ColumnFamilyDescriptor> families = Families(cache);
-  rocksdb::DB* raw = nullptr;
-  rocksdb::Status s = rocksdb::DB::Open(db_options, db_dir, families, &store->handles_, &raw);
-  if (!s.ok()) return FromRocks(s, "opening the database of store " + dir);
-  store->db_.reset(raw);
-
-  std::string version;
-  s = raw->Get(rocksdb::ReadOptions(), store->meta(), format::kMetaStoreVersionKey, &version);
-  auto write_version = [&] {
-    rocksdb::WriteOptions w;
-    w.sync = true;
-    return raw->Put(w, store->meta(), format::kMetaStoreVersionKey,
-                    std::to_string(format::kStoreVersion));
-  };
-  if (s.IsNotFound()) {
-    s = write_version();
-    if (!s.ok()) return FromRocks(s, "initialising store " + dir);
-  } else if (!s.ok()) {
-    return FromRocks(s, "reading the version of store " + dir);
-  } else {
-    GPUCKPT_ASSIGN_OR_RETURN(const unsigned long v, ReadableVersion(dir, version));
-    if (v < format::kStoreVersion) {
-      // Version 1 differs only in keeping records inline, which version 2
-      // still reads: new chunks go to packs, and an older gpuckpt must not
-      // open the store any more.
-      s = write_version();
-      if (!s.ok()) return FromRocks(s, "upgrading store " + dir);
-    }
-  }
-
-  // The fingerprint seed: added to stores made before it existed, which
-  // older gpuckpt versions ignore (so the format version stays).
-  std::string seed;
-  s = raw->Get(rocksdb::ReadOptions(), store->meta(), format::kMetaFingerprintSeedKey, &seed);
-  if (s.IsNotFound()) {
-    GPUCKPT_ASSIGN_OR_RETURN(seed, FingerprintKey::NewSeed());
-    rocksdb::WriteOptions w;
-    w.sync = true;
-    s = raw->Put(w, store->meta(), format::kMetaFingerprintSeedKey, seed);
-    if (!s.ok()) return FromRocks(s, "storing the fingerprint seed of store " + dir);
-  } else if (!s.ok()) {
-    return FromRocks(s, "reading the fingerprint seed of store " + dir);
-  }
-  auto key = FingerprintKey::FromSeed(seed);
-  if (!key.ok()) return Status::Corruption("store " + dir + ": " + key.status().message());
-  store->fingerprint_key_.emplace(*key);
-  // The same secret keys the names of dedup domains (DeriveChunkDomainKey):
-  // a second seed would add a record and nothing a label does not give.
-  store->seed_ = std::move(seed);
+  GPUCKPT_RETURN_IF_ERROR(MakeDatabaseDirectory(dir, db_dir, files));
+  GPUCKPT_RETURN_IF_ERROR(store->OpenDatabase(
+      HolderDbOptions(db_dir, create_if_missing, store->rocksdb_env_.get(), store->packs_.get()),
+      Families(cache)));
+  GPUCKPT_RETURN_IF_ERROR(store->RecordOrCheckVersion());
+  GPUCKPT_RETURN_IF_ERROR(store->LoadFingerprintSeed());
 
   // The reserve again, where it fits. Not having one is no reason to refuse
   // the store (rm and gc must open a full one); new snapshots are refused
@@ -426,6 +376,105 @@ Result<std::unique_ptr<StoreDb>> StoreDb::Open(const std::string& dir, bool crea
     store->MakeReserveLocked().PermitUnchecked();
   }
   return store;
+}
+
+Status StoreDb::LockStore() {
+  const std::string lock_path = dir_ + "/" + format::kLockFileName;
+  lock_fd_ = open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+  if (lock_fd_ < 0) return StatusFromErrno(errno, "opening " + lock_path);
+  if (flock(lock_fd_, LOCK_EX | LOCK_NB) != 0) {
+    const int err = errno;
+    if (err != EWOULDBLOCK) return StatusFromErrno(err, "locking " + lock_path);
+    char buf[32] = {};
+    const ssize_t n = pread(lock_fd_, buf, sizeof(buf) - 1, 0);
+    std::string holder = n > 0 ? std::string(buf, static_cast<size_t>(n)) : "unknown";
+    while (!holder.empty() && (holder.back() == '\n' || holder.back() == ' ')) holder.pop_back();
+    return Status::Busy("store " + dir_ + " is in use by process " + holder +
+                        " (a running gpuckptfs or gpuckpt); stop it or use another --store");
+  }
+  // The holder's pid, for the message above; the flock is what counts.
+  const std::string pid = std::to_string(getpid()) + "\n";
+  if (ftruncate(lock_fd_, 0) != 0 ||
+      pwrite(lock_fd_, pid.data(), pid.size(), 0) != static_cast<ssize_t>(pid.size())) {
+    return StatusFromErrno(errno, "writing " + lock_path);
+  }
+  return Status::Ok();
+}
+
+void StoreDb::GiveUpReserveIfShortOfSpace() {
+  // The reserve: 1% of the filesystem, within bounds. Opening writes
+  // (RocksDB replays its WAL into new table files), so on a full disk the
+  // reserve goes first: otherwise a store filled by a process that then
+  // exited could not even be opened to rm and gc.
+  struct statvfs vfs {};
+  uint64_t fs_bytes = 0;
+  if (statvfs(dir_.c_str(), &vfs) == 0) fs_bytes = uint64_t{vfs.f_blocks} * vfs.f_frsize;
+  reserve_bytes_ =
+      std::clamp<uint64_t>(fs_bytes / 100, format::kReserveMinBytes, format::kReserveMaxBytes);
+  if (auto free = FreeBytes(); !free.ok() || *free < reserve_bytes_) {
+    unlink((dir_ + "/" + format::kReserveFileName).c_str());
+  }
+}
+
+Status StoreDb::OpenDatabase(const rocksdb::DBOptions& db_options,
+                             const std::vector<rocksdb::ColumnFamilyDescriptor>& families) {
+  const std::string db_dir = dir_ + "/" + format::kDbDirName;
+  rocksdb::DB* raw = nullptr;
+  rocksdb::Status s = rocksdb::DB::Open(db_options, db_dir, families, &handles_, &raw);
+  if (!s.ok()) return FromRocks(s, "opening the database of store " + dir_);
+  db_.reset(raw);
+  return Status::Ok();
+}
+
+Status StoreDb::RecordOrCheckVersion() {
+  std::string version;
+  rocksdb::Status s =
+      db_->Get(rocksdb::ReadOptions(), meta(), format::kMetaStoreVersionKey, &version);
+  auto write_version = [&] {
+    rocksdb::WriteOptions w;
+    w.sync = true;
+    return db_->Put(w, meta(), format::kMetaStoreVersionKey, std::to_string(format::kStoreVersion));
+  };
+  if (s.IsNotFound()) {
+    s = write_version();
+    if (!s.ok()) return FromRocks(s, "initialising store " + dir_);
+  } else if (!s.ok()) {
+    return FromRocks(s, "reading the version of store " + dir_);
+  } else {
+    GPUCKPT_ASSIGN_OR_RETURN(const unsigned long v, ReadableVersion(dir_, version));
+    if (v < format::kStoreVersion) {
+      // Version 1 differs only in keeping records inline, which version 2
+      // still reads: new chunks go to packs, and an older gpuckpt must not
+      // open the store any more.
+      s = write_version();
+      if (!s.ok()) return FromRocks(s, "upgrading store " + dir_);
+    }
+  }
+  return Status::Ok();
+}
+
+Status StoreDb::LoadFingerprintSeed() {
+  // The fingerprint seed: added to stores made before it existed, which
+  // older gpuckpt versions ignore (so the format version stays).
+  std::string seed;
+  rocksdb::Status s =
+      db_->Get(rocksdb::ReadOptions(), meta(), format::kMetaFingerprintSeedKey, &seed);
+  if (s.IsNotFound()) {
+    GPUCKPT_ASSIGN_OR_RETURN(seed, FingerprintKey::NewSeed());
+    rocksdb::WriteOptions w;
+    w.sync = true;
+    s = db_->Put(w, meta(), format::kMetaFingerprintSeedKey, seed);
+    if (!s.ok()) return FromRocks(s, "storing the fingerprint seed of store " + dir_);
+  } else if (!s.ok()) {
+    return FromRocks(s, "reading the fingerprint seed of store " + dir_);
+  }
+  auto key = FingerprintKey::FromSeed(seed);
+  if (!key.ok()) return Status::Corruption("store " + dir_ + ": " + key.status().message());
+  fingerprint_key_.emplace(*key);
+  // The same secret keys the names of dedup domains (DeriveChunkDomainKey):
+  // a second seed would add a record and nothing a label does not give.
+  seed_ = std::move(seed);
+  return Status::Ok();
 }
 
 Result<std::unique_ptr<StoreDb>> StoreDb::OpenReadOnly(const std::string& dir,

@@ -154,6 +154,19 @@ class StoreDb {
   // Creates (or completes) the reserve file; kNoSpace when it does not fit.
   Status MakeReserveLocked() REQUIRES(reserve_mu_);
 
+  // Steps of Open(), in its order.
+  // Takes the lock file's flock and writes this process's pid into it.
+  Status LockStore();
+  // Sets reserve_bytes_ and unlinks the reserve when the disk has less free.
+  void GiveUpReserveIfShortOfSpace();
+  Status OpenDatabase(const rocksdb::DBOptions& db_options,
+                      const std::vector<rocksdb::ColumnFamilyDescriptor>& families);
+  // Writes the format version into a new store or one of an older version;
+  // refuses a version this build cannot read.
+  Status RecordOrCheckVersion();
+  // Reads the fingerprint seed, making one when the store has none.
+  Status LoadFingerprintSeed();
+
   std::string dir_;
   bool read_only_ = false;
   std::string secondary_dir_;  // a reader's own directory, removed on close

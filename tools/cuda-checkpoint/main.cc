@@ -206,32 +206,125 @@ int Run(const CudaDriver& driver, const Request& r) {
   return kExitFailure;
 }
 
+// The command line as given, before it is checked.
+struct CommandLine {
+  std::string action, pid_text, timeout_text, device_map_text;
+  bool toggle = false, get_state = false, get_restore_tid = false;
+};
+
+void DescribeOptions(CLI::App& app, CommandLine* line) {
+  app.footer(kEnvironmentHelp);
+  app.set_version_flag("--version", "cuda-checkpoint (gpuckpt) " GPUCKPT_VERSION_STRING);
+  app.add_option("--action", line->action,
+                 "lock: block further CUDA calls; checkpoint: move GPU memory to host memory "
+                 "(locked -> checkpointed); restore: back onto the GPUs (-> locked); unlock: "
+                 "let CUDA calls run again")
+      ->type_name("lock|checkpoint|restore|unlock");
+  app.add_option("--pid", line->pid_text, "The process")->type_name("PID");
+  app.add_option("--timeout", line->timeout_text,
+                 "With lock and --toggle: give up locking after MS milliseconds, leaving the "
+                 "process running (0: wait)")
+      ->type_name("MS");
+  app.add_option("--device-map", line->device_map_text,
+                 "With restore and --toggle: restore onto other GPUs, each OLD GPU UUID onto NEW")
+      ->type_name("OLD=NEW,...");
+  app.add_flag("--get-state", line->get_state,
+               "Print the CUDA state: running, locked, checkpointed");
+  app.add_flag("--get-restore-tid", line->get_restore_tid, "Print the driver's restore thread id");
+  app.add_flag("--toggle", line->toggle, "running -> checkpointed, checkpointed -> running");
+}
+
+// Each of the steps below sets its part of the request and returns what is
+// wrong with the command line or the environment ("" when nothing is).
+
+std::string ReadMode(const CLI::App& app, const CommandLine& line, Mode* mode) {
+  const bool has_action = app.count("--action") > 0;
+  if (int(line.toggle) + int(line.get_state) + int(line.get_restore_tid) + int(has_action) != 1) {
+    return "give one of --action, --toggle, --get-state, --get-restore-tid";
+  }
+  if (line.toggle) {
+    *mode = Mode::kToggle;
+  } else if (line.get_state) {
+    *mode = Mode::kGetState;
+  } else if (line.get_restore_tid) {
+    *mode = Mode::kGetRestoreTid;
+  } else if (line.action == "lock") {
+    *mode = Mode::kLock;
+  } else if (line.action == "checkpoint") {
+    *mode = Mode::kCheckpoint;
+  } else if (line.action == "restore") {
+    *mode = Mode::kRestore;
+  } else if (line.action == "unlock") {
+    *mode = Mode::kUnlock;
+  } else {
+    return fmt::format("unknown --action '{}': expected lock, checkpoint, restore or unlock",
+                       line.action);
+  }
+  return "";
+}
+
+std::string ReadPid(const CLI::App& app, const CommandLine& line, int* pid) {
+  if (app.count("--pid") == 0) return "--pid is required";
+  std::optional<uint64_t> parsed = ParseDecimal(line.pid_text, 1, INT_MAX);
+  if (!parsed) return fmt::format("invalid --pid '{}': not a process id", line.pid_text);
+  *pid = static_cast<int>(*parsed);
+  return "";
+}
+
+std::string ReadLockTimeout(const CLI::App& app, const CommandLine& line, Mode mode,
+                            unsigned* timeout_ms) {
+  const bool locks = mode == Mode::kLock || mode == Mode::kToggle;
+  if (app.count("--timeout") > 0) {
+    if (!locks) return "--timeout applies to --action lock and --toggle only";
+    std::optional<uint64_t> ms = ParseDecimal(line.timeout_text, 0, UINT_MAX);
+    if (!ms) return fmt::format("invalid --timeout '{}': not milliseconds", line.timeout_text);
+    *timeout_ms = static_cast<unsigned>(*ms);
+  }
+  // gpuckptfs's configured timeout must apply although CRIU passes its own.
+  if (std::optional<std::string> env = Env(kEnvLockTimeout); env && locks) {
+    std::optional<uint64_t> ms = ParseDecimal(*env, 0, UINT_MAX);
+    if (!ms) return fmt::format("invalid {}='{}': not milliseconds", kEnvLockTimeout, *env);
+    *timeout_ms = static_cast<unsigned>(*ms);
+  }
+  return "";
+}
+
+std::string ReadGpuMap(const CLI::App& app, const CommandLine& line, Mode mode,
+                       std::vector<GpuUuidPair>* gpu_map) {
+  const bool restores = mode == Mode::kRestore || mode == Mode::kToggle;
+  if (app.count("--device-map") > 0) {
+    if (!restores) return "--device-map applies to --action restore and --toggle only";
+    Result<std::vector<GpuUuidPair>> map = ParseGpuMap(line.device_map_text);
+    if (!map.ok()) return "--device-map: " + map.status().message();
+    *gpu_map = std::move(map).value();
+  } else if (std::optional<std::string> env = Env(kEnvGpuMap); env && restores) {
+    Result<std::vector<GpuUuidPair>> map = ParseGpuMap(*env);
+    if (!map.ok()) return std::string(kEnvGpuMap) + ": " + map.status().message();
+    *gpu_map = std::move(map).value();
+  }
+  return "";
+}
+
+// The request, or what is wrong with it: each step in turn, stopping at the
+// first that finds something.
+std::string ReadRequest(const CLI::App& app, const CommandLine& line, Request* r) {
+  std::string problem = ReadMode(app, line, &r->mode);
+  if (problem.empty()) problem = ReadPid(app, line, &r->pid);
+  if (problem.empty()) problem = ReadLockTimeout(app, line, r->mode, &r->timeout_ms);
+  if (problem.empty()) problem = ReadGpuMap(app, line, r->mode, &r->gpu_map);
+  if (problem.empty()) {
+    if (std::optional<std::string> env = Env(kEnvRangesDir)) r->ranges_dir = *env;
+  }
+  return problem;
+}
+
 int Main(int argc, char** argv) {
   CLI::App app(
       "Checkpoint and restore the CUDA state of a process with the NVIDIA driver's checkpoint "
       "API (gpuckpt's implementation of the command CRIU's cuda_plugin runs).",
       "cuda-checkpoint");
-  app.footer(kEnvironmentHelp);
-  app.set_version_flag("--version", "cuda-checkpoint (gpuckpt) " GPUCKPT_VERSION_STRING);
-  std::string action, pid_text, timeout_text, device_map_text;
-  bool toggle = false, get_state = false, get_restore_tid = false;
-  app.add_option("--action", action,
-                 "lock: block further CUDA calls; checkpoint: move GPU memory to host memory "
-                 "(locked -> checkpointed); restore: back onto the GPUs (-> locked); unlock: "
-                 "let CUDA calls run again")
-      ->type_name("lock|checkpoint|restore|unlock");
-  app.add_option("--pid", pid_text, "The process")->type_name("PID");
-  app.add_option("--timeout", timeout_text,
-                 "With lock and --toggle: give up locking after MS milliseconds, leaving the "
-                 "process running (0: wait)")
-      ->type_name("MS");
-  app.add_option("--device-map", device_map_text,
-                 "With restore and --toggle: restore onto other GPUs, each OLD GPU UUID onto NEW")
-      ->type_name("OLD=NEW,...");
-  app.add_flag("--get-state", get_state, "Print the CUDA state: running, locked, checkpointed");
-  app.add_flag("--get-restore-tid", get_restore_tid, "Print the driver's restore thread id");
-  app.add_flag("--toggle", toggle, "running -> checkpointed, checkpointed -> running");
-
+  CommandLine line;
+  DescribeOptions(app, &line);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -243,65 +336,9 @@ int Main(int argc, char** argv) {
   }
 
   Request r;
-  const bool has_action = app.count("--action") > 0;
-  if (int(toggle) + int(get_state) + int(get_restore_tid) + int(has_action) != 1) {
-    return UsageError("give one of --action, --toggle, --get-state, --get-restore-tid");
+  if (std::string problem = ReadRequest(app, line, &r); !problem.empty()) {
+    return UsageError(problem);
   }
-  if (toggle) {
-    r.mode = Mode::kToggle;
-  } else if (get_state) {
-    r.mode = Mode::kGetState;
-  } else if (get_restore_tid) {
-    r.mode = Mode::kGetRestoreTid;
-  } else if (action == "lock") {
-    r.mode = Mode::kLock;
-  } else if (action == "checkpoint") {
-    r.mode = Mode::kCheckpoint;
-  } else if (action == "restore") {
-    r.mode = Mode::kRestore;
-  } else if (action == "unlock") {
-    r.mode = Mode::kUnlock;
-  } else {
-    return UsageError(
-        fmt::format("unknown --action '{}': expected lock, checkpoint, restore or unlock", action));
-  }
-
-  if (app.count("--pid") == 0) return UsageError("--pid is required");
-  std::optional<uint64_t> pid = ParseDecimal(pid_text, 1, INT_MAX);
-  if (!pid) return UsageError(fmt::format("invalid --pid '{}': not a process id", pid_text));
-  r.pid = static_cast<int>(*pid);
-
-  const bool locks = r.mode == Mode::kLock || r.mode == Mode::kToggle;
-  const bool restores = r.mode == Mode::kRestore || r.mode == Mode::kToggle;
-  if (app.count("--timeout") > 0) {
-    if (!locks) return UsageError("--timeout applies to --action lock and --toggle only");
-    std::optional<uint64_t> ms = ParseDecimal(timeout_text, 0, UINT_MAX);
-    if (!ms) {
-      return UsageError(fmt::format("invalid --timeout '{}': not milliseconds", timeout_text));
-    }
-    r.timeout_ms = static_cast<unsigned>(*ms);
-  }
-  // gpuckptfs's configured timeout must apply although CRIU passes its own.
-  if (std::optional<std::string> env = Env(kEnvLockTimeout); env && locks) {
-    std::optional<uint64_t> ms = ParseDecimal(*env, 0, UINT_MAX);
-    if (!ms) {
-      return UsageError(fmt::format("invalid {}='{}': not milliseconds", kEnvLockTimeout, *env));
-    }
-    r.timeout_ms = static_cast<unsigned>(*ms);
-  }
-
-  if (app.count("--device-map") > 0) {
-    if (!restores) return UsageError("--device-map applies to --action restore and --toggle only");
-    Result<std::vector<GpuUuidPair>> map = ParseGpuMap(device_map_text);
-    if (!map.ok()) return UsageError("--device-map: " + map.status().message());
-    r.gpu_map = std::move(map).value();
-  } else if (std::optional<std::string> env = Env(kEnvGpuMap); env && restores) {
-    Result<std::vector<GpuUuidPair>> map = ParseGpuMap(*env);
-    if (!map.ok()) return UsageError(std::string(kEnvGpuMap) + ": " + map.status().message());
-    r.gpu_map = std::move(map).value();
-  }
-  if (std::optional<std::string> env = Env(kEnvRangesDir)) r.ranges_dir = *env;
-
   Result<std::unique_ptr<CudaDriver>> driver = CudaDriver::Load();
   if (!driver.ok()) return Fail(driver.status());
   return Run(*driver.value(), r);
