@@ -11,6 +11,7 @@
 #include <stdlib.h>
 
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -105,6 +106,44 @@ class PowerLossTest : public ::testing::Test {
     }
   }
 
+  // Runs `op` on a copy of the closed store at `base`, first once to count
+  // the syncs it makes (more than three: packs, table files, the manifest,
+  // the WAL; recorded as the test property `property`), then once for each
+  // n up to two past that count with nothing made durable after the n-th
+  // sync, losing the power once the store is closed. `op` returns the
+  // number of syncs made when its effect was committed; `check(n,
+  // committed_at)` judges the store the power loss left.
+  void AtEverySyncOf(const std::string& base, const char* property,
+                     const std::function<uint64_t(Store&, PowerLossEnv&)>& op,
+                     const std::function<void(uint64_t n, uint64_t committed_at)>& check) {
+    uint64_t total = 0;
+    {
+      CopyStore(base, store_dir_);
+      PowerLossEnv env;
+      auto store = OpenWith(env);
+      ASSERT_NE(store, nullptr);
+      op(*store, env);
+      total = env.syncs();
+    }
+    ASSERT_GT(total, 3u) << "a commit syncs packs, table files, the manifest and the WAL";
+    RecordProperty(property, static_cast<int>(total));
+    for (uint64_t n = 0; n <= total + 2; ++n) {
+      CopyStore(base, store_dir_);
+      PowerLossEnv env;
+      env.StopDurabilityAfter(n);
+      uint64_t committed_at = 0;
+      {
+        auto store = OpenWith(env);
+        ASSERT_NE(store, nullptr);
+        committed_at = op(*store, env);
+      }
+      if (HasFatalFailure()) return;
+      ASSERT_OK(env.PowerLoss());
+      check(n, committed_at);
+      if (HasFatalFailure() || HasFailure()) return;
+    }
+  }
+
   TempDir tmp_;
   std::string root_;
   std::string store_dir_;
@@ -196,39 +235,21 @@ TEST_F(PowerLossTest, PowerLossAtEverySyncOfACommit) {
     ASSERT_OK(s);
     ASSERT_OK(Import(**s, a, "a"));
   }
-  // One run without a power loss: how many syncs a commit takes.
-  uint64_t total = 0;
-  {
-    CopyStore(base, store_dir_);
-    PowerLossEnv env;
-    auto store = OpenWith(env);
-    ASSERT_NE(store, nullptr);
-    ASSERT_OK(Import(*store, b, "b"));
-    total = env.syncs();
-  }
-  ASSERT_GT(total, 3u) << "a commit syncs packs, table files, the manifest and the WAL";
-  RecordProperty("syncs_of_a_commit", static_cast<int>(total));
-  for (uint64_t n = 0; n <= total + 2; ++n) {
-    CopyStore(base, store_dir_);
-    PowerLossEnv env;
-    env.StopDurabilityAfter(n);
-    uint64_t synced_at_commit = 0;
-    {
-      auto store = OpenWith(env);
-      ASSERT_NE(store, nullptr);
-      ASSERT_OK(Import(*store, b, "b"));
-      synced_at_commit = env.syncs();
-    }
-    ASSERT_OK(env.PowerLoss());
-    const std::string when = "power lost after sync " + std::to_string(n) + " of " +
-                             std::to_string(synced_at_commit) + " of the commit of b";
-    if (n >= synced_at_commit) {
-      ExpectConsistent({{"a", a}, {"b", b}}, {}, when);
-    } else {
-      ExpectConsistent({{"a", a}}, {{"b", b}}, when);
-    }
-    if (HasFatalFailure() || HasFailure()) break;
-  }
+  AtEverySyncOf(
+      base, "syncs_of_a_commit",
+      [&](Store& store, PowerLossEnv& env) {
+        EXPECT_OK(Import(store, b, "b"));
+        return env.syncs();
+      },
+      [&](uint64_t n, uint64_t committed_at) {
+        const std::string when = "power lost after sync " + std::to_string(n) + " of " +
+                                 std::to_string(committed_at) + " of the commit of b";
+        if (n >= committed_at) {
+          ExpectConsistent({{"a", a}, {"b", b}}, {}, when);
+        } else {
+          ExpectConsistent({{"a", a}}, {{"b", b}}, when);
+        }
+      });
 }
 
 TEST_F(PowerLossTest, PowerLossAtEverySyncOfRemoveAndGc) {
@@ -241,40 +262,26 @@ TEST_F(PowerLossTest, PowerLossAtEverySyncOfRemoveAndGc) {
     ASSERT_OK(Import(**s, drop, "drop"));
     ASSERT_OK(Import(**s, keep, "keep"));
   }
-  uint64_t total = 0;
-  {
-    CopyStore(base, store_dir_);
-    PowerLossEnv env;
-    auto store = OpenWith(env);
-    ASSERT_NE(store, nullptr);
-    ASSERT_OK(store->Remove("drop"));
-    ASSERT_OK_AND_ASSIGN(GcReport gc, store->Gc());
-    EXPECT_GE(gc.packs_rewritten + gc.packs_removed, 1u) << "gc must move or remove packs";
-    total = env.syncs();
-  }
-  ASSERT_GT(total, 3u);
-  RecordProperty("syncs_of_remove_and_gc", static_cast<int>(total));
-  for (uint64_t n = 0; n <= total + 2; ++n) {
-    CopyStore(base, store_dir_);
-    PowerLossEnv env;
-    env.StopDurabilityAfter(n);
-    uint64_t synced_at_remove = 0;
-    {
-      auto store = OpenWith(env);
-      ASSERT_NE(store, nullptr);
-      ASSERT_OK(store->Remove("drop"));
-      synced_at_remove = env.syncs();
-      ASSERT_OK(store->Gc());
-    }
-    ASSERT_OK(env.PowerLoss());
-    const std::string when = "power lost after sync " + std::to_string(n) + " of remove and gc";
-    if (n >= synced_at_remove) {
-      ExpectConsistent({{"keep", keep}}, {}, when);
-    } else {
-      ExpectConsistent({{"keep", keep}}, {{"drop", drop}}, when);
-    }
-    if (HasFatalFailure() || HasFailure()) break;
-  }
+  AtEverySyncOf(
+      base, "syncs_of_remove_and_gc",
+      [&](Store& store, PowerLossEnv& env) {
+        EXPECT_OK(store.Remove("drop"));
+        const uint64_t removed_at = env.syncs();
+        auto gc = store.Gc();
+        EXPECT_OK(gc);
+        if (gc.ok()) {
+          EXPECT_GE(gc->packs_rewritten + gc->packs_removed, 1u) << "gc must move or remove packs";
+        }
+        return removed_at;
+      },
+      [&](uint64_t n, uint64_t removed_at) {
+        const std::string when = "power lost after sync " + std::to_string(n) + " of remove and gc";
+        if (n >= removed_at) {
+          ExpectConsistent({{"keep", keep}}, {}, when);
+        } else {
+          ExpectConsistent({{"keep", keep}}, {{"drop", drop}}, when);
+        }
+      });
 }
 
 }  // namespace
