@@ -89,6 +89,7 @@ spdlog::level::level_enum OperationLogLevel(const Status& status) {
     case StatusCode::kNoMemory:
     case StatusCode::kAborted:
     case StatusCode::kUnavailable:
+    case StatusCode::kTimedOut:
       return spdlog::level::warn;
     default:
       return spdlog::level::err;

@@ -35,6 +35,8 @@ std::string_view StatusCodeName(StatusCode code) {
       return "NoSuchProcess";
     case StatusCode::kNoMemory:
       return "NoMemory";
+    case StatusCode::kTimedOut:
+      return "TimedOut";
   }
   return "Unknown";
 }
@@ -89,6 +91,8 @@ Status StatusFromErrno(int err, std::string_view context) {
       return Status::Unavailable(std::move(m));
     case ENOMEM:
       return Status::NoMemory(std::move(m));
+    case ETIMEDOUT:
+      return Status::TimedOut(std::move(m));
     default:
       return Status::IOError(std::move(m));
   }
@@ -124,6 +128,8 @@ int ErrnoFromStatus(const Status& status) {
       return ESRCH;
     case StatusCode::kNoMemory:
       return ENOMEM;
+    case StatusCode::kTimedOut:
+      return ETIMEDOUT;
   }
   return EIO;
 }

@@ -35,6 +35,7 @@ enum class StatusCode {
   kInternal,          // a bug in gpuckpt
   kNoSuchProcess,     // the process is gone or never was (ESRCH)
   kNoMemory,          // not enough host memory, or a memory cgroup's limit (ENOMEM)
+  kTimedOut,          // a remote service (the shared pool) did not answer in time (ETIMEDOUT)
 };
 
 // Name of a code, e.g. "NotFound".
@@ -63,6 +64,7 @@ class [[nodiscard]] Status {
   static Status Internal(std::string m) { return {StatusCode::kInternal, std::move(m)}; }
   static Status NoSuchProcess(std::string m) { return {StatusCode::kNoSuchProcess, std::move(m)}; }
   static Status NoMemory(std::string m) { return {StatusCode::kNoMemory, std::move(m)}; }
+  static Status TimedOut(std::string m) { return {StatusCode::kTimedOut, std::move(m)}; }
 
   bool ok() const { return code_ == StatusCode::kOk; }
   StatusCode code() const { return code_; }
