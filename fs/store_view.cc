@@ -262,6 +262,25 @@ Result<std::shared_ptr<const StoreView::SnapshotTree>> StoreView::CurrentTree(
   return cached;
 }
 
+Result<StoreView::SnapshotHead> StoreView::CurrentHead(const std::string& id, const Caller& caller,
+                                                        bool device_view) {
+  GPUCKPT_ASSIGN_OR_RETURN(SnapshotInfo info, store_->Get(id));
+  SnapshotHead head{std::move(info), {}};
+  head.owner = OwnerOf(head.info);
+  // Absent rather than forbidden: EACCES would say that it exists.
+  if (!Visible(head.owner, caller)) return Status::NotFound("no checkpoint " + id);
+  if (device_view && !HasDeviceState(head.info))
+    return Status::NotFound("checkpoint " + id + " has no device state");
+  return head;
+}
+
+Result<StoreView::SnapshotHead> StoreView::VisibleHead(const NodeId& node, const Caller& caller) {
+  GPUCKPT_ASSIGN_OR_RETURN(SnapshotHead head,
+                           CurrentHead(node.snapshot, caller, InDeviceView(node.kind)));
+  if (head.info.key != node.key) return Status::NotFound("checkpoint " + node.snapshot + " was removed");
+  return head;
+}
+
 Result<std::shared_ptr<const StoreView::SnapshotTree>> StoreView::Tree(const NodeId& node) {
   {
     MutexLock lock(&mu_);
@@ -351,16 +370,15 @@ Result<NodeId> StoreView::CheckpointListChild(const NodeId& parent, const std::s
   switch (parent.kind) {
     case NodeKind::kCheckpointsDir: {
       // Someone else's checkpoint is as absent as in the listing.
-      auto tree = CurrentTree(name);
-      if (!tree.ok() || !Visible((*tree)->owner, caller)) return NoEntry(name);
-      return SnapshotNode(NodeKind::kSnapshotDir, name, (*tree)->info.key);
+      auto head = CurrentHead(name, caller, /*device_view=*/false);
+      if (!head.ok()) return NoEntry(name);
+      return SnapshotNode(NodeKind::kSnapshotDir, name, head->info.key);
     }
     case NodeKind::kDeviceDir: {
       // As checkpoints/<id>, and only where the checkpoint has device state.
-      auto tree = CurrentTree(name);
-      if (!tree.ok() || !Visible((*tree)->owner, caller) || !(*tree)->has_device)
-        return NoEntry(name);
-      return SnapshotNode(NodeKind::kDeviceSnapshotDir, name, (*tree)->info.key);
+      auto head = CurrentHead(name, caller, /*device_view=*/true);
+      if (!head.ok()) return NoEntry(name);
+      return SnapshotNode(NodeKind::kDeviceSnapshotDir, name, head->info.key);
     }
     case NodeKind::kArchivesDir: {
       // As checkpoints/<id>.
@@ -377,9 +395,11 @@ Result<NodeId> StoreView::CheckpointListChild(const NodeId& parent, const std::s
 
 Result<NodeId> StoreView::SnapshotChild(const NodeId& parent, const std::string& name,
                                         const Caller& caller) {
-  GPUCKPT_ASSIGN_OR_RETURN(auto tree, VisibleTree(parent, caller));
-  if (parent.kind == NodeKind::kSnapshotDir && name == "manifest.json")
+  if (parent.kind == NodeKind::kSnapshotDir && name == "manifest.json") {
+    GPUCKPT_RETURN_IF_ERROR(VisibleHead(parent, caller).status());
     return SnapshotNode(NodeKind::kManifest, parent.snapshot, parent.key);
+  }
+  GPUCKPT_ASSIGN_OR_RETURN(auto tree, VisibleTree(parent, caller));
   const std::string path = parent.path.empty() ? name : parent.path + "/" + name;
   if (ListingOf(*tree, parent).entries.count(path) == 0) return NoEntry(name);
   const NodeKind kind =
@@ -572,24 +592,30 @@ Result<struct stat> StoreView::TopLevelAttributes(const NodeId& node, const Call
 }
 
 Result<struct stat> StoreView::CheckpointAttributes(const NodeId& node, const Caller& caller) {
-  GPUCKPT_ASSIGN_OR_RETURN(auto tree, VisibleTree(node, caller));
   switch (node.kind) {
     case NodeKind::kSnapshotDir:
     case NodeKind::kDeviceSnapshotDir: {
+      GPUCKPT_ASSIGN_OR_RETURN(SnapshotHead head, VisibleHead(node, caller));
       // Images hold a process's whole memory: only its owner and root.
       struct stat st = DirStat(0700);
-      st.st_uid = tree->owner.uid;
-      st.st_gid = tree->owner.gid;
-      SetTime(&st, tree->info.created_ns);
+      st.st_uid = head.owner.uid;
+      st.st_gid = head.owner.gid;
+      SetTime(&st, head.info.created_ns);
       return st;
     }
     case NodeKind::kManifest: {
-      struct stat st = FileStat(0400, SnapshotManifestJson(tree->info).size());
-      st.st_uid = tree->owner.uid;
-      st.st_gid = tree->owner.gid;
-      SetTime(&st, tree->info.created_ns);
+      GPUCKPT_ASSIGN_OR_RETURN(SnapshotHead head, VisibleHead(node, caller));
+      struct stat st = FileStat(0400, SnapshotManifestJson(head.info).size());
+      st.st_uid = head.owner.uid;
+      st.st_gid = head.owner.gid;
+      SetTime(&st, head.info.created_ns);
       return st;
     }
+    default:
+      break;
+  }
+  GPUCKPT_ASSIGN_OR_RETURN(auto tree, VisibleTree(node, caller));
+  switch (node.kind) {
     case NodeKind::kArchive: {
       if (tree->archive == nullptr) return tree->archive_status;
       const FileEntry& file = tree->archive->file();
@@ -648,8 +674,8 @@ Result<std::string> StoreView::GeneratedContent(const NodeId& node, const Caller
     case NodeKind::kMetrics:
       return engine_->MetricsText();
     case NodeKind::kManifest: {
-      GPUCKPT_ASSIGN_OR_RETURN(auto tree, VisibleTree(node, caller));
-      return SnapshotManifestJson(tree->info);
+      GPUCKPT_ASSIGN_OR_RETURN(SnapshotHead head, VisibleHead(node, caller));
+      return SnapshotManifestJson(head.info);
     }
     case NodeKind::kPidStatus: {
       GPUCKPT_ASSIGN_OR_RETURN(ProcessInfo p, Process(node.pid));

@@ -207,6 +207,19 @@ class StoreView {
   Result<std::shared_ptr<const SnapshotTree>> CurrentTree(const std::string& id) EXCLUDES(mu_);
   // The incarnation `node` belongs to, or kNotFound once it is removed.
   Result<std::shared_ptr<const SnapshotTree>> Tree(const NodeId& node) EXCLUDES(mu_);
+  // What a checkpoint's directory and manifest.json show, from its
+  // manifest alone: no file is listed, so that a checkpoint that is only in
+  // the shared pool is not fetched for a stat or an ls -l.
+  struct SnapshotHead {
+    SnapshotInfo info;
+    SnapshotOwner owner;
+  };
+  // The checkpoint published as `id` now, if `caller` may see it (and, for
+  // a device/<id> name, where it has device state); else kNotFound.
+  Result<SnapshotHead> CurrentHead(const std::string& id, const Caller& caller,
+                                   bool device_view);
+  // CurrentHead() of the incarnation `node` belongs to.
+  Result<SnapshotHead> VisibleHead(const NodeId& node, const Caller& caller);
   // Tree(node), and kNotFound where `caller` may not see it (or, for a
   // device/<id> node, where the checkpoint has no device/<id>).
   Result<std::shared_ptr<const SnapshotTree>> VisibleTree(const NodeId& node, const Caller& caller)

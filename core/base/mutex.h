@@ -11,6 +11,7 @@
 #ifndef GPUCKPT_CORE_BASE_MUTEX_H_
 #define GPUCKPT_CORE_BASE_MUTEX_H_
 
+#include <chrono>
 #include <condition_variable>
 #include <mutex>
 #include <shared_mutex>
@@ -142,6 +143,13 @@ class CondVar {
     std::unique_lock<std::mutex> lock(mu.mu_, std::adopt_lock);
     cv_.wait(lock);
     lock.release();  // still held: the caller's lock gives it up
+  }
+  // As Wait(), for at most `timeout`; false when it ran out.
+  bool WaitFor(Mutex& mu, std::chrono::milliseconds timeout) REQUIRES(mu) {
+    std::unique_lock<std::mutex> lock(mu.mu_, std::adopt_lock);
+    const bool notified = cv_.wait_for(lock, timeout) == std::cv_status::no_timeout;
+    lock.release();
+    return notified;
   }
   void NotifyOne() { cv_.notify_one(); }
   void NotifyAll() { cv_.notify_all(); }

@@ -427,8 +427,9 @@ Result<GcReport> Engine::Gc(const Caller& caller) {
   NoteStoreChanged();
   metrics_.CountOperation("gc", report.ok() ? "ok" : ResultLabel(report.status().code()));
   if (report.ok()) {
-    spdlog::info("gc uid={} result=ok chunks_deleted={} bytes={} total_s={:.3f}", caller.uid,
-                 report->chunks_deleted, report->bytes_deleted, total_s);
+    spdlog::info("gc uid={} result=ok chunks_deleted={} bytes={} pool_swept_chunks={} total_s={:.3f}",
+                 caller.uid, report->chunks_deleted, report->bytes_deleted,
+                 report->pool_swept_chunks, total_s);
   } else {
     LogOperationEnd(report.status(), "gc uid={} result={} error={}", caller.uid,
                     ResultLabel(report.status().code()), LogValue(report.status().message()));
@@ -483,7 +484,24 @@ nlohmann::json Engine::ProcessStatusJson(const ProcessInfo& p) {
                  {"ended", Rfc3339Utc(last->ended_ns)}};
     for (const auto& line : last->detail) j["last"]["error_detail"].push_back(DisplayText(line));
   }
+  if (auto pool = store_->pool_stats()) j["pool"] = PoolStatusJson(*pool, j["last"]);
   return j;
+}
+
+nlohmann::json Engine::PoolStatusJson(const PoolStats& pool, const nlohmann::json& last) {
+  // Where the latest checkpoint is: in the pool, or still waiting to be
+  // published there (--pool-background). The pool's last error is not
+  // shown: it may name another user's checkpoint (it is in the log).
+  nlohmann::json checkpoint;
+  if (last.is_object() && last["checkpoint"].is_string() && last["ok"].get<bool>()) {
+    if (auto info = store_->Get(last["checkpoint"].get<std::string>()); info.ok()) {
+      checkpoint = info->pool_incarnation != 0 || info->pool_only ? "published" : "pending";
+    }
+  }
+  return {{"name", pool.pool},
+          {"background", pool.background},
+          {"pending_checkpoints", pool.pending},
+          {"last_checkpoint", checkpoint}};
 }
 
 std::string Engine::ProcessStatus(const ProcessInfo& p) {
@@ -523,6 +541,14 @@ std::string Engine::ProcessStatus(const ProcessInfo& p) {
   out += "operation: " + board_.InFlight(p.pid) + "\n";
   if (j["operation"].is_object())
     out += "operation_started: " + j["operation"]["started"].get<std::string>() + "\n";
+  if (j.contains("pool")) {
+    const nlohmann::json& pool = j["pool"];
+    out += fmt::format("pool: {} ({} checkpoints waiting to be published)\n",
+                       pool["name"].get<std::string>(),
+                       pool["pending_checkpoints"].get<uint64_t>());
+    if (pool["last_checkpoint"].is_string())
+      out += "pool_last_checkpoint: " + pool["last_checkpoint"].get<std::string>() + "\n";
+  }
   const nlohmann::json& last = j["last"];
   if (!last.is_object()) {
     out += "last: none\n";
@@ -573,7 +599,7 @@ std::string Engine::MetricsText() {
     }
     stats = store_stats_;
   }
-  return metrics_.Render(store_->cache_stats(), stats);
+  return metrics_.Render(store_->cache_stats(), stats, store_->pool_stats());
 }
 
 void Engine::RecordFailure(int pid, const std::string& operation, const Status& status,

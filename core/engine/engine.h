@@ -204,6 +204,9 @@ class Engine {
   };
   Result<std::unique_ptr<WorkDir>> MakeWorkDir(const std::string& label);
   void FinishWorkDir(const std::string& dir, bool ok) EXCLUDES(mu_);
+  // status.json's "pool": the shared pool's state, and where the latest
+  // checkpoint (`last`, status.json's) is.
+  nlohmann::json PoolStatusJson(const PoolStats& pool, const nlohmann::json& last);
   Result<std::string> NextCheckpointName(int pid);
   // Refuses (kNoSpace) when `caller` (not root) is limited by a quota that
   // `worst_case_bytes` more could exceed; `what` names the operation.

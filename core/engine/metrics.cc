@@ -107,7 +107,45 @@ void Single(std::string* out, const char* name, const char* type, const char* he
 
 }  // namespace
 
-std::string Metrics::Render(const CacheStats& cache, const std::optional<StoreStats>& store) const {
+namespace {
+
+// The shared pool's counters (PoolStats), when the store has a pool.
+void RenderPool(const PoolStats& pool, std::string* out) {
+  Header(out, "gpuckpt_pool_pushes_total", "counter",
+         "Checkpoints published in the shared pool, by result.");
+  *out += fmt::format("gpuckpt_pool_pushes_total{{pool=\"{}\",result=\"ok\"}} {}\n", pool.pool,
+                      pool.pushes);
+  *out += fmt::format("gpuckpt_pool_pushes_total{{pool=\"{}\",result=\"failed\"}} {}\n",
+                      pool.pool, pool.push_failures);
+  Header(out, "gpuckpt_pool_pulls_total", "counter",
+         "Checkpoints fetched from the shared pool into this store, by result.");
+  *out += fmt::format("gpuckpt_pool_pulls_total{{pool=\"{}\",result=\"ok\"}} {}\n", pool.pool,
+                      pool.pulls);
+  *out += fmt::format("gpuckpt_pool_pulls_total{{pool=\"{}\",result=\"failed\"}} {}\n",
+                      pool.pool, pool.pull_failures);
+  auto single = [&](const char* name, const char* type, const char* help, uint64_t v) {
+    Header(out, name, type, help);
+    *out += fmt::format("{}{{pool=\"{}\"}} {}\n", name, pool.pool, v);
+  };
+  single("gpuckpt_pool_uploaded_chunks_total", "counter",
+         "Chunks sent to the pool (those it lacked).", pool.uploaded_chunks);
+  single("gpuckpt_pool_uploaded_bytes_total", "counter",
+         "Stored (compressed) bytes of the chunks sent to the pool.", pool.uploaded_bytes);
+  single("gpuckpt_pool_reused_chunks_total", "counter",
+         "Chunks of published checkpoints that the pool had already.", pool.reused_chunks);
+  single("gpuckpt_pool_fetched_chunks_total", "counter",
+         "Chunks fetched from the pool (those this store lacked).", pool.fetched_chunks);
+  single("gpuckpt_pool_fetched_bytes_total", "counter",
+         "Stored (compressed) bytes of the chunks fetched from the pool.", pool.fetched_bytes);
+  single("gpuckpt_pool_pending_checkpoints", "gauge",
+         "Checkpoints durable here and waiting to be published in the pool (--pool-background).",
+         pool.pending);
+}
+
+}  // namespace
+
+std::string Metrics::Render(const CacheStats& cache, const std::optional<StoreStats>& store,
+                            const std::optional<PoolStats>& pool) const {
   MutexLock lock(&mu_);
   std::string out;
   Header(&out, "gpuckpt_build_info", "gauge",
@@ -156,6 +194,7 @@ std::string Metrics::Render(const CacheStats& cache, const std::optional<StoreSt
            "What the store's directory takes on disk (packs, index, garbage not yet collected).",
            store->disk_bytes);
   }
+  if (pool) RenderPool(*pool, &out);
   Header(&out, "gpuckpt_chunk_cache_requests_total", "counter", "Chunk cache lookups by readers.");
   out += fmt::format("gpuckpt_chunk_cache_requests_total{{result=\"hit\"}} {}\n", cache.hits);
   out += fmt::format("gpuckpt_chunk_cache_requests_total{{result=\"miss\"}} {}\n", cache.misses);

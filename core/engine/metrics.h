@@ -44,7 +44,8 @@ class Metrics {
   void ObserveFrozen(double seconds) EXCLUDES(mu_);
 
   // `store`: the store's totals, where known.
-  std::string Render(const CacheStats& cache, const std::optional<StoreStats>& store) const
+  std::string Render(const CacheStats& cache, const std::optional<StoreStats>& store,
+                     const std::optional<PoolStats>& pool) const
       EXCLUDES(mu_);
 
  private:

@@ -319,7 +319,7 @@ void CheckSnapshot(StoreImpl* store, const SnapshotInfo& snap, const CheckedChun
 Result<FsckReport> StoreImpl::FsckOnce() {
   FsckReport report;
   const ChunkMetas metas = ReadChunkMetas(*db_, &report);
-  GPUCKPT_ASSIGN_OR_RETURN(const std::vector<SnapshotInfo> snapshots, List());
+  GPUCKPT_ASSIGN_OR_RETURN(const std::vector<SnapshotInfo> snapshots, LocalList());
   ChunkDomains domains;
   domains.Learn(*db_, snapshots, &report);
   const CheckedChunks chunks = CheckChunkRecords(*db_, *chunk_store_, metas, domains, &report);

@@ -153,6 +153,7 @@ std::string EncodeSnapshotRecord(const SnapshotInfo& info) {
   // Readers before `created` existed take the time from here; the store's
   // own record is read by nothing that loses digits.
   j["created_ns"] = info.created_ns;
+  if (info.pool_incarnation != 0) j["pool_incarnation"] = info.pool_incarnation;
   std::string record(1, static_cast<char>(format::kSnapshotRecordVersion));
   record += j.dump();
   return record;
@@ -188,6 +189,7 @@ Result<SnapshotInfo> DecodeSnapshotRecord(std::string_view id, std::string_view 
     info.base = j.value("base", std::string());
     info.base_chunks = j.value("base_chunks", uint64_t{0});
     info.written_by = j.value("written_by", std::string());
+    info.pool_incarnation = j.value("pool_incarnation", uint64_t{0});
     if (j.contains("dedup_domain")) {
       // A wrapped uid would name chunks in someone else's domain.
       const uint64_t uid = j.at("dedup_domain").get<uint64_t>();
@@ -265,12 +267,12 @@ Result<FileEntry> DecodeFileRecord(std::string_view record) {
 }
 
 std::string EncodeExtentRecord(const ChunkHash& hash, uint64_t seq, uint64_t length,
-                               const ChunkFingerprint& fingerprint) {
+                               const std::optional<ChunkFingerprint>& fingerprint) {
   std::string record(1, static_cast<char>(format::kExtentRecordVersion));
   record.append(hash.view());
   PutVarint64(&record, seq);
   PutVarint64(&record, length);
-  record.append(fingerprint.view());
+  if (fingerprint) record.append(fingerprint->view());
   return record;
 }
 

@@ -40,8 +40,10 @@ struct Extent {
   // before fingerprints existed.
   std::optional<ChunkFingerprint> fingerprint;
 };
+// An extent without a fingerprint is one written before they existed (or
+// fetched from a pool that had none for it).
 std::string EncodeExtentRecord(const ChunkHash& hash, uint64_t seq, uint64_t length,
-                               const ChunkFingerprint& fingerprint);
+                               const std::optional<ChunkFingerprint>& fingerprint);
 // `offset` comes from the key.
 Result<Extent> DecodeExtentRecord(uint64_t offset, std::string_view record);
 

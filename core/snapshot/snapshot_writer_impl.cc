@@ -69,7 +69,7 @@ SnapshotWriterImpl::SnapshotWriterImpl(StoreImpl* store, SnapshotSpec spec, uint
 
 SnapshotWriterImpl::~SnapshotWriterImpl() {
   if (queue_) queue_->Finish().PermitUnchecked();
-  if (!committed_) store_->ReleaseName(spec_.name);
+  if (!committed_) store_->ReleaseName(spec_.name, StoreImpl::NameFate::kAbandoned);
   // Records written under key_ by an uncommitted writer are invisible; Gc()
   // removes them.
 }
@@ -317,9 +317,13 @@ Result<SnapshotInfo> SnapshotWriterImpl::Commit() {
   info.duration_s = std::chrono::duration<double>(now - start_).count();
   info.commit_s = std::chrono::duration<double>(now - commit_start).count();
   info.sync_s = std::chrono::duration<double>(now - sync_start).count();
+  // In the shared pool first (unless it is fed in the background): a
+  // snapshot that could not be published there is not published here.
+  if (Status s = store_->PushBeforePublish(&info); !s.ok()) return Fail(s);
   if (Status s = store_->Publish(info); !s.ok()) return Fail(s);
   committed_ = true;
-  store_->ReleaseName(spec_.name);
+  store_->ReleaseName(spec_.name, StoreImpl::NameFate::kPublished);
+  store_->AfterPublish(info);
   return info;
 }
 

@@ -11,6 +11,7 @@
 
 #include "core/snapshot/extent_index.h"
 #include "core/snapshot/file_reader_impl.h"
+#include "core/snapshot/pool_link.h"
 #include "core/snapshot/records.h"
 #include "core/snapshot/snapshot_writer_impl.h"
 #include "core/store/chunk_codec.h"
@@ -101,18 +102,41 @@ Result<std::unique_ptr<Store>> OpenStoreWithEnv(const std::string& dir, const St
   auto cache = std::make_unique<ChunkCache>(options.chunk_cache_bytes);
   GPUCKPT_ASSIGN_OR_RETURN(auto chunks,
                            ChunkStore::Open(db.get(), cache.get(), options.verify_on_read));
-  return std::unique_ptr<Store>(
-      new StoreImpl(std::move(db), std::move(cache), std::move(chunks), options));
+  std::unique_ptr<PoolLink> pool;
+  if (options.pool) {
+    std::unique_ptr<rocksdb::Iterator> it(
+        db->db()->NewIterator(rocksdb::ReadOptions(), db->snapshots()));
+    it->SeekToFirst();
+    const bool has_snapshots = it->Valid();
+    GPUCKPT_RETURN_IF_ERROR(FromRocks(it->status(), "listing snapshots"));
+    GPUCKPT_ASSIGN_OR_RETURN(
+        pool, PoolLink::Open(*options.pool, db.get(), has_snapshots, options.read_only));
+  }
+  return std::unique_ptr<Store>(new StoreImpl(std::move(db), std::move(cache), std::move(chunks),
+                                              std::move(pool), options));
 }
 
 StoreImpl::StoreImpl(std::unique_ptr<StoreDb> db, std::unique_ptr<ChunkCache> cache,
-                     std::unique_ptr<ChunkStore> chunks, const StoreOptions& options)
+                     std::unique_ptr<ChunkStore> chunks, std::unique_ptr<PoolLink> pool,
+                     const StoreOptions& options)
     : db_(std::move(db)),
       options_(options),
       cache_(std::move(cache)),
-      chunk_store_(std::move(chunks)) {}
+      chunk_store_(std::move(chunks)),
+      pool_(std::move(pool)) {
+  if (pool_ && pool_->options().background) pusher_ = std::thread([this] { PushInBackground(); });
+}
 
 StoreImpl::~StoreImpl() {
+  if (pusher_.joinable()) {
+    {
+      MutexLock lock(&pusher_mu_);
+      stopping_ = true;
+    }
+    pusher_cv_.NotifyAll();
+    pusher_.join();
+  }
+  pool_.reset();
   // The chunk store borrows the database: it goes first.
   chunk_store_.reset();
 }
@@ -176,7 +200,7 @@ Result<std::unique_ptr<SnapshotWriter>> StoreImpl::BeginSnapshot(
   auto generic = Chunker::Create(options_.chunking.generic, 1);
   auto pages = Chunker::Create(options_.chunking.pages, options_.chunking.page_size);
   if (!generic.ok() || !pages.ok()) {
-    ReleaseName(spec.name);
+    ReleaseName(spec.name, NameFate::kAbandoned);
     return !generic.ok() ? generic.status() : pages.status();
   }
   auto writer = std::make_unique<SnapshotWriterImpl>(this, std::move(spec), key, *generic, *pages,
@@ -186,6 +210,14 @@ Result<std::unique_ptr<SnapshotWriter>> StoreImpl::BeginSnapshot(
 }
 
 Status StoreImpl::ReserveUnusedName(const std::string& name) {
+  GPUCKPT_RETURN_IF_ERROR(ReserveLocalName(name));
+  if (pool_ == nullptr) return Status::Ok();
+  Status pooled = ReservePoolName(name);
+  if (!pooled.ok()) ReleaseName(name, NameFate::kAbandoned);
+  return pooled;
+}
+
+Status StoreImpl::ReserveLocalName(const std::string& name) {
   {
     MutexLock lock(&names_mu_);
     if (!reserved_names_.insert(name).second) {
@@ -199,14 +231,20 @@ Status StoreImpl::ReserveUnusedName(const std::string& name) {
   std::string ignored;
   rocksdb::Status s = db_->db()->Get(rocksdb::ReadOptions(), db_->snapshots(), name, &ignored);
   if (s.IsNotFound()) return Status::Ok();
-  ReleaseName(name);
+  ReleaseName(name, NameFate::kAbandoned);
   if (s.ok()) return Status::AlreadyExists("snapshot '" + name + "' already exists");
   return FromRocks(s, "looking up snapshot '" + name + "'");
 }
 
-void StoreImpl::ReleaseName(const std::string& name) {
-  MutexLock lock(&names_mu_);
-  reserved_names_.erase(name);
+void StoreImpl::ReleaseName(const std::string& name, NameFate fate) {
+  bool give_up_pool_name = false;
+  {
+    MutexLock lock(&names_mu_);
+    reserved_names_.erase(name);
+    if (fate == NameFate::kAbandoned) give_up_pool_name = pool_reserved_.erase(name) != 0;
+  }
+  // Outside the lock: a round trip to the pool.
+  if (give_up_pool_name) pool_->ReleaseName(name);
 }
 
 Status StoreImpl::Publish(const SnapshotInfo& info) {
@@ -228,7 +266,7 @@ Status StoreImpl::Publish(const SnapshotInfo& info) {
                    "publishing snapshot '" + info.id + "'");
 }
 
-Result<std::vector<SnapshotInfo>> StoreImpl::List() {
+Result<std::vector<SnapshotInfo>> StoreImpl::LocalList() {
   std::vector<SnapshotInfo> out;
   std::unique_ptr<rocksdb::Iterator> it(
       db_->db()->NewIterator(rocksdb::ReadOptions(), db_->snapshots()));
@@ -243,7 +281,7 @@ Result<std::vector<SnapshotInfo>> StoreImpl::List() {
   return out;
 }
 
-Result<SnapshotInfo> StoreImpl::Get(const std::string& id) {
+Result<SnapshotInfo> StoreImpl::LocalGet(const std::string& id) {
   if (!ValidateSnapshotName(id).ok()) {
     return Status::NotFound("no snapshot '" + id + "' (not a valid snapshot id)");
   }
@@ -275,7 +313,7 @@ Result<std::vector<std::pair<uint32_t, FileEntry>>> StoreImpl::ReadFileRecords(
 }
 
 Result<std::vector<FileEntry>> StoreImpl::ListFiles(const std::string& id) {
-  GPUCKPT_ASSIGN_OR_RETURN(SnapshotInfo info, Get(id));
+  GPUCKPT_ASSIGN_OR_RETURN(SnapshotInfo info, EnsureLocal(id));
   GPUCKPT_ASSIGN_OR_RETURN(auto records, ReadFileRecords(info.key));
   std::vector<FileEntry> out;
   out.reserve(records.size());
@@ -286,7 +324,7 @@ Result<std::vector<FileEntry>> StoreImpl::ListFiles(const std::string& id) {
 }
 
 Result<std::pair<SnapshotInfo, SnapshotPin>> StoreImpl::PinSnapshot(const std::string& id) {
-  GPUCKPT_ASSIGN_OR_RETURN(SnapshotInfo seen, Get(id));
+  GPUCKPT_ASSIGN_OR_RETURN(SnapshotInfo seen, EnsureLocal(id));
   {
     MutexLock lock(&pins_->mu);
     pins_->keys.insert(seen.key);
@@ -296,7 +334,7 @@ Result<std::pair<SnapshotInfo, SnapshotPin>> StoreImpl::PinSnapshot(const std::s
   // has deleted the record by now (it holds pins_->mu until its write is
   // done), and a Gc() that missed it listed the snapshots before, while
   // this one was still there (it lists them before it reads the pins).
-  GPUCKPT_ASSIGN_OR_RETURN(SnapshotInfo info, Get(id));
+  GPUCKPT_ASSIGN_OR_RETURN(SnapshotInfo info, LocalGet(id));
   if (info.key != seen.key) {
     return Status::NotFound("snapshot '" + id + "' was removed while it was opened");
   }
@@ -346,12 +384,12 @@ Result<std::unique_ptr<FileReader>> StoreImpl::OpenListedFile(const std::string&
                                                         entry.index, std::move(e)));
 }
 
-Status StoreImpl::Remove(const std::string& id) {
+Status StoreImpl::RemoveLocal(const std::string& id) {
   return Reclaiming(db_.get(), [&] { return RemoveOnce(id); });
 }
 
 Status StoreImpl::RemoveOnce(const std::string& id) {
-  GPUCKPT_ASSIGN_OR_RETURN(SnapshotInfo info, Get(id));
+  GPUCKPT_ASSIGN_OR_RETURN(SnapshotInfo info, LocalGet(id));
   rocksdb::WriteBatch batch;
   auto s = batch.Delete(db_->snapshots(), id);
   // Held until the write is done, so that a reader pins either before (and
@@ -375,11 +413,18 @@ Status StoreImpl::RemoveOnce(const std::string& id) {
 }
 
 Result<GcReport> StoreImpl::Gc() {
-  WriterMutexLock gc_lock(&gc_mu_);  // no writer runs while we sweep
-  return Reclaiming(db_.get(), [&] {
-    gc_mu_.AssertHeld();  // run by Reclaiming() within gc_lock's scope
-    return GcLocked();
-  });
+  Result<GcReport> report = [&]() -> Result<GcReport> {
+    WriterMutexLock gc_lock(&gc_mu_);  // no writer runs while we sweep
+    return Reclaiming(db_.get(), [&] {
+      gc_mu_.AssertHeld();  // run by Reclaiming() within gc_lock's scope
+      return GcLocked();
+    });
+  }();
+  // The pool's collection runs without gc_mu_: it is the pool's business,
+  // and this store's writers have nothing to wait for.
+  if (!report.ok() || pool_ == nullptr) return report;
+  GPUCKPT_RETURN_IF_ERROR(CollectPool(&*report));
+  return report;
 }
 
 // The steps of GcLocked().
@@ -512,8 +557,8 @@ Status RemoveGarbageFromPacks(ChunkStore* chunks, GcReport* report) {
 
 Result<GcReport> StoreImpl::GcLocked() {
   GcReport report;
-  GPUCKPT_ASSIGN_OR_RETURN(const std::vector<SnapshotInfo> snapshots, List());
-  // Read after List(): see PinSnapshot().
+  GPUCKPT_ASSIGN_OR_RETURN(const std::vector<SnapshotInfo> snapshots, LocalList());
+  // Read after the list: see PinSnapshot().
   const std::unordered_set<uint64_t> live_keys = LiveOrPinnedKeys(snapshots, pins_.get());
   GPUCKPT_ASSIGN_OR_RETURN(GcMarks marks, MarkLiveChunks(db_.get(), live_keys));
   GPUCKPT_RETURN_IF_ERROR(AddOrphansOfFileRecords(db_.get(), live_keys, &marks.orphan_keys));
@@ -546,7 +591,7 @@ Result<FsckReport> StoreImpl::Fsck() {
 
 Result<StoreStats> StoreImpl::Stats() {
   StoreStats stats;
-  GPUCKPT_ASSIGN_OR_RETURN(auto snapshots, List());
+  GPUCKPT_ASSIGN_OR_RETURN(auto snapshots, LocalList());
   stats.snapshot_count = snapshots.size();
   for (const auto& s : snapshots) stats.logical_bytes += s.logical_bytes;
   std::unique_ptr<rocksdb::Iterator> it(

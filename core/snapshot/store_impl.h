@@ -20,9 +20,12 @@
 #define GPUCKPT_CORE_SNAPSHOT_STORE_IMPL_H_
 
 #include <atomic>
+#include <deque>
+#include <map>
 #include <memory>
 #include <set>
 #include <string>
+#include <thread>
 #include <utility>
 
 #include "core/base/mutex.h"
@@ -73,10 +76,14 @@ class SnapshotPin {
 Result<std::unique_ptr<Store>> OpenStoreWithEnv(const std::string& dir, const StoreOptions& options,
                                                 const StoreEnv& env);
 
+class PoolLink;
+
 class StoreImpl final : public Store {
  public:
+  // `pool`: the shared pool's link, or null (StoreOptions::pool).
   StoreImpl(std::unique_ptr<StoreDb> db, std::unique_ptr<ChunkCache> cache,
-            std::unique_ptr<ChunkStore> chunks, const StoreOptions& options);
+            std::unique_ptr<ChunkStore> chunks, std::unique_ptr<PoolLink> pool,
+            const StoreOptions& options);
   ~StoreImpl() override;
 
   using Store::BeginSnapshot;
@@ -101,6 +108,7 @@ class StoreImpl final : public Store {
   CacheStats cache_stats() const override {
     return CacheStats{cache_->hits(), cache_->misses(), options_.chunk_cache_bytes};
   }
+  std::optional<PoolStats> pool_stats() const override;
   const std::string& dir() const override { return db_->dir(); }
 
   // For the snapshot writer.
@@ -111,8 +119,21 @@ class StoreImpl final : public Store {
   // reserved for it (info.id), which the writer still holds: no one else
   // publishes that name meanwhile. Fails if a snapshot of that name exists.
   Status Publish(const SnapshotInfo& info) EXCLUDES(names_mu_);
-  // Forgets a name reserved by BeginSnapshot().
-  void ReleaseName(const std::string& name) EXCLUDES(names_mu_);
+  // Forgets a name reserved by BeginSnapshot(): once its snapshot is
+  // published (which keeps the name in the shared pool too), or when it
+  // was abandoned (which gives the pool's reservation up as well).
+  enum class NameFate { kPublished, kAbandoned };
+  void ReleaseName(const std::string& name, NameFate fate) EXCLUDES(names_mu_);
+
+  // The shared pool's part of a commit (store_pool.cc). Before Publish():
+  // without PoolOptions::background, publishes the committed snapshot in
+  // the pool and sets info->pool_incarnation; a failure fails the commit.
+  // After it: with background, queues the snapshot for the pusher.
+  Status PushBeforePublish(SnapshotInfo* info);
+  void AfterPublish(const SnapshotInfo& info) EXCLUDES(pusher_mu_);
+
+  // This store's own snapshots, oldest first (List() adds the pool's).
+  Result<std::vector<SnapshotInfo>> LocalList();
 
   // Held by a writer for its whole life: Gc waits for it.
   SharedMutexHold LockAgainstGc() { return SharedMutexHold(&gc_mu_); }
@@ -129,9 +150,39 @@ class StoreImpl final : public Store {
  private:
   Result<uint64_t> AllocateSnapshotKey() EXCLUDES(key_mu_);
   // Reserves `name` and checks the database for it: kAlreadyExists when a
-  // writer holds it or a snapshot has it.
+  // writer holds it or a snapshot has it. With a shared pool, also reserves
+  // it there (see ReservePoolName()).
   Status ReserveUnusedName(const std::string& name) EXCLUDES(names_mu_);
+  Status ReserveLocalName(const std::string& name) EXCLUDES(names_mu_);
+  Result<SnapshotInfo> LocalGet(const std::string& id);
+
+  // The shared pool (store_pool.cc).
+  // Reserves a name pool-wide; with background pushes a pool that cannot
+  // be reached defers that to the push.
+  Status ReservePoolName(const std::string& name) EXCLUDES(names_mu_);
+  // The snapshot key a pool-only snapshot is listed with, and fetched
+  // under: one per incarnation, for the life of this Store, so that a
+  // listing and a later read agree.
+  Result<uint64_t> PoolOnlyKey(const std::string& id, uint64_t incarnation) EXCLUDES(pool_keys_mu_);
+  // The pool's snapshot `id` as listed (pool_only), kNotFound without one.
+  Result<SnapshotInfo> PoolGet(const std::string& id);
+  // Snapshot `id` as this store holds it, fetched from the pool first when
+  // it is pool-only there.
+  Result<SnapshotInfo> EnsureLocal(const std::string& id) EXCLUDES(pull_mu_);
+  // Drops this store's copy of a snapshot the pool no longer has (removed
+  // through another store).
+  void DropRemovedFromPool(const SnapshotInfo& info);
+  // Gc()'s run of the pool's collector, into `report`.
+  Status CollectPool(GcReport* report);
+  // The background pusher's loop, and one push of it.
+  void PushInBackground() EXCLUDES(pusher_mu_);
+  Status PushQueued(const std::string& id);
+  // Writes `info` again with its pool incarnation, unless it was removed.
+  Status RecordPoolIncarnation(const std::string& id, uint64_t key, uint64_t incarnation)
+      EXCLUDES(pins_->mu);
   Status RemoveOnce(const std::string& id) EXCLUDES(pins_->mu);
+  // Remove() of this store's copy only.
+  Status RemoveLocal(const std::string& id);
   Result<GcReport> GcLocked() REQUIRES(gc_mu_) EXCLUDES(pins_->mu);
   // One pass of Fsck() over the database as this Store sees it now.
   Result<FsckReport> FsckOnce();
@@ -147,6 +198,23 @@ class StoreImpl final : public Store {
   // Held through a whole key allocation, its synced write included.
   Mutex key_mu_;
   const std::shared_ptr<PinRegistry> pins_ = std::make_shared<PinRegistry>();
+
+  // The shared pool; null without one.
+  std::unique_ptr<PoolLink> pool_;
+  // Names this store reserved in the pool and has not published there.
+  std::set<std::string> pool_reserved_ GUARDED_BY(names_mu_);
+  Mutex pool_keys_mu_;
+  // id -> (incarnation, key) of pool-only snapshots listed so far.
+  std::map<std::string, std::pair<uint64_t, uint64_t>> pool_keys_ GUARDED_BY(pool_keys_mu_);
+  // Held across a whole pull, I/O included: a second reader of a snapshot
+  // being fetched waits for it rather than fetching it again.
+  Mutex pull_mu_ ACQUIRED_BEFORE(gc_mu_);
+  // Background pushes (PoolOptions::background).
+  Mutex pusher_mu_;
+  CondVar pusher_cv_;
+  std::deque<std::string> push_queue_ GUARDED_BY(pusher_mu_);
+  bool stopping_ GUARDED_BY(pusher_mu_) = false;
+  std::thread pusher_;
 };
 
 }  // namespace gpuckpt

@@ -183,10 +183,30 @@ Result<ChunkStore::PutResult> ChunkStore::Put(const ChunkHash& hash, const uint8
 
   GPUCKPT_ASSIGN_OR_RETURN(auto existing, Lookup(hash));
   if (existing) return PutResult{existing->seq, false, 0};
-
-  const uint64_t seq = next_seq_.fetch_add(1);
   std::string record;
   EncodeChunkRecord(data, len, hash, zstd_level, &record);
+  return AppendNew(hash, record, len);
+}
+
+Result<ChunkStore::PutResult> ChunkStore::PutRecord(const ChunkHash& hash, std::string_view record,
+                                                    uint64_t raw_length) {
+  Claim(hash);
+  ScopeExit unclaim([&] { Release(hash); });
+
+  GPUCKPT_ASSIGN_OR_RETURN(auto existing, Lookup(hash));
+  if (existing) return PutResult{existing->seq, false, 0};
+  return AppendNew(hash, record, raw_length);
+}
+
+Result<std::string> ChunkStore::ReadRecord(const ChunkHash& hash, uint64_t seq) const {
+  std::string record;
+  GPUCKPT_RETURN_IF_ERROR(LoadRecord(hash, seq, &record));
+  return record;
+}
+
+Result<ChunkStore::PutResult> ChunkStore::AppendNew(const ChunkHash& hash, std::string_view record,
+                                                    uint64_t raw_length) {
+  const uint64_t seq = next_seq_.fetch_add(1);
   auto appended = db_->packs().Append(record);
   if (!appended.ok()) return OnStoreDisk(appended.status());
   const PackLocation location = *appended;
@@ -194,7 +214,7 @@ Result<ChunkStore::PutResult> ChunkStore::Put(const ChunkHash& hash, const uint8
   auto s = batch.Put(db_->chunks(), ChunkSeqKey(seq), EncodePackLocation(location));
   if (s.ok()) {
     s = batch.Put(db_->chunk_meta(), HashSlice(hash),
-                  EncodeChunkMeta(ChunkMeta{seq, len, record.size()}));
+                  EncodeChunkMeta(ChunkMeta{seq, raw_length, record.size()}));
   }
   if (!s.ok()) return FromRocks(s, "batching chunk " + hash.Hex());
   rocksdb::WriteOptions w;

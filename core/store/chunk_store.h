@@ -57,6 +57,15 @@ class ChunkStore {
     uint64_t stored_bytes = 0;  // size of the new record (0 when not added)
   };
   Result<PutResult> Put(const ChunkHash& hash, const uint8_t* data, size_t len, int zstd_level);
+  // Stores `record`, the encoded record of chunk `hash` (`raw_length`
+  // bytes) as another store keeps it (the shared pool's), unless this
+  // store has the chunk; as Put(). The caller has checked the record
+  // (Check()): it is appended as it is.
+  Result<PutResult> PutRecord(const ChunkHash& hash, std::string_view record,
+                              uint64_t raw_length);
+  // The record of chunk `hash` stored under `seq`, as it lies in its pack,
+  // undecoded and unchecked: what the shared pool is sent.
+  Result<std::string> ReadRecord(const ChunkHash& hash, uint64_t seq) const;
 
   // The meta record of chunk `hash`, if stored.
   Result<std::optional<ChunkMeta>> Lookup(const ChunkHash& hash) const;
@@ -125,6 +134,9 @@ class ChunkStore {
   ChunkStore(StoreDb* db, ChunkCache* cache, ReadVerification verify, uint64_t next_seq)
       : db_(db), cache_(cache), verify_(verify), next_seq_(next_seq) {}
 
+  // Appends `record` to the packs under a new sequence number and indexes
+  // it; the caller holds the claim on `hash` and found no such chunk.
+  Result<PutResult> AppendNew(const ChunkHash& hash, std::string_view record, uint64_t raw_length);
   // Holds `hash` for the caller until Release(); waits while someone else
   // holds it.
   void Claim(const ChunkHash& hash) EXCLUDES(claims_mu_);

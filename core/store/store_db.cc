@@ -477,6 +477,20 @@ Status StoreDb::LoadFingerprintSeed() {
   return Status::Ok();
 }
 
+Status StoreDb::ReplaceFingerprintSeed(const std::string& seed) {
+  if (read_only_) return Status::PermissionDenied("store " + dir_ + " is open read-only");
+  auto key = FingerprintKey::FromSeed(seed);
+  if (!key.ok()) return key.status();
+  rocksdb::WriteOptions w;
+  w.sync = true;
+  GPUCKPT_RETURN_IF_ERROR(
+      FromRocks(db_->Put(w, meta(), format::kMetaFingerprintSeedKey, seed),
+                "storing the fingerprint seed of store " + dir_));
+  fingerprint_key_.emplace(*key);
+  seed_ = seed;
+  return Status::Ok();
+}
+
 Result<std::unique_ptr<StoreDb>> StoreDb::OpenReadOnly(const std::string& dir,
                                                        size_t block_cache_bytes) {
   std::unique_ptr<StoreDb> store(new StoreDb());

@@ -101,6 +101,15 @@ class StoreDb {
 
   const std::string& dir() const { return dir_; }
 
+  // The fingerprint seed itself (secret): the shared pool keeps one for all
+  // the stores that use it.
+  const std::string& fingerprint_seed() const { return seed_; }
+  // Replaces the seed with `seed` (synced), for a store that joins a pool
+  // with another seed. Only before the store is used, and only while it
+  // holds no snapshot (its fingerprints and domain names would stop
+  // matching): the caller checks that. Not thread-safe.
+  Status ReplaceFingerprintSeed(const std::string& seed);
+
   // Whether this is a reader beside the store's holder (OpenReadOnly()).
   bool read_only() const { return read_only_; }
   // A reader: brings its view up to what the holder has written since it

@@ -14,6 +14,7 @@
 #ifndef GPUCKPT_STORE_H_
 #define GPUCKPT_STORE_H_
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -27,6 +28,34 @@
 #include "gpuckpt/store_types.h"
 
 namespace gpuckpt {
+
+// A shared RADOS pool (Ceph) behind a store: see Store and
+// core/store/FORMAT.md, "The shared pool".
+struct PoolOptions {
+  // The RADOS pool's name; it must exist.
+  std::string pool;
+  // ceph.conf; empty: librados's default search (CEPH_CONF, /etc/ceph/).
+  std::string ceph_conf;
+  // The cephx user without "client."; empty: "admin".
+  std::string ceph_id;
+  // How long one pool operation may take before it fails with kTimedOut
+  // (an unreachable cluster is an error after this, never a hang).
+  // Default: 30 s.
+  std::chrono::milliseconds op_timeout{30000};
+  // false: Commit() returns once the snapshot is published in the pool (a
+  // pool that cannot be reached fails the snapshot, and nothing of it is
+  // visible). true: Commit() returns once it is durable here, and it is
+  // pushed to the pool by a background thread, in order, retried while the
+  // pool is unreachable (PoolStats::pending). Default: false.
+  bool background = false;
+  // Collection of the pool's garbage (Gc()): how long a chunk no snapshot
+  // names stays marked before it is swept, and how old an object nothing
+  // needs must be before it goes. Longer than any push takes; a push whose
+  // lookups are older than half of it checks its chunks again before it
+  // publishes. Clocks of the machines on a pool must agree to well within
+  // it. Default: an hour.
+  std::chrono::seconds gc_grace{3600};
+};
 
 struct StoreOptions {
   // Create the store directory (mode 0700: images hold process memory) when
@@ -91,6 +120,14 @@ struct StoreOptions {
   // Bytes of decompressed, verified chunks kept for readers (LRU).
   // Default: 64 MiB.
   uint64_t chunk_cache_bytes = 64ull << 20;
+
+  // A shared pool this store is the local index and cache of: every
+  // snapshot committed here is published there too, the pool's snapshots
+  // are listed beside this store's own, and one is fetched (its records
+  // and the chunks this store lacks) when first read. All the stores on a
+  // pool share its fingerprint seed: a store that holds snapshots made
+  // with another one cannot join it (kInvalidArgument). Default: none.
+  std::optional<PoolOptions> pool;
 
   // fsync (RocksDB WAL sync) before a snapshot becomes visible, and on
   // delete. Without it a power loss can lose a snapshot that was reported
@@ -163,7 +200,9 @@ class Store {
   // index or by one an open FileReader still reads, deletes the rest, and
   // removes the index records of snapshots that were never committed or
   // were removed, then gives the space back (also on a full disk, like
-  // Remove()). Blocks new imports while it runs.
+  // Remove()). Blocks new imports while it runs. With a shared pool, then
+  // runs the pool's collector (GcReport's pool fields), unless another
+  // store's runs.
   virtual Result<GcReport> Gc() = 0;
 
   // Re-hashes every chunk and checks every extent of every snapshot points
@@ -184,6 +223,8 @@ class Store {
 
   // Cheap (no I/O): for metrics.
   virtual CacheStats cache_stats() const = 0;
+  // The shared pool's counters; nullopt without a pool. Cheap (no I/O).
+  virtual std::optional<PoolStats> pool_stats() const = 0;
 
   virtual const std::string& dir() const = 0;
 };

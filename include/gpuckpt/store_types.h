@@ -184,6 +184,32 @@ struct SnapshotInfo {
   // The gpuckpt that wrote the snapshot, as its --version says ("gpuckpt
   // 0.1.0 (commit 9bb0662)"); "" for snapshots written before it was kept.
   std::string written_by;
+  // With a shared pool (StoreOptions::pool): the snapshot's incarnation in
+  // the pool's catalog when it is there (a random number given when it was
+  // pushed, which tells it from a later snapshot of the same name), 0 while
+  // it is in this store only.
+  uint64_t pool_incarnation = 0;
+  // Listed from the pool's catalog, and not yet fetched into this store:
+  // its files are fetched when it is first read (Store::ListFiles() and
+  // the readers), then it is a snapshot of this store like any other.
+  bool pool_only = false;
+};
+
+// The shared pool's counters since the Store was opened (Store::pool_stats()).
+struct PoolStats {
+  std::string pool;                  // the RADOS pool's name
+  bool background = false;           // PoolOptions::background
+  uint64_t pushes = 0;               // snapshots published in the pool
+  uint64_t push_failures = 0;
+  uint64_t pulls = 0;                // snapshots fetched from it
+  uint64_t pull_failures = 0;
+  uint64_t uploaded_chunks = 0;      // chunks the pool lacked, sent
+  uint64_t uploaded_bytes = 0;       // their stored (compressed) size
+  uint64_t reused_chunks = 0;        // chunks the pool had already
+  uint64_t fetched_chunks = 0;       // chunks this store lacked, fetched
+  uint64_t fetched_bytes = 0;        // their stored size
+  uint64_t pending = 0;              // background: snapshots waiting to be pushed
+  std::string last_error;            // the last push or pull that failed, "" if none
 };
 
 struct GcReport {
@@ -200,6 +226,19 @@ struct GcReport {
   // between their live chunks (done where copying them would not fit, and
   // for packs less than half garbage).
   uint64_t bytes_punched = 0;
+  // The shared pool's collector (StoreOptions::pool), when the store has a
+  // pool: whether it ran (false: another store's collector holds the
+  // pool), the chunks it marked, whether it swept (a mark at least the
+  // grace old), the chunks and the objects (packs, bodies, reservations)
+  // it removed and their bytes, and when no sweep was due, in how many
+  // seconds one is.
+  bool pool_collected = false;
+  uint64_t pool_marked_chunks = 0;
+  bool pool_swept = false;
+  uint64_t pool_swept_chunks = 0;
+  uint64_t pool_swept_objects = 0;
+  uint64_t pool_swept_bytes = 0;
+  uint64_t pool_sweep_due_in_s = 0;
 };
 
 struct FsckReport {

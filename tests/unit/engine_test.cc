@@ -307,7 +307,8 @@ TEST(MetricsTest, RendersEveryCounterInPrometheusText) {
                          .stored_bytes = 900,
                          .disk_bytes = 4096};
   const std::string text =
-      metrics.Render(CacheStats{.hits = 5, .misses = 7, .capacity_bytes = 1024}, store);
+      metrics.Render(CacheStats{.hits = 5, .misses = 7, .capacity_bytes = 1024}, store,
+                     std::nullopt);
 
   EXPECT_TRUE(IsPrometheusText(text));
   EXPECT_TRUE(HasLine(text, R"(gpuckpt_operations_total{operation="checkpoint",result="ok"} 2)"))
@@ -355,10 +356,38 @@ TEST(MetricsTest, RendersEveryCounterInPrometheusText) {
   EXPECT_TRUE(HasLine(text, "gpuckpt_chunk_cache_capacity_bytes 1024")) << text;
 }
 
+TEST(MetricsTest, ThePoolsCountersAreLabelledWithItsName) {
+  Metrics metrics;
+  PoolStats pool;
+  pool.pool = "ckpt";
+  pool.pushes = 3;
+  pool.push_failures = 1;
+  pool.pulls = 2;
+  pool.uploaded_chunks = 10;
+  pool.uploaded_bytes = 4096;
+  pool.reused_chunks = 7;
+  pool.fetched_chunks = 5;
+  pool.fetched_bytes = 2048;
+  pool.pending = 4;
+  const std::string text = metrics.Render(CacheStats{}, std::nullopt, pool);
+  EXPECT_TRUE(IsPrometheusText(text)) << text;
+  EXPECT_TRUE(HasLine(text, R"(gpuckpt_pool_pushes_total{pool="ckpt",result="ok"} 3)")) << text;
+  EXPECT_TRUE(HasLine(text, R"(gpuckpt_pool_pushes_total{pool="ckpt",result="failed"} 1)"))
+      << text;
+  EXPECT_TRUE(HasLine(text, R"(gpuckpt_pool_pulls_total{pool="ckpt",result="ok"} 2)")) << text;
+  EXPECT_TRUE(HasLine(text, R"(gpuckpt_pool_uploaded_bytes_total{pool="ckpt"} 4096)")) << text;
+  EXPECT_TRUE(HasLine(text, R"(gpuckpt_pool_reused_chunks_total{pool="ckpt"} 7)")) << text;
+  EXPECT_TRUE(HasLine(text, R"(gpuckpt_pool_fetched_bytes_total{pool="ckpt"} 2048)")) << text;
+  EXPECT_TRUE(HasLine(text, R"(gpuckpt_pool_pending_checkpoints{pool="ckpt"} 4)")) << text;
+}
+
 TEST(MetricsTest, EveryOperationAndResultIsThereAtZeroFromTheStart) {
   Metrics metrics;
-  const std::string text = metrics.Render(CacheStats{}, std::nullopt);
+  const std::string text = metrics.Render(CacheStats{}, std::nullopt, std::nullopt);
   EXPECT_TRUE(IsPrometheusText(text));
+  // Without a pool, no pool metrics at all (rather than zeros that look
+  // like a pool doing nothing).
+  EXPECT_FALSE(Contains(text, "gpuckpt_pool_")) << text;
   for (const auto& operation : Metrics::Operations())
     for (const auto& result : Metrics::Results())
       EXPECT_TRUE(HasLine(text, R"(gpuckpt_operations_total{operation=")" + operation +

@@ -74,6 +74,9 @@ struct Globals {
   std::vector<uint32_t> page_sizes;
   bool page_aware = true;
   bool no_sync = false;
+  PoolOptions pool;  // used when pool.pool is set
+  double pool_timeout_s = 30;
+  unsigned pool_gc_grace_s = 3600;
 };
 
 // How a command opens the store.
@@ -97,6 +100,11 @@ Result<std::unique_ptr<Store>> OpenStore(const Globals& g, Access access) {
   }
   if (!g.page_aware) o.chunking.page_image_globs.clear();
   o.sync_export = !g.no_sync;
+  if (!g.pool.pool.empty()) {
+    o.pool = g.pool;
+    o.pool->op_timeout = std::chrono::milliseconds(static_cast<int64_t>(g.pool_timeout_s * 1000));
+    o.pool->gc_grace = std::chrono::seconds(g.pool_gc_grace_s);
+  }
   return Store::Open(g.store_dir, o);
 }
 
@@ -133,6 +141,24 @@ void DeclareGlobalOptions(CLI::App& app, Globals* g) {
       ->expected(3);
   app.add_flag("!--no-page-aware", g->page_aware,
                "Chunk page images (pages-*.img) like ordinary files, not at page boundaries");
+  app.add_option("--pool", g->pool.pool,
+                 "A Ceph RADOS pool the store shares with gpuckptfs daemons (as gpuckptfs "
+                 "--pool): import publishes there too, ls lists the pool's snapshots as well, "
+                 "rm removes from it");
+  app.add_option("--ceph-conf", g->pool.ceph_conf,
+                 "The pool's ceph.conf (default: librados's search, /etc/ceph/ceph.conf)");
+  app.add_option("--ceph-id", g->pool.ceph_id, "The Ceph user, without client. (default: admin)");
+  app.add_option("--pool-timeout", g->pool_timeout_s,
+                 "Seconds one pool operation may take before it fails with ETIMEDOUT")
+      ->check(CLI::Range(1.0, 3600.0))
+      ->capture_default_str();
+  app.add_option("--pool-gc-grace", g->pool_gc_grace_s,
+                 "Seconds a chunk of the pool that no checkpoint names stays marked before gc "
+                 "deletes it, and how old an unneeded object must be before it goes: longer "
+                 "than any checkpoint takes to publish (machines' clocks must agree to well "
+                 "within it)")
+      ->check(CLI::Range(1u, 30u * 24 * 3600))
+      ->capture_default_str();
 }
 
 Commands DeclareCommands(CLI::App& app, Globals* g, CommandArgs* args) {
@@ -238,6 +264,23 @@ int RunGc(Store& store) {
       static_cast<unsigned long long>(r->packs_removed),
       static_cast<unsigned long long>(r->packs_rewritten), HumanBytes(r->bytes_rewritten).c_str(),
       HumanBytes(r->bytes_punched).c_str());
+  if (store.pool_stats()) {
+    if (!r->pool_collected) {
+      std::printf("pool: another store's collector is running; nothing collected there\n");
+    } else {
+      std::printf("pool: marked %llu chunks no checkpoint names", 
+                  static_cast<unsigned long long>(r->pool_marked_chunks));
+      if (r->pool_swept) {
+        std::printf("; swept %llu chunks and %llu objects (%s)\n",
+                    static_cast<unsigned long long>(r->pool_swept_chunks),
+                    static_cast<unsigned long long>(r->pool_swept_objects),
+                    HumanBytes(r->pool_swept_bytes).c_str());
+      } else {
+        std::printf("; the next sweep is due in %llu s\n",
+                    static_cast<unsigned long long>(r->pool_sweep_due_in_s));
+      }
+    }
+  }
   return 0;
 }
 

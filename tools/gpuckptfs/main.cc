@@ -183,11 +183,11 @@ Result<std::vector<std::string>> FromMountForm(CLI::App& app,
 }
 
 // Opens the store and serves; `ready` gets "" once mounted, or the error.
-int Serve(const std::string& store_dir, EngineOptions engine_options, const MountOptions& mount,
-          const GpuSettings& gpu_settings, const std::function<void(const std::string&)>& ready) {
+int Serve(const std::string& store_dir, const StoreOptions& options, EngineOptions engine_options,
+          const MountOptions& mount, const GpuSettings& gpu_settings,
+          const std::function<void(const std::string&)>& ready) {
   // A CRIU that closes an image pipe early must not kill the daemon.
   signal(SIGPIPE, SIG_IGN);
-  StoreOptions options;
   auto store = Store::Open(store_dir, options);
   if (!store.ok()) {
     ready(store.status().ToString());
@@ -232,6 +232,9 @@ int Serve(const std::string& store_dir, EngineOptions engine_options, const Moun
 // What the command line says.
 struct Settings {
   std::string store_dir = "/var/lib/gpuckpt";
+  PoolOptions pool;  // used when pool.pool is set
+  double pool_timeout_s = 30;
+  unsigned pool_gc_grace_s = 3600;
   MountOptions mount;
   EngineOptions engine_options;
   GpuSettings gpu;
@@ -303,6 +306,36 @@ void DeclareCheckpointOptions(CLI::App& app, EngineOptions* engine_options) {
       ->type_name("SIZE");
 }
 
+void DeclarePoolOptions(CLI::App& app, Settings* settings) {
+  app.add_option("--pool", settings->pool.pool,
+                 "A Ceph RADOS pool shared with the gpuckptfs of other machines: every "
+                 "checkpoint is published there too, the pool's checkpoints are listed here "
+                 "and restored from it (fetching only the chunks this store lacks); the store "
+                 "is then this machine's index and cache of the pool");
+  app.add_option("--ceph-conf", settings->pool.ceph_conf,
+                 "The ceph.conf of the pool's cluster (default: librados's search, "
+                 "/etc/ceph/ceph.conf)");
+  app.add_option("--ceph-id", settings->pool.ceph_id,
+                 "The Ceph user (without client.) whose key gives access to the pool "
+                 "(default: admin)");
+  app.add_option("--pool-timeout", settings->pool_timeout_s,
+                 "Seconds one pool operation may take before it fails with ETIMEDOUT")
+      ->check(CLI::Range(1.0, 3600.0))
+      ->capture_default_str();
+  app.add_option("--pool-gc-grace", settings->pool_gc_grace_s,
+                 "Seconds a chunk of the pool that no checkpoint names stays marked before gc "
+                 "deletes it, and how old an unneeded object must be before it goes: longer "
+                 "than any checkpoint takes to publish (machines' clocks must agree to well "
+                 "within it)")
+      ->check(CLI::Range(1u, 30u * 24 * 3600))
+      ->capture_default_str();
+  app.add_flag("--pool-background", settings->pool.background,
+               "A checkpoint returns once it is durable in this store, and is published in "
+               "the pool in the background, in order, retried while the pool is away (its "
+               "state in status and metrics). Default: a checkpoint returns once it is "
+               "durable in the pool, and fails when the pool cannot be reached");
+}
+
 void DeclareGpuAndMountOptions(CLI::App& app, Settings* settings) {
   app.add_option("--criu-plugin-dir", settings->gpu.criu_plugin_dir,
                  "Where CRIU's cuda_plugin.so and amdgpu_plugin.so are (default: lib/criu "
@@ -358,7 +391,8 @@ std::optional<int> ParseCommandLine(CLI::App& app, int argc, char** argv) {
 // absolute now (the mount point is resolved by ResolveMountpoint).
 void MakePathsAbsolute(Settings* settings) {
   EngineOptions& engine_options = settings->engine_options;
-  for (std::string* path : {&settings->store_dir, &engine_options.criu_path,
+  for (std::string* path : {&settings->store_dir, &settings->pool.ceph_conf,
+                            &engine_options.criu_path,
                             &engine_options.work_dir, &engine_options.state_dir,
                             &settings->gpu.criu_plugin_dir, &settings->gpu.cuda_checkpoint_dir}) {
     *path = Absolute(*path);
@@ -395,8 +429,21 @@ Status ResolveMountpoint(MountOptions* mount) {
   return CheckNothingMountedAt(mount->mountpoint);
 }
 
+// The store's options, from the command line.
+StoreOptions StoreOptionsOf(const Settings& settings) {
+  StoreOptions options;
+  if (!settings.pool.pool.empty()) {
+    options.pool = settings.pool;
+    options.pool->op_timeout =
+        std::chrono::milliseconds(static_cast<int64_t>(settings.pool_timeout_s * 1000));
+    options.pool->gc_grace = std::chrono::seconds(settings.pool_gc_grace_s);
+  }
+  return options;
+}
+
 int ServeInForeground(const Settings& settings) {
-  const int rc = Serve(settings.store_dir, settings.engine_options, settings.mount, settings.gpu,
+  const int rc = Serve(settings.store_dir, StoreOptionsOf(settings), settings.engine_options,
+                       settings.mount, settings.gpu,
                        [](const std::string& error) {
                          if (!error.empty()) {
                            std::fprintf(stderr, "gpuckptfs: %s\n", error.c_str());
@@ -447,8 +494,8 @@ int ServeInBackground(const Settings& settings) {
   setsid();
   if (chdir("/") != 0) _exit(1);
   const int report_fd = pipe_fds[1];
-  return Serve(settings.store_dir, settings.engine_options, settings.mount, settings.gpu,
-               [report_fd](const std::string& error) {
+  return Serve(settings.store_dir, StoreOptionsOf(settings), settings.engine_options,
+               settings.mount, settings.gpu, [report_fd](const std::string& error) {
                  const std::string message = error.empty() ? "ok" : error;
                  if (write(report_fd, message.data(), message.size()) < 0) {
                    // The parent is gone; nothing to tell.
@@ -478,6 +525,7 @@ int Main(int argc, char** argv) {
   Settings settings;
   DeclareDaemonOptions(app, &settings);
   DeclareCheckpointOptions(app, &settings.engine_options);
+  DeclarePoolOptions(app, &settings);
   DeclareGpuAndMountOptions(app, &settings);
   if (const std::optional<int> rc = ParseCommandLine(app, argc, argv)) return *rc;
   if (settings.mount.debug) settings.foreground = true;

@@ -1,0 +1,135 @@
+// PoolLink: a store's link to its shared RADOS pool (StoreOptions::pool;
+// core/store/FORMAT.md, "The shared pool"). It moves snapshots both ways:
+// Push() publishes one of the store's snapshots in the pool (the chunks the
+// pool lacks, then its body, then its catalog entry, so that a snapshot is
+// in the pool exactly when its catalog entry is), Pull() fetches one of the
+// pool's into the store (its body and the chunks the store lacks). Names
+// are reserved pool-wide before a snapshot is written, so that two
+// machines never publish two snapshots under one name.
+//
+// Thread-safe: any number of pushes, pulls and lookups may run at once;
+// counters are atomic. Borrows the StoreDb it was opened with, which must
+// outlive it; the StoreImpl given to Push() and Pull() likewise.
+#ifndef GPUCKPT_CORE_SNAPSHOT_POOL_LINK_H_
+#define GPUCKPT_CORE_SNAPSHOT_POOL_LINK_H_
+
+#include <atomic>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "core/base/mutex.h"
+#include "core/pool/pool_format.h"
+#include "core/pool/pool_gc.h"
+#include "core/pool/rados_pool.h"
+#include "core/store/store_db.h"
+#include "gpuckpt/store.h"
+
+namespace gpuckpt {
+
+class StoreImpl;
+
+class PoolLink {
+ public:
+  // Connects to the pool and gives the store the pool's fingerprint seed
+  // (the pool takes the store's when it has none yet). A store holding
+  // snapshots made under another seed cannot join: kInvalidArgument.
+  // `store_has_snapshots`: whether it holds any. `read_only`: the store is
+  // open read-only (Store::Open's read_only): the pool is only listed, and
+  // its seed must be the store's already.
+  static Result<std::unique_ptr<PoolLink>> Open(const PoolOptions& options, StoreDb* db,
+                                                bool store_has_snapshots, bool read_only);
+  ~PoolLink();
+
+  const PoolOptions& options() const { return options_; }
+
+  // Reserves `id` pool-wide for a snapshot about to be written:
+  // kAlreadyExists when the pool has a snapshot of that name or another
+  // store is writing one.
+  Status ReserveName(const std::string& id);
+  // Gives up a reservation of ours whose snapshot was not published.
+  void ReleaseName(const std::string& id);
+
+  // Publishes `info` (its records under info.key in `store`, committed and
+  // durable there) in the pool under the name this link reserved; returns
+  // its incarnation. Nothing of it is visible in the pool unless it
+  // succeeds.
+  Result<uint64_t> Push(StoreImpl* store, const SnapshotInfo& info);
+
+  // The pool's published snapshots: id -> catalog entry.
+  Result<std::map<std::string, pool::CatalogEntry>> Catalog();
+  // One entry; nullopt when the pool has no snapshot `id`.
+  Result<std::optional<pool::CatalogEntry>> CatalogEntryOf(const std::string& id);
+  // The snapshot an entry describes, as the store lists it (pool_only).
+  static Result<SnapshotInfo> InfoOf(const std::string& id, const pool::CatalogEntry& entry);
+
+  // Fetches snapshot `id`, as `entry` describes it, into `store` under
+  // snapshot key `key`: its file and extent records and every chunk the
+  // store lacks, all durable when it returns. The caller publishes the
+  // returned manifest.
+  Result<SnapshotInfo> Pull(StoreImpl* store, const std::string& id,
+                            const pool::CatalogEntry& entry, uint64_t key);
+
+  // Removes `id` from the pool if its incarnation there is `incarnation`
+  // (a later snapshot of the same name is left alone): the catalog entry
+  // first, then its body and reservation. OK when it is not there.
+  Status Remove(const std::string& id, uint64_t incarnation);
+
+  // One run of the pool's collector (pool_gc.h) with the grace of the
+  // options; collected = false when another store's collector runs.
+  Result<pool::CollectReport> Collect();
+
+  PoolStats stats() const;
+  void CountPushFailure(const Status& error);
+  void CountPullFailure(const Status& error);
+  void set_pending(uint64_t pending) { pending_ = pending; }
+
+ private:
+  PoolLink(PoolOptions options, std::unique_ptr<RadosPool> rados, StoreDb* db);
+  struct Counters {
+    std::atomic<uint64_t> pushes{0}, push_failures{0}, pulls{0}, pull_failures{0};
+    std::atomic<uint64_t> uploaded_chunks{0}, uploaded_bytes{0}, reused_chunks{0};
+    std::atomic<uint64_t> fetched_chunks{0}, fetched_bytes{0};
+  };
+  class Upload;
+  class Fetch;
+  struct ChunkTally {
+    uint64_t uploaded_chunks = 0, uploaded_bytes = 0, reused_chunks = 0;
+  };
+  // Steps of Push(): looks the snapshot's distinct chunks (`order`; where
+  // each lies here, `chunks`) up in the pool, takes back those condemned,
+  // and sends those missing.
+  Result<ChunkTally> EnsureChunksInPool(
+      StoreImpl* store, const std::vector<ChunkHash>& order,
+      const std::unordered_map<ChunkHash, std::pair<uint64_t, uint64_t>, ChunkHashHasher>&
+          chunks);
+  // OK when the name's reservation is still ours (made again if a
+  // collector swept it); kAlreadyExists when another store has it now.
+  Status ConfirmReservation(const std::string& id);
+
+  // The reservation object's contents for this link: who holds the name.
+  std::string ReservationText() const;
+  Status WriteBody(const std::string& id, uint64_t incarnation, const std::string& body);
+  Result<std::string> ReadBody(const std::string& id, const pool::CatalogEntry& entry);
+
+  PoolOptions options_;
+  std::unique_ptr<RadosPool> rados_;
+  StoreDb* db_;
+  // Names this link's pack objects: random per link, so that two stores
+  // (or two runs of one) never write the same pack object.
+  const uint64_t writer_;
+  std::atomic<uint64_t> next_pack_{0};
+  Counters counters_;
+  std::atomic<uint64_t> pending_{0};
+  mutable Mutex error_mu_;
+  std::string last_error_ GUARDED_BY(error_mu_);
+};
+
+}  // namespace gpuckpt
+
+#endif  // GPUCKPT_CORE_SNAPSHOT_POOL_LINK_H_
