@@ -32,10 +32,12 @@
 //   key and apply the change at the object version read
 //   (rados_write_op_assert_version: ERANGE or EOVERFLOW when it moved on).
 // - Taking a lock again with the same cookie fails with EEXIST unless
-//   LIBRADOS_LOCK_FLAG_MAY_RENEW is given, which renews the lease; another
-//   cookie's, or another client's, attempt fails with EBUSY until the
-//   holder's lease runs out; unlocking a lock that this cookie of this
-//   client does not hold fails with ENOENT.
+//   LIBRADOS_LOCK_FLAG_MAY_RENEW is given, which takes the lock or renews
+//   its lease (MUST_RENEW, also there, fails with ENOENT for a lock not
+//   held: not what LockExclusive promises). Another cookie's, or another
+//   client's, attempt fails with EBUSY until the holder's lease runs out;
+//   unlocking a lock that this cookie of this client does not hold fails
+//   with ENOENT.
 // - Keys are passed with their lengths everywhere but in omap_get_vals2's
 //   start_after, a C string: OmapList works around it (see there).
 
