@@ -206,8 +206,7 @@ namespace {
 // Every write goes out with FULL_TRY: a full pool is an error at once, not
 // a wait (see the top of this file).
 int OperateWrite(const WriteOp& write, rados_ioctx_t io, const std::string& oid) {
-  return rados_write_op_operate2(write.op, io, oid.c_str(), nullptr,
-                                 LIBRADOS_OPERATION_FULL_TRY);
+  return rados_write_op_operate2(write.op, io, oid.c_str(), nullptr, LIBRADOS_OPERATION_FULL_TRY);
 }
 
 }  // namespace
@@ -302,9 +301,9 @@ struct RadosPool::Batch::State {
     rados_completion_t completion = nullptr;
     std::unique_ptr<WriteOp> write;  // writes only
     std::string oid;
-    std::string data;                // what a write sends
-    std::string* out = nullptr;      // where a read lands
-    size_t read_start = 0;           // a read: where in *out it began
+    std::string data;            // what a write sends
+    std::string* out = nullptr;  // where a read lands
+    size_t read_start = 0;       // a read: where in *out it began
   };
 
   const std::string& pool;
@@ -388,8 +387,8 @@ void RadosPool::Batch::Read(std::string oid, uint64_t offset, uint64_t length, s
   std::unique_ptr<State::Op> op = state_->NewOp(std::move(oid));
   op->out = out;
   out->resize(length);
-  const int ret = rados_aio_read(state_->io, op->oid.c_str(), op->completion, out->data(), length,
-                                 offset);
+  const int ret =
+      rados_aio_read(state_->io, op->oid.c_str(), op->completion, out->data(), length, offset);
   state_->Issued(std::move(op), ret);
 }
 
@@ -460,7 +459,8 @@ Result<OmapEntries> RadosPool::OmapList(const std::string& oid, const std::strin
   if (max == 0) return OmapEntries();
   const size_t nul = start_after.find('\0');
   if (nul == std::string::npos) {
-    GPUCKPT_ASSIGN_OR_RETURN(OmapPage page, ReadOmapPage(handles_->io, pool_, oid, start_after, max));
+    GPUCKPT_ASSIGN_OR_RETURN(OmapPage page,
+                             ReadOmapPage(handles_->io, pool_, oid, start_after, max));
     return std::move(page.entries);
   }
   // librados would cut start_after at its NUL byte. Listing from that cut
@@ -499,8 +499,8 @@ Status RadosPool::OmapSet(const std::string& oid, const OmapEntries& entries) {
     value_lens.push_back(value.size());
   }
   WriteOp write;
-  rados_write_op_omap_set2(write.op, keys.data(), values.data(), key_lens.data(),
-                           value_lens.data(), entries.size());
+  rados_write_op_omap_set2(write.op, keys.data(), values.data(), key_lens.data(), value_lens.data(),
+                           entries.size());
   const int ret = OperateWrite(write, handles_->io, oid);
   if (ret < 0) return PoolError(ret, pool_, "set omap keys of", oid);
   return Status::Ok();

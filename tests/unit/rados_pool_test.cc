@@ -275,7 +275,8 @@ TEST_F(RadosPoolTest, DestroyingABatchWaitsForItsOperations) {
     }
   }
   for (int i = 0; i < 20; ++i) {
-    EXPECT_EQ(pool_->ReadWhole(oids[i], 1000).value(), std::string(1000, static_cast<char>('a' + i)));
+    EXPECT_EQ(pool_->ReadWhole(oids[i], 1000).value(),
+              std::string(1000, static_cast<char>('a' + i)));
   }
 }
 
@@ -333,8 +334,8 @@ TEST_F(RadosPoolTest, OmapListPages) {
 
 TEST_F(RadosPoolTest, OmapListAfterAKeyWithANulByte) {
   const std::string oid = Name("map");
-  const std::vector<std::string> keys = {"p", std::string("p\0", 2), std::string("p\0a", 3),
-                                         std::string("p\0b", 3), "pa", "q"};
+  const std::vector<std::string> keys = {
+      "p", std::string("p\0", 2), std::string("p\0a", 3), std::string("p\0b", 3), "pa", "q"};
   Entries entries;
   for (const std::string& key : keys) entries.emplace_back(key, "v");
   ASSERT_TRUE(pool_->OmapSet(oid, entries).ok());
@@ -445,6 +446,19 @@ TEST_F(RadosPoolTest, ConnectErrors) {
   EXPECT_FALSE(without_conf.ok());
   EXPECT_NE(without_conf.status().message().find("absent.conf"), std::string::npos)
       << without_conf.status().message();
+
+  // A monitor that does not answer: a port nothing listens on.
+  std::string conf = testing::ReadFile(CephCluster::conf);
+  const size_t host = conf.find("mon host = ");
+  ASSERT_NE(host, std::string::npos);
+  conf.replace(host, conf.find('\n', host) - host, "mon host = v2:127.0.0.1:1");
+  PoolConnection unreachable = Connection(kPool, 2000ms);
+  unreachable.conf_file = CephCluster::dir + "/unreachable.conf";
+  testing::WriteFile(unreachable.conf_file, conf);
+  const auto started = std::chrono::steady_clock::now();
+  auto timed_out = RadosPool::Connect(unreachable);
+  EXPECT_EQ(timed_out.status().code(), StatusCode::kTimedOut) << timed_out.status().ToString();
+  EXPECT_LT(std::chrono::steady_clock::now() - started, 10s);
 }
 
 // A pool over its quota refuses writes at once with kNoSpace (rather than
