@@ -5,6 +5,7 @@
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -87,6 +88,9 @@ class CephCluster : public ::testing::Environment {
     ASSERT_NE(mkdtemp(dir_template), nullptr);
     dir = dir_template;
     conf = dir + "/ceph.conf";
+    // The daemons fork into the background; as our orphans rather than
+    // PID 1's they are reaped once stopped, also where PID 1 reaps nothing.
+    prctl(PR_SET_CHILD_SUBREAPER, 1);
     StartClusterGuard(dir);
     const int rc = MicroCeph({"start", dir, "--pool", kPool, "--pool", kQuotaPool});
     if (rc != 0) {
@@ -99,6 +103,8 @@ class CephCluster : public ::testing::Environment {
   void TearDown() override {
     if (dir.empty()) return;
     EXPECT_EQ(MicroCeph({"stop", dir}), 0);
+    while (waitpid(-1, nullptr, WNOHANG) > 0) {
+    }
     if (::testing::UnitTest::GetInstance()->Passed()) {
       RemoveTree(dir);
     } else {
