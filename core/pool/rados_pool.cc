@@ -303,7 +303,6 @@ struct RadosPool::Batch::State {
     std::string oid;
     std::string data;            // what a write sends
     std::string* out = nullptr;  // where a read lands
-    size_t read_start = 0;       // a read: where in *out it began
   };
 
   const std::string& pool;
@@ -334,7 +333,7 @@ struct RadosPool::Batch::State {
       if (is_read) op->out->clear();
       return;
     }
-    if (is_read) op->out->resize(op->read_start + static_cast<size_t>(ret));
+    if (is_read) op->out->resize(static_cast<size_t>(ret));  // fewer at the object's end
   }
 
   void MakeRoom() {
