@@ -1,0 +1,109 @@
+"""A one-node Ceph cluster for the integration tests, through
+tools/micro-ceph: one monitor, manager and OSD as root, every file under
+one directory, no authentication, pools of one replica.
+
+    with MicroCeph(tmpdir) as ceph:          # started; stopped on leaving
+        ceph.rados("put", "name", "/etc/hostname")
+        ceph.stop_osd()                      # the pools stop answering
+        ceph.start_osd()                     # they answer again
+
+`store` is "memstore" (the default; starts in a few seconds) or
+"bluestore" (a file in the directory). The daemons' logs are in
+<dir>/log/, and a failure to start names them.
+"""
+
+import os
+import subprocess
+
+SOURCE = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+MICRO_CEPH = os.path.join(SOURCE, "tools", "micro-ceph")
+# How long one rados command may wait for the cluster.
+RADOS_TIMEOUT_S = 30
+
+
+def daemons_of(conf):
+    """Pids of the live ceph-mon, ceph-mgr and ceph-osd processes started
+    with `-c conf` (zombies, which nothing may reap, do not count)."""
+    pids = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                args = f.read().split(b"\0")
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                state = f.read().rsplit(b")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if (len(args) >= 3 and os.path.basename(args[0]).decode(errors="replace")
+                in ("ceph-mon", "ceph-mgr", "ceph-osd")
+                and args[1] == b"-c" and args[2] == os.fsencode(conf) and state != b"Z"):
+            pids.append(int(entry))
+    return pids
+
+
+class MicroCeph:
+    """A cluster started in `dir` at construction; stop() (or leaving the
+    `with` block) stops it and leaves `dir`."""
+
+    def __init__(self, dir, store="memstore", pools=("gpuckpt",)):
+        self.dir = os.path.abspath(dir)
+        self.conf = os.path.join(self.dir, "ceph.conf")
+        self.pools = tuple(pools)
+        args = ["start", self.dir, "--store", store]
+        for pool in self.pools:
+            args += ["--pool", pool]
+        try:
+            self._run(*args)
+        except RuntimeError:
+            # micro-ceph stops what it started when start fails; this is for
+            # a start interrupted outright. Its own failure must not hide
+            # why start failed.
+            try:
+                self.stop()
+            except RuntimeError:
+                pass
+            raise
+
+    def _run(self, *args):
+        result = subprocess.run([MICRO_CEPH, *args], stdin=subprocess.DEVNULL,
+                                capture_output=True, text=True, check=False)
+        if result.returncode != 0:
+            raise RuntimeError(f"micro-ceph {' '.join(args)}: exit {result.returncode}: "
+                               f"{result.stderr.strip()}")
+
+    def stop(self):
+        self._run("stop", self.dir)
+
+    def stop_osd(self):
+        self._run("stop-osd", self.dir)
+
+    def start_osd(self):
+        self._run("start-osd", self.dir)
+
+    def set_quota(self, pool, max_bytes):
+        self._run("set-quota", self.dir, pool, str(max_bytes))
+
+    def rados(self, *args, pool=None, input=None):
+        """`rados -c conf [-p pool] args...`; its stdout (bytes). The pool
+        defaults to the first of `pools`."""
+        command = ["rados", "-c", self.conf, "-p", pool or self.pools[0],
+                   "--rados-osd-op-timeout", str(RADOS_TIMEOUT_S),
+                   "--rados-mon-op-timeout", str(RADOS_TIMEOUT_S), *args]
+        result = subprocess.run(command, input=input, capture_output=True,
+                                timeout=RADOS_TIMEOUT_S + 30, check=False)
+        if result.returncode != 0:
+            raise RuntimeError(f"{' '.join(command)}: exit {result.returncode}: "
+                               f"{result.stderr.decode(errors='replace').strip()}")
+        return result.stdout
+
+    def daemons(self):
+        """Pids of this cluster's live daemons."""
+        return daemons_of(self.conf)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.stop()
+        return False
