@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 #include <rocksdb/write_batch.h>
+#include <spdlog/spdlog.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -12,6 +13,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "core/base/log.h"
+#include "core/base/mono_clock.h"
 #include "core/pool/pool_gc.h"
 #include "core/snapshot/extent_index.h"
 #include "core/snapshot/records.h"
@@ -34,6 +37,9 @@ constexpr unsigned kObjectsInFlight = 4;
 constexpr unsigned kReadsInFlight = 8;
 constexpr uint64_t kReadGapBytes = 64u << 10;
 constexpr uint64_t kReadRunBytes = 8u << 20;
+// After an operation timed out, listings skip the pool for this long
+// rather than each waiting out the timeout again (writes still try).
+constexpr std::chrono::seconds kUnreachableFor{10};
 // Fetched chunk bytes held at once before they are stored here.
 constexpr uint64_t kFetchBatchBytes = 64u << 20;
 
@@ -211,12 +217,34 @@ std::string PoolLink::ReservationText() const {
 }
 
 Status PoolLink::ReserveName(const std::string& id) {
-  Status s = rados_->CreateExclusive(pool::NameObject(id), ReservationText());
+  Status s = Observe(rados_->CreateExclusive(pool::NameObject(id), ReservationText()));
   if (s.code() == StatusCode::kAlreadyExists) {
     return Status::AlreadyExists(fmt::format("snapshot '{}' already exists in pool {}", id,
                                              options_.pool));
   }
+  if (s.code() == StatusCode::kNoSpace) {
+    return Status::NoSpace(fmt::format("pool {} is full (its quota or its OSDs): {}",
+                                       options_.pool, s.message()));
+  }
   return s;
+}
+
+Status PoolLink::Observe(Status s) {
+  if (s.code() == StatusCode::kTimedOut) {
+    const int64_t until = MonotonicNowNs() + std::chrono::nanoseconds(kUnreachableFor).count();
+    if (unreachable_until_ns_.exchange(until) == 0) {
+      spdlog::warn("pool pool={} result=unreachable error={}", LogValue(options_.pool),
+                   LogValue(s.message()));
+    }
+  } else if (s.ok() && unreachable_until_ns_.exchange(0) != 0) {
+    spdlog::info("pool pool={} result=reachable", LogValue(options_.pool));
+  }
+  return s;
+}
+
+bool PoolLink::KnownUnreachable() const {
+  const int64_t until = unreachable_until_ns_.load();
+  return until != 0 && MonotonicNowNs() < until;
 }
 
 void PoolLink::ReleaseName(const std::string& id) {
@@ -227,6 +255,16 @@ void PoolLink::ReleaseName(const std::string& id) {
 }
 
 Result<uint64_t> PoolLink::Push(StoreImpl* store, const SnapshotInfo& info) {
+  auto pushed = PushOnce(store, info);
+  Observe(pushed.status()).PermitUnchecked();
+  if (pushed.status().code() == StatusCode::kNoSpace) {
+    return Status::NoSpace(fmt::format("pool {} is full (its quota or its OSDs): {}",
+                                       options_.pool, pushed.status().message()));
+  }
+  return pushed;
+}
+
+Result<uint64_t> PoolLink::PushOnce(StoreImpl* store, const SnapshotInfo& info) {
   GPUCKPT_ASSIGN_OR_RETURN(auto files, store->ReadFileRecords(info.key));
   // The body, and each distinct chunk once (with where it lies here).
   pool::BodyEncoder body;
@@ -363,6 +401,15 @@ Result<std::string> PoolLink::ReadBody(const std::string& id, const pool::Catalo
 }
 
 Result<std::map<std::string, pool::CatalogEntry>> PoolLink::Catalog() {
+  if (KnownUnreachable()) {
+    return Status::TimedOut(fmt::format("pool {} did not answer a moment ago", options_.pool));
+  }
+  auto catalog = ReadCatalog();
+  Observe(catalog.status()).PermitUnchecked();
+  return catalog;
+}
+
+Result<std::map<std::string, pool::CatalogEntry>> PoolLink::ReadCatalog() {
   std::map<std::string, pool::CatalogEntry> out;
   std::string after;
   for (;;) {

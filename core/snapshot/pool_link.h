@@ -84,6 +84,10 @@ class PoolLink {
   // options; collected = false when another store's collector runs.
   Result<pool::CollectReport> Collect();
 
+  // Whether an operation timed out in the last seconds (and none
+  // succeeded since): listings then leave the pool out at once.
+  bool KnownUnreachable() const;
+
   PoolStats stats() const;
   void CountPushFailure(const Status& error);
   void CountPullFailure(const Status& error);
@@ -112,6 +116,11 @@ class PoolLink {
   // collector swept it); kAlreadyExists when another store has it now.
   Status ConfirmReservation(const std::string& id);
 
+  // Notes whether the pool answered: a timeout marks it unreachable for a
+  // while (logged once), a success reachable again. Returns `s`.
+  Status Observe(Status s);
+  Result<std::map<std::string, pool::CatalogEntry>> ReadCatalog();
+  Result<uint64_t> PushOnce(StoreImpl* store, const SnapshotInfo& info);
   // The reservation object's contents for this link: who holds the name.
   std::string ReservationText() const;
   Status WriteBody(const std::string& id, uint64_t incarnation, const std::string& body);
@@ -126,6 +135,8 @@ class PoolLink {
   std::atomic<uint64_t> next_pack_{0};
   Counters counters_;
   std::atomic<uint64_t> pending_{0};
+  // Monotonic ns until which the pool counts as unreachable; 0: reachable.
+  std::atomic<int64_t> unreachable_until_ns_{0};
   mutable Mutex error_mu_;
   std::string last_error_ GUARDED_BY(error_mu_);
 };

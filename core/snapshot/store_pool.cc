@@ -38,14 +38,16 @@ std::optional<PoolStats> StoreImpl::pool_stats() const {
 }
 
 Status StoreImpl::ReservePoolName(const std::string& name) {
+  // Fed in the background, the store takes snapshots while the pool is
+  // away, without waiting for it to time out each time; the name is
+  // reserved when the snapshot is pushed.
+  if (pool_->options().background && pool_->KnownUnreachable()) return Status::Ok();
   Status s = pool_->ReserveName(name);
   if (s.ok()) {
     MutexLock lock(&names_mu_);
     pool_reserved_.insert(name);
     return s;
   }
-  // Fed in the background, the store takes snapshots while the pool is
-  // away; the name is reserved when the snapshot is pushed.
   if (pool_->options().background && s.code() != StatusCode::kAlreadyExists && MayPassLater(s)) {
     return Status::Ok();
   }

@@ -1,50 +1,50 @@
-// A one-node Ceph cluster for the tests of one binary, started by
-// tools/micro-ceph in a temporary directory before the first test and
-// stopped after the last (also when a test fails). Its pools "gpuckpt"
-// and "gpuckpt-gc" are there from the start.
+// A one-node Ceph cluster (tools/micro-ceph, memstore) for the tests of one
+// binary: started before the first test, stopped after the last. Where it
+// cannot run (not root, Ceph not installed) it is not started and
+// skip_reason() says why; tests then skip with that reason.
 //
-// Register MicroCephEnvironment with ::testing::AddGlobalTestEnvironment();
-// tests then find the cluster through MicroCeph::Get(). Such a binary is
-// registered with ctest as one test (not one per TEST), so that the
-// cluster starts once.
+// Register it with ::testing::AddGlobalTestEnvironment(new
+// MicroCephEnvironment({"pool", ...})). Such a binary is one ctest test,
+// not one per TEST, so that the cluster starts once. Its daemons are this
+// process's orphans (it becomes a subreaper) and are reaped once stopped,
+// also where PID 1 reaps nothing; a guard process stops the cluster if this
+// one dies without tearing down (a crash, SIGKILL).
 #ifndef GPUCKPT_TESTS_UNIT_MICRO_CEPH_H_
 #define GPUCKPT_TESTS_UNIT_MICRO_CEPH_H_
 
 #include <gtest/gtest.h>
 
-#include <memory>
 #include <string>
-
-#include "tests/unit/test_util.h"
+#include <vector>
 
 namespace gpuckpt::testing {
 
-class MicroCeph {
- public:
-  // The running cluster; fails the test when there is none.
-  static MicroCeph& Get();
-  // Its ceph.conf, for librados and the rados command.
-  const std::string& conf() const { return conf_; }
-  // The directory it lives in (logs under log/).
-  const std::string& dir() const { return dir_; }
-  // Runs `tools/micro-ceph <verb> DIR <args>` (stop-osd, start-osd, ...).
-  Status Run(const std::string& verb, const std::string& args = "") const;
-
- private:
-  friend class MicroCephEnvironment;
-  std::string dir_;
-  std::string conf_;
-};
+// Runs tools/micro-ceph with `args`; its exit status (-1: it did not run).
+int RunMicroCeph(const std::vector<std::string>& args);
 
 class MicroCephEnvironment : public ::testing::Environment {
  public:
+  explicit MicroCephEnvironment(std::vector<std::string> pools) : pools_(std::move(pools)) {}
   void SetUp() override;
   void TearDown() override;
 
+  // The running cluster's directory and ceph.conf ("" when none runs).
+  static const std::string& dir();
+  static const std::string& conf();
+  // Why no cluster runs, or "".
+  static const std::string& skip_reason();
+
  private:
-  std::unique_ptr<TempDir> tmp_;
+  std::vector<std::string> pools_;
 };
 
 }  // namespace gpuckpt::testing
+
+// In a test: skips it, with the reason, when no cluster runs.
+#define SKIP_WITHOUT_MICRO_CEPH()                                                   \
+  do {                                                                              \
+    if (!::gpuckpt::testing::MicroCephEnvironment::skip_reason().empty())           \
+      GTEST_SKIP() << ::gpuckpt::testing::MicroCephEnvironment::skip_reason();      \
+  } while (0)
 
 #endif  // GPUCKPT_TESTS_UNIT_MICRO_CEPH_H_

@@ -27,7 +27,7 @@ constexpr uint32_t kAlice = 1000;
 PoolOptions PoolOf(const std::string& pool = "gpuckpt") {
   PoolOptions p;
   p.pool = pool;
-  p.ceph_conf = testing::MicroCeph::Get().conf();
+  p.ceph_conf = testing::MicroCephEnvironment::conf();
   p.op_timeout = std::chrono::seconds(20);
   return p;
 }
@@ -72,6 +72,7 @@ std::optional<SnapshotInfo> Listed(Store& store, const std::string& id) {
 // Each test uses names of its own: the pool is shared by the whole binary.
 class PoolStoreTest : public ::testing::Test {
  protected:
+  void SetUp() override { SKIP_WITHOUT_MICRO_CEPH(); }
   TempDir tmp_{"gpuckpt-pool"};
 };
 
@@ -238,7 +239,7 @@ TEST_F(PoolStoreTest, ADamagedChunkInThePoolFailsTheFetchAndPublishesNothing) {
   // Every pack object this test wrote gets a flipped byte in its middle.
   PoolConnection connection;
   connection.pool = "gpuckpt";
-  connection.conf_file = testing::MicroCeph::Get().conf();
+  connection.conf_file = testing::MicroCephEnvironment::conf();
   ASSERT_OK_AND_ASSIGN(auto rados, RadosPool::Connect(connection));
   ASSERT_OK_AND_ASSIGN(auto objects, rados->ListObjects("gpuckpt.pack."));
   bool damaged_one = false;
@@ -381,6 +382,7 @@ TEST_F(PoolStoreTest, ChunksWritersReuseWhileACollectorRunsAreNeverLost) {
 
 int main(int argc, char** argv) {
   ::testing::InitGoogleTest(&argc, argv);
-  ::testing::AddGlobalTestEnvironment(new gpuckpt::testing::MicroCephEnvironment());
+  ::testing::AddGlobalTestEnvironment(
+      new gpuckpt::testing::MicroCephEnvironment({"gpuckpt", "gpuckpt-gc"}));
   return RUN_ALL_TESTS();
 }

@@ -3,10 +3,7 @@
 // and their leases, a pool over its quota, and an OSD that stops answering.
 #include "core/pool/rados_pool.h"
 
-#include <fcntl.h>
 #include <gtest/gtest.h>
-#include <sys/prctl.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -16,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "tests/unit/micro_ceph.h"
 #include "tests/unit/test_util.h"
 
 namespace gpuckpt {
@@ -30,100 +28,17 @@ constexpr char kPool[] = "gpuckpt";
 // A pool of its own for the quota test, so that the others never see it full.
 constexpr char kQuotaPool[] = "quota";
 
-// Runs tools/micro-ceph with `args`; its exit status (-1: it did not run).
-int MicroCeph(const std::vector<std::string>& args) {
-  std::vector<std::string> argv_strings = {GPUCKPT_MICRO_CEPH_PATH};
-  argv_strings.insert(argv_strings.end(), args.begin(), args.end());
-  std::vector<char*> argv;
-  for (std::string& arg : argv_strings) argv.push_back(arg.data());
-  argv.push_back(nullptr);
-  const pid_t pid = fork();
-  if (pid < 0) return -1;
-  if (pid == 0) {
-    execv(argv[0], argv.data());
-    _exit(127);
-  }
-  int status = 0;
-  if (waitpid(pid, &status, 0) != pid) return -1;
-  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-}
-
-// A process that stops the cluster once this one is gone, however it ended
-// (a crash or a fatal signal included): it waits for the end of a pipe
-// whose other end only this process holds.
-void StartClusterGuard(const std::string& dir) {
-  int fds[2];
-  if (pipe2(fds, O_CLOEXEC) != 0) return;
-  const pid_t pid = fork();
-  if (pid == 0) {
-    dup2(fds[0], STDIN_FILENO);
-    const int null_fd = open("/dev/null", O_WRONLY);
-    dup2(null_fd, STDOUT_FILENO);
-    dup2(null_fd, STDERR_FILENO);
-    setsid();  // out of the test's process group: a ^C reaches us only as EOF
-    execl("/bin/sh", "sh", "-c", "cat >/dev/null; exec \"$0\" stop \"$1\"", GPUCKPT_MICRO_CEPH_PATH,
-          dir.c_str(), static_cast<char*>(nullptr));
-    _exit(127);
-  }
-  close(fds[0]);
-  // fds[1] stays open, unused, until this process exits.
-}
-
-class CephCluster : public ::testing::Environment {
- public:
-  static std::string conf;
-  static std::string dir;
-  static std::string skip_reason;
-
-  void SetUp() override {
-    if (geteuid() != 0) {
-      skip_reason = "needs root to run a Ceph cluster (tools/micro-ceph)";
-      return;
-    }
-    if (access("/usr/bin/ceph-osd", X_OK) != 0 || access("/usr/bin/ceph-mon", X_OK) != 0) {
-      skip_reason = "Ceph is not installed (ceph-mon, ceph-osd: tools/setup installs them)";
-      return;
-    }
-    char dir_template[] = "/tmp/rados_pool_test.XXXXXX";
-    ASSERT_NE(mkdtemp(dir_template), nullptr);
-    dir = dir_template;
-    conf = dir + "/ceph.conf";
-    // The daemons fork into the background; as our orphans rather than
-    // PID 1's they are reaped once stopped, also where PID 1 reaps nothing.
-    prctl(PR_SET_CHILD_SUBREAPER, 1);
-    StartClusterGuard(dir);
-    const int rc = MicroCeph({"start", dir, "--pool", kPool, "--pool", kQuotaPool});
-    if (rc != 0) {
-      skip_reason = "the cluster did not start";
-      FAIL() << "micro-ceph start " << dir << " exited with " << rc << "; logs in " << dir
-             << "/log/";
-    }
-  }
-
-  void TearDown() override {
-    if (dir.empty()) return;
-    EXPECT_EQ(MicroCeph({"stop", dir}), 0);
-    while (waitpid(-1, nullptr, WNOHANG) > 0) {
-    }
-    if (::testing::UnitTest::GetInstance()->Passed()) {
-      RemoveTree(dir);
-    } else {
-      std::fprintf(stderr, "the cluster's files and logs are kept in %s\n", dir.c_str());
-    }
-  }
-};
-std::string CephCluster::conf;
-std::string CephCluster::dir;
-std::string CephCluster::skip_reason;
+using testing::MicroCephEnvironment;
+using testing::RunMicroCeph;
 
 [[maybe_unused]] auto* const cluster_environment =
-    ::testing::AddGlobalTestEnvironment(new CephCluster);
+    ::testing::AddGlobalTestEnvironment(new MicroCephEnvironment({kPool, kQuotaPool}));
 
 PoolConnection Connection(std::string pool = kPool,
                           std::chrono::milliseconds op_timeout = 30000ms) {
   PoolConnection connection;
   connection.pool = std::move(pool);
-  connection.conf_file = CephCluster::conf;
+  connection.conf_file = MicroCephEnvironment::conf();
   connection.op_timeout = op_timeout;
   return connection;
 }
@@ -131,7 +46,7 @@ PoolConnection Connection(std::string pool = kPool,
 class RadosPoolTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    if (!CephCluster::skip_reason.empty()) return;
+    if (!MicroCephEnvironment::skip_reason().empty()) return;
     auto connected = RadosPool::Connect(Connection());
     ASSERT_TRUE(connected.ok()) << connected.status().ToString();
     pool_ = std::move(connected).value().release();
@@ -141,7 +56,7 @@ class RadosPoolTest : public ::testing::Test {
     pool_ = nullptr;
   }
   void SetUp() override {
-    if (!CephCluster::skip_reason.empty()) GTEST_SKIP() << CephCluster::skip_reason;
+    if (!MicroCephEnvironment::skip_reason().empty()) GTEST_SKIP() << MicroCephEnvironment::skip_reason();
     ASSERT_NE(pool_, nullptr);
   }
   // A name of this test's own, so that tests never see each other's objects.
@@ -447,19 +362,19 @@ TEST_F(RadosPoolTest, ConnectErrors) {
   EXPECT_NE(missing_pool.status().message().find("no-such-pool"), std::string::npos);
 
   PoolConnection no_conf = Connection();
-  no_conf.conf_file = CephCluster::dir + "/absent.conf";
+  no_conf.conf_file = MicroCephEnvironment::dir() + "/absent.conf";
   auto without_conf = RadosPool::Connect(no_conf);
   EXPECT_FALSE(without_conf.ok());
   EXPECT_NE(without_conf.status().message().find("absent.conf"), std::string::npos)
       << without_conf.status().message();
 
   // A monitor that does not answer: a port nothing listens on.
-  std::string conf = testing::ReadFile(CephCluster::conf);
+  std::string conf = testing::ReadFile(MicroCephEnvironment::conf());
   const size_t host = conf.find("mon host = ");
   ASSERT_NE(host, std::string::npos);
   conf.replace(host, conf.find('\n', host) - host, "mon host = v2:127.0.0.1:1");
   PoolConnection unreachable = Connection(kPool, 2000ms);
-  unreachable.conf_file = CephCluster::dir + "/unreachable.conf";
+  unreachable.conf_file = MicroCephEnvironment::dir() + "/unreachable.conf";
   testing::WriteFile(unreachable.conf_file, conf);
   const auto started = std::chrono::steady_clock::now();
   auto timed_out = RadosPool::Connect(unreachable);
@@ -474,7 +389,7 @@ TEST_F(RadosPoolTest, PoolOverQuota) {
   auto connected = RadosPool::Connect(Connection(kQuotaPool, 5000ms));
   ASSERT_TRUE(connected.ok()) << connected.status().ToString();
   RadosPool& quota_pool = **connected;
-  ASSERT_EQ(MicroCeph({"set-quota", CephCluster::dir, kQuotaPool, "100000"}), 0);
+  ASSERT_EQ(RunMicroCeph({"set-quota", MicroCephEnvironment::dir(), kQuotaPool, "100000"}), 0);
   ASSERT_TRUE(quota_pool.WriteFull("filler", std::string(200000, 'f')).ok());
 
   // The monitor marks the pool full once the pool's usage reaches it.
@@ -499,7 +414,7 @@ TEST_F(RadosPoolTest, PoolOverQuota) {
   EXPECT_EQ(quota_pool.ReadWhole("filler", 200000).value().size(), 200000u);
   EXPECT_TRUE(quota_pool.Remove("filler").ok());
 
-  ASSERT_EQ(MicroCeph({"set-quota", CephCluster::dir, kQuotaPool, "0"}), 0);
+  ASSERT_EQ(RunMicroCeph({"set-quota", MicroCephEnvironment::dir(), kQuotaPool, "0"}), 0);
   const auto lifted_deadline = std::chrono::steady_clock::now() + 60s;
   Status accepted = refused;
   for (int i = 0; !accepted.ok() && std::chrono::steady_clock::now() < lifted_deadline; ++i) {
@@ -519,7 +434,7 @@ TEST_F(RadosPoolTest, ZzUnansweredOperationsTimeOut) {
   const std::string oid = Name("object");
   ASSERT_TRUE(pool.WriteFull(oid, "before").ok());
 
-  ASSERT_EQ(MicroCeph({"stop-osd", CephCluster::dir}), 0);
+  ASSERT_EQ(RunMicroCeph({"stop-osd", MicroCephEnvironment::dir()}), 0);
   const auto started = std::chrono::steady_clock::now();
   const Status write = pool.WriteFull(oid, "during");
   const auto took = std::chrono::steady_clock::now() - started;
@@ -529,7 +444,7 @@ TEST_F(RadosPoolTest, ZzUnansweredOperationsTimeOut) {
   auto read = pool.Read(oid, 0, 100);
   EXPECT_EQ(read.status().code(), StatusCode::kTimedOut) << read.status().ToString();
 
-  ASSERT_EQ(MicroCeph({"start-osd", CephCluster::dir}), 0);
+  ASSERT_EQ(RunMicroCeph({"start-osd", MicroCephEnvironment::dir()}), 0);
   EXPECT_EQ(pool.ReadWhole(oid, 100).value(), "before");
   const Status after = pool.WriteFull(oid, "after");
   EXPECT_TRUE(after.ok()) << after.ToString();
