@@ -222,9 +222,19 @@ Status PoolLink::ReserveName(const std::string& id) {
     return Status::AlreadyExists(fmt::format("snapshot '{}' already exists in pool {}", id,
                                              options_.pool));
   }
+  return Explain(s);
+}
+
+Status PoolLink::Explain(const Status& s) const {
   if (s.code() == StatusCode::kNoSpace) {
     return Status::NoSpace(fmt::format("pool {} is full (its quota or its OSDs): {}",
                                        options_.pool, s.message()));
+  }
+  if (s.code() == StatusCode::kTimedOut) {
+    return Status::TimedOut(fmt::format("pool {} cannot be reached (no answer within {:.0f} s): {}",
+                                        options_.pool,
+                                        std::chrono::duration<double>(options_.op_timeout).count(),
+                                        s.message()));
   }
   return s;
 }
@@ -238,6 +248,7 @@ Status PoolLink::Observe(Status s) {
     }
   } else if (s.ok() && unreachable_until_ns_.exchange(0) != 0) {
     spdlog::info("pool pool={} result=reachable", LogValue(options_.pool));
+    if (on_reachable_) on_reachable_();
   }
   return s;
 }
@@ -257,10 +268,7 @@ void PoolLink::ReleaseName(const std::string& id) {
 Result<uint64_t> PoolLink::Push(StoreImpl* store, const SnapshotInfo& info) {
   auto pushed = PushOnce(store, info);
   Observe(pushed.status()).PermitUnchecked();
-  if (pushed.status().code() == StatusCode::kNoSpace) {
-    return Status::NoSpace(fmt::format("pool {} is full (its quota or its OSDs): {}",
-                                       options_.pool, pushed.status().message()));
-  }
+  if (!pushed.ok()) return Explain(pushed.status());
   return pushed;
 }
 

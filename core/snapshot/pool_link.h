@@ -14,6 +14,7 @@
 #define GPUCKPT_CORE_SNAPSHOT_POOL_LINK_H_
 
 #include <atomic>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -87,6 +88,11 @@ class PoolLink {
   // Whether an operation timed out in the last seconds (and none
   // succeeded since): listings then leave the pool out at once.
   bool KnownUnreachable() const;
+  // Called (from whichever thread saw it) when the pool answers again after
+  // it timed out: the background pusher retries at once. Set before use.
+  void SetOnReachable(std::function<void()> on_reachable) {
+    on_reachable_ = std::move(on_reachable);
+  }
 
   PoolStats stats() const;
   void CountPushFailure(const Status& error);
@@ -119,6 +125,8 @@ class PoolLink {
   // Notes whether the pool answered: a timeout marks it unreachable for a
   // while (logged once), a success reachable again. Returns `s`.
   Status Observe(Status s);
+  // `s` in words a user can act on: a full pool, an unreachable one.
+  Status Explain(const Status& s) const;
   Result<std::map<std::string, pool::CatalogEntry>> ReadCatalog();
   Result<uint64_t> PushOnce(StoreImpl* store, const SnapshotInfo& info);
   // The reservation object's contents for this link: who holds the name.
@@ -135,6 +143,7 @@ class PoolLink {
   std::atomic<uint64_t> next_pack_{0};
   Counters counters_;
   std::atomic<uint64_t> pending_{0};
+  std::function<void()> on_reachable_;
   // Monotonic ns until which the pool counts as unreachable; 0: reachable.
   std::atomic<int64_t> unreachable_until_ns_{0};
   mutable Mutex error_mu_;

@@ -124,7 +124,12 @@ StoreImpl::StoreImpl(std::unique_ptr<StoreDb> db, std::unique_ptr<ChunkCache> ca
       cache_(std::move(cache)),
       chunk_store_(std::move(chunks)),
       pool_(std::move(pool)) {
-  if (pool_ && pool_->options().background) pusher_ = std::thread([this] { PushInBackground(); });
+  if (pool_ && pool_->options().background) {
+    // A pool back from a timeout (seen by any operation) wakes the pusher
+    // from its pause.
+    pool_->SetOnReachable([this] { pusher_cv_.NotifyAll(); });
+    pusher_ = std::thread([this] { PushInBackground(); });
+  }
 }
 
 StoreImpl::~StoreImpl() {

@@ -21,7 +21,7 @@ namespace {
 // How long the background pusher waits before trying a pool that failed
 // again: doubled after each failure, up to the maximum.
 constexpr std::chrono::milliseconds kFirstRetry{500};
-constexpr std::chrono::milliseconds kLongestRetry{30000};
+constexpr std::chrono::milliseconds kLongestRetry{10000};
 
 // Failures that the pool's coming back may cure: worth another try.
 bool MayPassLater(const Status& s) {

@@ -4,17 +4,21 @@ its own, sharing one RADOS pool of a one-node Ceph cluster
 restored through the second and carries on; the second fetches no more
 than that checkpoint stored; a checkpoint of the restored process through
 the second adds only what changed; a removal through either reaches the
-other."""
+other. Then the pool's faults, with the OSD stopped and restarted and a
+quota filling the pool: a clear errno, nothing published, the process
+untouched, publication in the background going on once the pool is back."""
 
+import errno
 import json
 import os
 import re
 import shutil
 import subprocess
+import time
 
 import pytest
 
-from harness import Mount, read, wait_for, why_not_runnable
+from harness import Mount, Root, read, wait_for, why_not_runnable
 from micro_ceph import MicroCeph
 
 
@@ -110,3 +114,111 @@ def test_a_removal_through_either_mount_reaches_the_other(two_mounts):
     wait_for(lambda: one not in second.ids(), 10, f"{one} to go from the second mount")
     subprocess.run(["rm", "-r", second.path("checkpoints", two)], check=True)
     wait_for(lambda: two not in first.ids(), 10, f"{two} to go from the first mount")
+
+
+def catalog(cluster):
+    """The ids the pool's catalog lists (rados listomapkeys)."""
+    return cluster.rados("listomapkeys", "gpuckpt.catalog").decode().split()
+
+
+def status_value(mount, pid, key):
+    text = read(mount.path(str(pid), "status"))
+    m = re.search(rf"^{key}: (.*)$", text, re.M)
+    assert m, f"no {key}: in {pid}/status:\n{text}"
+    return m.group(1)
+
+
+# The pool's faults: the OSD stopped (the pool does not answer) and a full
+# pool. These run last: they stop the cluster's OSD.
+
+
+def test_an_unreachable_pool_fails_a_checkpoint_with_etimedout_and_nothing_is_published(cluster):
+    m = Mount("gpuckpt-pool-away.", "--pool", POOL, "--ceph-conf", cluster.conf,
+              "--pool-timeout", "3")
+    try:
+        wl = m.start("wl_memory", "--mib", "8")
+        before = m.ids()
+        cluster.stop_osd()
+        try:
+            started = time.monotonic()
+            ok, err = Root().write(m.path(str(wl.pid), "ctl"), "checkpoint")
+            took = time.monotonic() - started
+            assert not ok, "a checkpoint succeeded with the pool unreachable"
+            assert err == os.strerror(errno.ETIMEDOUT), err
+            assert took < 60, f"the failure took {took:.0f} s with a 3 s pool timeout"
+            last = m.last(wl.pid)
+            assert f"pool {POOL} cannot be reached" in last, last
+            assert wl.alive(), "the process did not survive the failed checkpoint"
+            # The mount lists what this machine holds while the pool is
+            # away (here nothing: the pool's checkpoints are not listed),
+            # without waiting out the timeout.
+            started = time.monotonic()
+            assert set(m.ids()) <= set(before)
+            assert time.monotonic() - started < 10
+        finally:
+            cluster.start_osd()
+        # librados reconnects by itself: the next checkpoint is published.
+        ckpt = wait_for_checkpoint(m, wl.pid)
+        assert ckpt in catalog(cluster)
+        wl.kill()
+    finally:
+        m.close()
+
+
+def wait_for_checkpoint(mount, pid):
+    """A checkpoint of `pid`, retried while the pool comes back (the OSD may
+    take a moment to serve again): its id."""
+    deadline = time.monotonic() + 60
+    while True:
+        ok, err = Root().write(mount.path(str(pid), "ctl"), "checkpoint")
+        if ok:
+            last = status_value(mount, pid, "last")
+            assert last.startswith("checkpoint ") and " ok" in last, last
+            return last.split()[1]
+        assert time.monotonic() < deadline, f"no checkpoint a minute after the OSD came back: {err}"
+        time.sleep(1)
+
+
+def test_background_publication_keeps_checkpointing_while_the_pool_is_away(cluster):
+    m = Mount("gpuckpt-pool-later.", "--pool", POOL, "--ceph-conf", cluster.conf,
+              "--pool-timeout", "3", "--pool-background")
+    try:
+        wl = m.start("wl_memory", "--mib", "8")
+        cluster.stop_osd()
+        try:
+            ckpt = m.checkpoint(wl.pid)
+            assert status_value(m, wl.pid, "pool_last_checkpoint") == "pending"
+            assert pool_metric(m, "gpuckpt_pool_pending_checkpoints") >= 1
+        finally:
+            cluster.start_osd()
+        wait_for(lambda: pool_metric(m, "gpuckpt_pool_pending_checkpoints") == 0, 90,
+                 "the pending checkpoint to be published once the OSD is back")
+        assert status_value(m, wl.pid, "pool_last_checkpoint") == "published"
+        assert ckpt in catalog(cluster)
+        wl.kill()
+    finally:
+        m.close()
+
+
+def test_a_full_pool_fails_a_checkpoint_with_enospc_and_says_so(cluster):
+    m = Mount("gpuckpt-pool-full.", "--pool", POOL, "--ceph-conf", cluster.conf,
+              "--pool-timeout", "5")
+    try:
+        wl = m.start("wl_memory", "--mib", "8")
+        cluster.set_quota(POOL, 1)
+        try:
+            # The OSD learns of the quota within seconds.
+            def refused():
+                ok, err = Root().write(m.path(str(wl.pid), "ctl"), "checkpoint")
+                assert ok or err == os.strerror(errno.ENOSPC), err
+                return not ok
+            wait_for(refused, 60, "a checkpoint to be refused by the full pool")
+            assert "full" in m.last(wl.pid), m.last(wl.pid)
+            assert wl.alive()
+        finally:
+            cluster.set_quota(POOL, 0)
+        ckpt = wait_for_checkpoint(m, wl.pid)
+        assert ckpt in catalog(cluster)
+        wl.kill()
+    finally:
+        m.close()
