@@ -263,7 +263,7 @@ Result<std::shared_ptr<const StoreView::SnapshotTree>> StoreView::CurrentTree(
 }
 
 Result<StoreView::SnapshotHead> StoreView::CurrentHead(const std::string& id, const Caller& caller,
-                                                        bool device_view) {
+                                                       bool device_view) {
   GPUCKPT_ASSIGN_OR_RETURN(SnapshotInfo info, store_->Get(id));
   SnapshotHead head{std::move(info), {}};
   head.owner = OwnerOf(head.info);
@@ -277,7 +277,8 @@ Result<StoreView::SnapshotHead> StoreView::CurrentHead(const std::string& id, co
 Result<StoreView::SnapshotHead> StoreView::VisibleHead(const NodeId& node, const Caller& caller) {
   GPUCKPT_ASSIGN_OR_RETURN(SnapshotHead head,
                            CurrentHead(node.snapshot, caller, InDeviceView(node.kind)));
-  if (head.info.key != node.key) return Status::NotFound("checkpoint " + node.snapshot + " was removed");
+  if (head.info.key != node.key)
+    return Status::NotFound("checkpoint " + node.snapshot + " was removed");
   return head;
 }
 

@@ -216,8 +216,7 @@ class StoreView {
   };
   // The checkpoint published as `id` now, if `caller` may see it (and, for
   // a device/<id> name, where it has device state); else kNotFound.
-  Result<SnapshotHead> CurrentHead(const std::string& id, const Caller& caller,
-                                   bool device_view);
+  Result<SnapshotHead> CurrentHead(const std::string& id, const Caller& caller, bool device_view);
   // CurrentHead() of the incarnation `node` belongs to.
   Result<SnapshotHead> VisibleHead(const NodeId& node, const Caller& caller);
   // Tree(node), and kNotFound where `caller` may not see it (or, for a

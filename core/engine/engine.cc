@@ -427,9 +427,10 @@ Result<GcReport> Engine::Gc(const Caller& caller) {
   NoteStoreChanged();
   metrics_.CountOperation("gc", report.ok() ? "ok" : ResultLabel(report.status().code()));
   if (report.ok()) {
-    spdlog::info("gc uid={} result=ok chunks_deleted={} bytes={} pool_swept_chunks={} total_s={:.3f}",
-                 caller.uid, report->chunks_deleted, report->bytes_deleted,
-                 report->pool_swept_chunks, total_s);
+    spdlog::info(
+        "gc uid={} result=ok chunks_deleted={} bytes={} pool_swept_chunks={} total_s={:.3f}",
+        caller.uid, report->chunks_deleted, report->bytes_deleted, report->pool_swept_chunks,
+        total_s);
   } else {
     LogOperationEnd(report.status(), "gc uid={} result={} error={}", caller.uid,
                     ResultLabel(report.status().code()), LogValue(report.status().message()));
@@ -543,9 +544,9 @@ std::string Engine::ProcessStatus(const ProcessInfo& p) {
     out += "operation_started: " + j["operation"]["started"].get<std::string>() + "\n";
   if (j.contains("pool")) {
     const nlohmann::json& pool = j["pool"];
-    out += fmt::format("pool: {} ({} checkpoints waiting to be published)\n",
-                       pool["name"].get<std::string>(),
-                       pool["pending_checkpoints"].get<uint64_t>());
+    out +=
+        fmt::format("pool: {} ({} checkpoints waiting to be published)\n",
+                    pool["name"].get<std::string>(), pool["pending_checkpoints"].get<uint64_t>());
     if (pool["last_checkpoint"].is_string())
       out += "pool_last_checkpoint: " + pool["last_checkpoint"].get<std::string>() + "\n";
   }

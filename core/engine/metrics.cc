@@ -115,14 +115,14 @@ void RenderPool(const PoolStats& pool, std::string* out) {
          "Checkpoints published in the shared pool, by result.");
   *out += fmt::format("gpuckpt_pool_pushes_total{{pool=\"{}\",result=\"ok\"}} {}\n", pool.pool,
                       pool.pushes);
-  *out += fmt::format("gpuckpt_pool_pushes_total{{pool=\"{}\",result=\"failed\"}} {}\n",
-                      pool.pool, pool.push_failures);
+  *out += fmt::format("gpuckpt_pool_pushes_total{{pool=\"{}\",result=\"failed\"}} {}\n", pool.pool,
+                      pool.push_failures);
   Header(out, "gpuckpt_pool_pulls_total", "counter",
          "Checkpoints fetched from the shared pool into this store, by result.");
   *out += fmt::format("gpuckpt_pool_pulls_total{{pool=\"{}\",result=\"ok\"}} {}\n", pool.pool,
                       pool.pulls);
-  *out += fmt::format("gpuckpt_pool_pulls_total{{pool=\"{}\",result=\"failed\"}} {}\n",
-                      pool.pool, pool.pull_failures);
+  *out += fmt::format("gpuckpt_pool_pulls_total{{pool=\"{}\",result=\"failed\"}} {}\n", pool.pool,
+                      pool.pull_failures);
   auto single = [&](const char* name, const char* type, const char* help, uint64_t v) {
     Header(out, name, type, help);
     *out += fmt::format("{}{{pool=\"{}\"}} {}\n", name, pool.pool, v);

@@ -45,8 +45,7 @@ class Metrics {
 
   // `store`: the store's totals, where known.
   std::string Render(const CacheStats& cache, const std::optional<StoreStats>& store,
-                     const std::optional<PoolStats>& pool) const
-      EXCLUDES(mu_);
+                     const std::optional<PoolStats>& pool) const EXCLUDES(mu_);
 
  private:
   struct Histogram {

@@ -107,9 +107,9 @@ Result<PoolMeta> DecodePoolMeta(std::string_view data) {
   PoolMeta meta;
   meta.format = j["format"].get<uint32_t>();
   if (meta.format != kPoolFormat) {
-    return Status::Unavailable(fmt::format(
-        "the pool has gpuckpt pool format {}, this gpuckpt knows only format {}", meta.format,
-        kPoolFormat));
+    return Status::Unavailable(
+        fmt::format("the pool has gpuckpt pool format {}, this gpuckpt knows only format {}",
+                    meta.format, kPoolFormat));
   }
   auto seed = FromHex(j["fingerprint_seed"].get<std::string>());
   if (!seed || seed->size() != format::kFingerprintSeedSize) {
@@ -324,12 +324,12 @@ Result<std::vector<BodyFile>> DecodeBody(std::string_view encoded, std::string_v
   }
   in.remove_prefix(magic.size());
   uint32_t version = 0;
-  for (int i = 0; i < 4; ++i) version |= static_cast<uint32_t>(static_cast<uint8_t>(in[i])) << (8 * i);
+  for (int i = 0; i < 4; ++i)
+    version |= static_cast<uint32_t>(static_cast<uint8_t>(in[i])) << (8 * i);
   in.remove_prefix(4);
   if (version != kBodyVersion) {
-    return Status::Unavailable(
-        fmt::format("snapshot body {} has version {}, this gpuckpt reads {}", what, version,
-                    kBodyVersion));
+    return Status::Unavailable(fmt::format("snapshot body {} has version {}, this gpuckpt reads {}",
+                                           what, version, kBodyVersion));
   }
   std::vector<BodyFile> files;
   while (!in.empty()) {
@@ -340,6 +340,8 @@ Result<std::vector<BodyFile>> DecodeBody(std::string_view encoded, std::string_v
   return files;
 }
 
-uint64_t BodyChecksum(std::string_view encoded) { return XXH3_64bits(encoded.data(), encoded.size()); }
+uint64_t BodyChecksum(std::string_view encoded) {
+  return XXH3_64bits(encoded.data(), encoded.size());
+}
 
 }  // namespace gpuckpt::pool

@@ -87,7 +87,7 @@ struct CatalogEntry {
   // later one of the same name.
   uint64_t incarnation = 0;
   uint32_t body_parts = 0;
-  uint64_t body_bytes = 0;  // encoded, all parts together
+  uint64_t body_bytes = 0;     // encoded, all parts together
   uint64_t body_checksum = 0;  // XXH3-64 of the encoded body
   // The snapshot-record (core/store/FORMAT.md), its key 0.
   std::string snapshot_record;
@@ -102,7 +102,7 @@ struct BodyExtent {
   std::optional<ChunkFingerprint> fingerprint;
 };
 struct BodyFile {
-  std::string file_record;  // as in the files family (FORMAT.md)
+  std::string file_record;          // as in the files family (FORMAT.md)
   std::vector<BodyExtent> extents;  // in offset order, from offset 0
 };
 // Appends files to a body and encodes it (zstd), without holding the

@@ -82,41 +82,40 @@ struct ChunkHashSet {
 // and nothing may be swept then.
 Status ReadLive(RadosPool* rados, ChunkHashSet* live,
                 std::set<std::pair<std::string, uint64_t>>* published, CollectReport* report) {
-  return ForEachOmapEntry(rados, CatalogObject(), [&](const std::string& id,
-                                                      const std::string& value) -> Status {
-    GPUCKPT_ASSIGN_OR_RETURN(CatalogEntry entry, DecodeCatalogEntry(value));
-    std::string body;
-    for (uint32_t part = 0; part < entry.body_parts; ++part) {
-      auto bytes = rados->ReadWhole(BodyObject(id, entry.incarnation, part), kBodyPartBytes);
-      if (!bytes.ok() && bytes.status().code() == StatusCode::kNotFound) {
-        // Removed since the catalog was listed (its entry goes first):
-        // what it named is not live. Still listed, its body is damaged.
-        GPUCKPT_ASSIGN_OR_RETURN(auto now, rados->OmapGet(CatalogObject(), {id}));
-        if (now.empty() || now[0].second != value) return Status::Ok();
-      }
-      if (!bytes.ok()) return bytes.status();
-      body += *bytes;
-    }
-    if (body.size() != entry.body_bytes || BodyChecksum(body) != entry.body_checksum) {
-      return Status::Corruption(
-          fmt::format("the body of snapshot '{}' does not match its catalog entry: nothing is "
-                      "collected until it is removed",
-                      id));
-    }
-    GPUCKPT_ASSIGN_OR_RETURN(auto files, DecodeBody(body, "'" + id + "'"));
-    for (const BodyFile& f : files)
-      for (const BodyExtent& e : f.extents) live->names.insert(e.hash);
-    published->emplace(id, entry.incarnation);
-    report->snapshots++;
-    return Status::Ok();
-  });
+  return ForEachOmapEntry(
+      rados, CatalogObject(), [&](const std::string& id, const std::string& value) -> Status {
+        GPUCKPT_ASSIGN_OR_RETURN(CatalogEntry entry, DecodeCatalogEntry(value));
+        std::string body;
+        for (uint32_t part = 0; part < entry.body_parts; ++part) {
+          auto bytes = rados->ReadWhole(BodyObject(id, entry.incarnation, part), kBodyPartBytes);
+          if (!bytes.ok() && bytes.status().code() == StatusCode::kNotFound) {
+            // Removed since the catalog was listed (its entry goes first):
+            // what it named is not live. Still listed, its body is damaged.
+            GPUCKPT_ASSIGN_OR_RETURN(auto now, rados->OmapGet(CatalogObject(), {id}));
+            if (now.empty() || now[0].second != value) return Status::Ok();
+          }
+          if (!bytes.ok()) return bytes.status();
+          body += *bytes;
+        }
+        if (body.size() != entry.body_bytes || BodyChecksum(body) != entry.body_checksum) {
+          return Status::Corruption(
+              fmt::format("the body of snapshot '{}' does not match its catalog entry: nothing is "
+                          "collected until it is removed",
+                          id));
+        }
+        GPUCKPT_ASSIGN_OR_RETURN(auto files, DecodeBody(body, "'" + id + "'"));
+        for (const BodyFile& f : files)
+          for (const BodyExtent& e : f.extents) live->names.insert(e.hash);
+        published->emplace(id, entry.incarnation);
+        report->snapshots++;
+        return Status::Ok();
+      });
 }
 
 // Calls `fn(shard object, key, value, entry)` for every index entry.
-Status ForEachIndexEntry(
-    RadosPool* rados,
-    const std::function<Status(const std::string&, const std::string&, const std::string&,
-                               const IndexEntry&)>& fn) {
+Status ForEachIndexEntry(RadosPool* rados,
+                         const std::function<Status(const std::string&, const std::string&,
+                                                    const std::string&, const IndexEntry&)>& fn) {
   for (unsigned shard = 0; shard < kIndexShards; ++shard) {
     const std::string oid = IndexObject(shard);
     GPUCKPT_RETURN_IF_ERROR(ForEachOmapEntry(
@@ -175,28 +174,28 @@ Status Sweep(RadosPool* rados, const ChunkHashSet& live,
              const std::set<std::pair<std::string, uint64_t>>& published, const GcState& state,
              int64_t older_than, CollectReport* report) {
   std::set<std::pair<uint64_t, uint64_t>> packs_in_use;
-  GPUCKPT_RETURN_IF_ERROR(ForEachIndexEntry(rados, [&](const std::string& oid,
-                                                       const std::string& key,
-                                                       const std::string& value,
-                                                       const IndexEntry& entry) -> Status {
-    const bool live_now = IsLive(live, key);
-    if (entry.condemned_by == state.epoch && !live_now) {
-      Status s = rados->OmapRemoveIfEqual(oid, key, value);
-      if (s.ok()) {
-        report->swept_chunks++;
+  GPUCKPT_RETURN_IF_ERROR(ForEachIndexEntry(
+      rados,
+      [&](const std::string& oid, const std::string& key, const std::string& value,
+          const IndexEntry& entry) -> Status {
+        const bool live_now = IsLive(live, key);
+        if (entry.condemned_by == state.epoch && !live_now) {
+          Status s = rados->OmapRemoveIfEqual(oid, key, value);
+          if (s.ok()) {
+            report->swept_chunks++;
+            return Status::Ok();
+          }
+          if (s.code() != StatusCode::kAborted) return s;
+          // Taken back by a writer meanwhile: it stays, and so does its pack.
+        } else if (entry.condemned_by != 0 && live_now) {
+          // Named again since it was marked: the mark goes.
+          IndexEntry cleared = entry;
+          cleared.condemned_by = 0;
+          GPUCKPT_RETURN_IF_ERROR(ReplaceUnlessChanged(rados, oid, key, value, cleared));
+        }
+        packs_in_use.emplace(entry.pack_writer, entry.pack_number);
         return Status::Ok();
-      }
-      if (s.code() != StatusCode::kAborted) return s;
-      // Taken back by a writer meanwhile: it stays, and so does its pack.
-    } else if (entry.condemned_by != 0 && live_now) {
-      // Named again since it was marked: the mark goes.
-      IndexEntry cleared = entry;
-      cleared.condemned_by = 0;
-      GPUCKPT_RETURN_IF_ERROR(ReplaceUnlessChanged(rados, oid, key, value, cleared));
-    }
-    packs_in_use.emplace(entry.pack_writer, entry.pack_number);
-    return Status::Ok();
-  }));
+      }));
   // Objects no entry or catalog entry needs, once older than the grace
   // (younger ones may belong to a push still under way).
   GPUCKPT_RETURN_IF_ERROR(RemoveStaleObjects(

@@ -45,11 +45,11 @@ struct CollectReport {
   bool collected = false;  // false: another collector holds the lock
   uint64_t snapshots = 0;  // published snapshots read
   uint64_t live_chunks = 0;
-  uint64_t marked_chunks = 0;   // condemned by this run's mark
-  bool swept = false;           // whether this run swept
-  uint64_t swept_chunks = 0;    // index entries removed
-  uint64_t swept_objects = 0;   // pack objects, bodies and reservations removed
-  uint64_t swept_bytes = 0;     // their size
+  uint64_t marked_chunks = 0;  // condemned by this run's mark
+  bool swept = false;          // whether this run swept
+  uint64_t swept_chunks = 0;   // index entries removed
+  uint64_t swept_objects = 0;  // pack objects, bodies and reservations removed
+  uint64_t swept_bytes = 0;    // their size
   // Seconds until the next sweep is due (after a mark: the grace).
   uint64_t sweep_due_in_s = 0;
 };

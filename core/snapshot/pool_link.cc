@@ -93,16 +93,15 @@ Result<std::vector<Extent>> FileExtents(const StoreDb* db, uint64_t key, const F
     GPUCKPT_ASSIGN_OR_RETURN(auto step, index.NextInOrder());
     if (!step) break;
     if (step->join != ExtentJoin::kContiguous) {
-      return Status::Corruption(fmt::format("the extents of '{}' do not cover it in order",
-                                            file.path));
+      return Status::Corruption(
+          fmt::format("the extents of '{}' do not cover it in order", file.path));
     }
     out.push_back(step->extent);
   }
   GPUCKPT_RETURN_IF_ERROR(FromRocks(index.status(), "reading the extents of '" + file.path + "'"));
   if (index.walked_to() != file.size) {
-    return Status::Corruption(
-        fmt::format("the extents of '{}' cover {} of its {} bytes", file.path, index.walked_to(),
-                    file.size));
+    return Status::Corruption(fmt::format("the extents of '{}' cover {} of its {} bytes", file.path,
+                                          index.walked_to(), file.size));
   }
   return out;
 }
@@ -219,22 +218,21 @@ std::string PoolLink::ReservationText() const {
 Status PoolLink::ReserveName(const std::string& id) {
   Status s = Observe(rados_->CreateExclusive(pool::NameObject(id), ReservationText()));
   if (s.code() == StatusCode::kAlreadyExists) {
-    return Status::AlreadyExists(fmt::format("snapshot '{}' already exists in pool {}", id,
-                                             options_.pool));
+    return Status::AlreadyExists(
+        fmt::format("snapshot '{}' already exists in pool {}", id, options_.pool));
   }
   return Explain(s);
 }
 
 Status PoolLink::Explain(const Status& s) const {
   if (s.code() == StatusCode::kNoSpace) {
-    return Status::NoSpace(fmt::format("pool {} is full (its quota or its OSDs): {}",
-                                       options_.pool, s.message()));
+    return Status::NoSpace(
+        fmt::format("pool {} is full (its quota or its OSDs): {}", options_.pool, s.message()));
   }
   if (s.code() == StatusCode::kTimedOut) {
-    return Status::TimedOut(fmt::format("pool {} cannot be reached (no answer within {:.0f} s): {}",
-                                        options_.pool,
-                                        std::chrono::duration<double>(options_.op_timeout).count(),
-                                        s.message()));
+    return Status::TimedOut(
+        fmt::format("pool {} cannot be reached (no answer within {:.0f} s): {}", options_.pool,
+                    std::chrono::duration<double>(options_.op_timeout).count(), s.message()));
   }
   return s;
 }
@@ -262,7 +260,8 @@ void PoolLink::ReleaseName(const std::string& id) {
   // Only our own reservation: read, compare, remove. Nobody else writes a
   // reservation once it exists, so the two steps need no lock.
   auto held = rados_->ReadWhole(pool::NameObject(id), 4096);
-  if (held.ok() && *held == ReservationText()) rados_->Remove(pool::NameObject(id)).PermitUnchecked();
+  if (held.ok() && *held == ReservationText())
+    rados_->Remove(pool::NameObject(id)).PermitUnchecked();
 }
 
 Result<uint64_t> PoolLink::Push(StoreImpl* store, const SnapshotInfo& info) {
@@ -340,10 +339,9 @@ Result<PoolLink::ChunkTally> PoolLink::EnsureChunksInPool(
       // back by clearing the mark, unless the collector swept it meanwhile.
       pool::IndexEntry saved = it->second;
       saved.condemned_by = 0;
-      Status s = rados_->OmapReplaceIfEqual(pool::IndexObject(pool::IndexShardOf(hash)),
-                                            pool::IndexKey(hash),
-                                            pool::EncodeIndexEntry(it->second),
-                                            pool::EncodeIndexEntry(saved));
+      Status s = rados_->OmapReplaceIfEqual(
+          pool::IndexObject(pool::IndexShardOf(hash)), pool::IndexKey(hash),
+          pool::EncodeIndexEntry(it->second), pool::EncodeIndexEntry(saved));
       if (s.code() == StatusCode::kAborted) {
         present.erase(it);
         it = present.end();
@@ -401,9 +399,9 @@ Result<std::string> PoolLink::ReadBody(const std::string& id, const pool::Catalo
   std::string body;
   for (const std::string& p : parts) body += p;
   if (body.size() != entry.body_bytes || pool::BodyChecksum(body) != entry.body_checksum) {
-    return Status::Corruption(fmt::format(
-        "the body of snapshot '{}' in pool {} does not match its catalog entry", id,
-        options_.pool));
+    return Status::Corruption(
+        fmt::format("the body of snapshot '{}' in pool {} does not match its catalog entry", id,
+                    options_.pool));
   }
   return body;
 }
@@ -461,14 +459,14 @@ class PoolLink::Fetch {
 
   // Fetches `wanted` and adds the sequence number each gets here to `*seqs`.
   Status FetchAll(const std::vector<ChunkHash>& wanted,
-             std::unordered_map<ChunkHash, uint64_t, ChunkHashHasher>* seqs) {
+                  std::unordered_map<ChunkHash, uint64_t, ChunkHashHasher>* seqs) {
     GPUCKPT_ASSIGN_OR_RETURN(auto entries, LookUpIndex(link_->rados_.get(), wanted));
     std::vector<std::pair<ChunkHash, pool::IndexEntry>> located;
     for (const ChunkHash& hash : wanted) {
       auto it = entries.find(hash);
       if (it == entries.end()) {
-        return Status::Corruption(fmt::format("chunk {} is missing from pool {}", hash.Hex(),
-                                              link_->options_.pool));
+        return Status::Corruption(
+            fmt::format("chunk {} is missing from pool {}", hash.Hex(), link_->options_.pool));
       }
       located.emplace_back(hash, it->second);
     }
@@ -531,11 +529,11 @@ class PoolLink::Fetch {
         const auto& [hash, entry] = chunks[i];
         const uint64_t at = entry.offset - r.offset;
         if (at + entry.length > r.data.size()) {
-          return Status::Corruption(fmt::format("chunk {} lies past the end of pool object {}",
-                                                hash.Hex(), r.oid));
+          return Status::Corruption(
+              fmt::format("chunk {} lies past the end of pool object {}", hash.Hex(), r.oid));
         }
-        GPUCKPT_ASSIGN_OR_RETURN(uint64_t seq, Store(hash, std::string_view(r.data).substr(
-                                                               at, entry.length)));
+        GPUCKPT_ASSIGN_OR_RETURN(uint64_t seq,
+                                 Store(hash, std::string_view(r.data).substr(at, entry.length)));
         (*seqs)[hash] = seq;
       }
     }
@@ -613,9 +611,10 @@ Result<SnapshotInfo> PoolLink::Pull(StoreImpl* store, const std::string& id,
       offset += e.length;
     }
     if (file.type == FileType::kRegular && offset != file.size) {
-      return Status::Corruption(fmt::format("snapshot '{}' in pool {}: the extents of '{}' cover "
-                                            "{} of its {} bytes",
-                                            id, options_.pool, file.path, offset, file.size));
+      return Status::Corruption(
+          fmt::format("snapshot '{}' in pool {}: the extents of '{}' cover "
+                      "{} of its {} bytes",
+                      id, options_.pool, file.path, offset, file.size));
     }
     if (batch.GetDataSize() > (4u << 20)) {
       GPUCKPT_RETURN_IF_ERROR(FromRocks(db_->db()->Write(w, &batch), "writing fetched records"));

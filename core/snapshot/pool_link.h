@@ -19,7 +19,6 @@
 #include <memory>
 #include <optional>
 #include <string>
-
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -116,8 +115,7 @@ class PoolLink {
   // and sends those missing.
   Result<ChunkTally> EnsureChunksInPool(
       StoreImpl* store, const std::vector<ChunkHash>& order,
-      const std::unordered_map<ChunkHash, std::pair<uint64_t, uint64_t>, ChunkHashHasher>&
-          chunks);
+      const std::unordered_map<ChunkHash, std::pair<uint64_t, uint64_t>, ChunkHashHasher>& chunks);
   // OK when the name's reservation is still ours (made again if a
   // collector swept it); kAlreadyExists when another store has it now.
   Status ConfirmReservation(const std::string& id);

@@ -112,8 +112,8 @@ Result<std::unique_ptr<Store>> OpenStoreWithEnv(const std::string& dir, const St
     GPUCKPT_ASSIGN_OR_RETURN(
         pool, PoolLink::Open(*options.pool, db.get(), has_snapshots, options.read_only));
   }
-  return std::unique_ptr<Store>(new StoreImpl(std::move(db), std::move(cache), std::move(chunks),
-                                              std::move(pool), options));
+  return std::unique_ptr<Store>(
+      new StoreImpl(std::move(db), std::move(cache), std::move(chunks), std::move(pool), options));
 }
 
 StoreImpl::StoreImpl(std::unique_ptr<StoreDb> db, std::unique_ptr<ChunkCache> cache,
@@ -418,6 +418,9 @@ Status StoreImpl::RemoveOnce(const std::string& id) {
 }
 
 Result<GcReport> StoreImpl::Gc() {
+  // Copies of snapshots removed from the pool through other stores go
+  // first (a listing drops them), so that their chunks are collected now.
+  if (pool_ != nullptr) GPUCKPT_RETURN_IF_ERROR(List().status());
   Result<GcReport> report = [&]() -> Result<GcReport> {
     WriterMutexLock gc_lock(&gc_mu_);  // no writer runs while we sweep
     return Reclaiming(db_.get(), [&] {

@@ -183,11 +183,11 @@ Result<SnapshotInfo> StoreImpl::EnsureLocal(const std::string& id) {
                                  pool_->options().pool);
   }
   const PoolStats after = pool_->stats();
-  spdlog::info("pool pool={} op=pull id={} result=ok fetched_chunks={} fetched_bytes={} total_s={:.3f}",
-               LogValue(pool_->options().pool), LogValue(id),
-               after.fetched_chunks - before.fetched_chunks,
-               after.fetched_bytes - before.fetched_bytes,
-               std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  spdlog::info(
+      "pool pool={} op=pull id={} result=ok fetched_chunks={} fetched_bytes={} total_s={:.3f}",
+      LogValue(pool_->options().pool), LogValue(id), after.fetched_chunks - before.fetched_chunks,
+      after.fetched_bytes - before.fetched_bytes,
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   return LocalGet(id);
 }
 
@@ -223,12 +223,12 @@ Status StoreImpl::CollectPool(GcReport* report) {
   report->pool_swept_objects = collected->swept_objects;
   report->pool_swept_bytes = collected->swept_bytes;
   report->pool_sweep_due_in_s = collected->sweep_due_in_s;
-  spdlog::info("pool pool={} op=gc collected={} snapshots={} live_chunks={} marked={} swept={} "
-               "swept_chunks={} swept_objects={} swept_bytes={} sweep_due_in_s={}",
-               LogValue(pool_->options().pool), collected->collected, collected->snapshots,
-               collected->live_chunks, collected->marked_chunks, collected->swept,
-               collected->swept_chunks, collected->swept_objects, collected->swept_bytes,
-               collected->sweep_due_in_s);
+  spdlog::info(
+      "pool pool={} op=gc collected={} snapshots={} live_chunks={} marked={} swept={} "
+      "swept_chunks={} swept_objects={} swept_bytes={} sweep_due_in_s={}",
+      LogValue(pool_->options().pool), collected->collected, collected->snapshots,
+      collected->live_chunks, collected->marked_chunks, collected->swept, collected->swept_chunks,
+      collected->swept_objects, collected->swept_bytes, collected->sweep_due_in_s);
   return Status::Ok();
 }
 
@@ -330,8 +330,7 @@ Status StoreImpl::PushQueued(const std::string& id) {
   return s;
 }
 
-Status StoreImpl::RecordPoolIncarnation(const std::string& id, uint64_t key,
-                                        uint64_t incarnation) {
+Status StoreImpl::RecordPoolIncarnation(const std::string& id, uint64_t key, uint64_t incarnation) {
   // Under the lock Remove() holds across its write: the record is either
   // still the one pushed (and rewritten here) or gone (and stays gone).
   MutexLock lock(&pins_->mu);

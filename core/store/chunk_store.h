@@ -61,8 +61,7 @@ class ChunkStore {
   // bytes) as another store keeps it (the shared pool's), unless this
   // store has the chunk; as Put(). The caller has checked the record
   // (Check()): it is appended as it is.
-  Result<PutResult> PutRecord(const ChunkHash& hash, std::string_view record,
-                              uint64_t raw_length);
+  Result<PutResult> PutRecord(const ChunkHash& hash, std::string_view record, uint64_t raw_length);
   // The record of chunk `hash` stored under `seq`, as it lies in its pack,
   // undecoded and unchecked: what the shared pool is sent.
   Result<std::string> ReadRecord(const ChunkHash& hash, uint64_t seq) const;

@@ -483,9 +483,8 @@ Status StoreDb::ReplaceFingerprintSeed(const std::string& seed) {
   if (!key.ok()) return key.status();
   rocksdb::WriteOptions w;
   w.sync = true;
-  GPUCKPT_RETURN_IF_ERROR(
-      FromRocks(db_->Put(w, meta(), format::kMetaFingerprintSeedKey, seed),
-                "storing the fingerprint seed of store " + dir_));
+  GPUCKPT_RETURN_IF_ERROR(FromRocks(db_->Put(w, meta(), format::kMetaFingerprintSeedKey, seed),
+                                    "storing the fingerprint seed of store " + dir_));
   fingerprint_key_.emplace(*key);
   seed_ = seed;
   return Status::Ok();

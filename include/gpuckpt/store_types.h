@@ -197,19 +197,19 @@ struct SnapshotInfo {
 
 // The shared pool's counters since the Store was opened (Store::pool_stats()).
 struct PoolStats {
-  std::string pool;                  // the RADOS pool's name
-  bool background = false;           // PoolOptions::background
-  uint64_t pushes = 0;               // snapshots published in the pool
+  std::string pool;         // the RADOS pool's name
+  bool background = false;  // PoolOptions::background
+  uint64_t pushes = 0;      // snapshots published in the pool
   uint64_t push_failures = 0;
-  uint64_t pulls = 0;                // snapshots fetched from it
+  uint64_t pulls = 0;  // snapshots fetched from it
   uint64_t pull_failures = 0;
-  uint64_t uploaded_chunks = 0;      // chunks the pool lacked, sent
-  uint64_t uploaded_bytes = 0;       // their stored (compressed) size
-  uint64_t reused_chunks = 0;        // chunks the pool had already
-  uint64_t fetched_chunks = 0;       // chunks this store lacked, fetched
-  uint64_t fetched_bytes = 0;        // their stored size
-  uint64_t pending = 0;              // background: snapshots waiting to be pushed
-  std::string last_error;            // the last push or pull that failed, "" if none
+  uint64_t uploaded_chunks = 0;  // chunks the pool lacked, sent
+  uint64_t uploaded_bytes = 0;   // their stored (compressed) size
+  uint64_t reused_chunks = 0;    // chunks the pool had already
+  uint64_t fetched_chunks = 0;   // chunks this store lacked, fetched
+  uint64_t fetched_bytes = 0;    // their stored size
+  uint64_t pending = 0;          // background: snapshots waiting to be pushed
+  std::string last_error;        // the last push or pull that failed, "" if none
 };
 
 struct GcReport {

@@ -306,9 +306,8 @@ TEST(MetricsTest, RendersEveryCounterInPrometheusText) {
                          .unique_bytes = 2000,
                          .stored_bytes = 900,
                          .disk_bytes = 4096};
-  const std::string text =
-      metrics.Render(CacheStats{.hits = 5, .misses = 7, .capacity_bytes = 1024}, store,
-                     std::nullopt);
+  const std::string text = metrics.Render(
+      CacheStats{.hits = 5, .misses = 7, .capacity_bytes = 1024}, store, std::nullopt);
 
   EXPECT_TRUE(IsPrometheusText(text));
   EXPECT_TRUE(HasLine(text, R"(gpuckpt_operations_total{operation="checkpoint",result="ok"} 2)"))
@@ -372,8 +371,7 @@ TEST(MetricsTest, ThePoolsCountersAreLabelledWithItsName) {
   const std::string text = metrics.Render(CacheStats{}, std::nullopt, pool);
   EXPECT_TRUE(IsPrometheusText(text)) << text;
   EXPECT_TRUE(HasLine(text, R"(gpuckpt_pool_pushes_total{pool="ckpt",result="ok"} 3)")) << text;
-  EXPECT_TRUE(HasLine(text, R"(gpuckpt_pool_pushes_total{pool="ckpt",result="failed"} 1)"))
-      << text;
+  EXPECT_TRUE(HasLine(text, R"(gpuckpt_pool_pushes_total{pool="ckpt",result="failed"} 1)")) << text;
   EXPECT_TRUE(HasLine(text, R"(gpuckpt_pool_pulls_total{pool="ckpt",result="ok"} 2)")) << text;
   EXPECT_TRUE(HasLine(text, R"(gpuckpt_pool_uploaded_bytes_total{pool="ckpt"} 4096)")) << text;
   EXPECT_TRUE(HasLine(text, R"(gpuckpt_pool_reused_chunks_total{pool="ckpt"} 7)")) << text;

@@ -33,8 +33,8 @@ void StartClusterGuard(const std::string& dir) {
     dup2(null_fd, STDOUT_FILENO);
     dup2(null_fd, STDERR_FILENO);
     setsid();  // out of the test's process group: a ^C reaches us only as EOF
-    execl("/bin/sh", "sh", "-c", "cat >/dev/null; exec \"$0\" stop \"$1\"", Script(),
-          dir.c_str(), static_cast<char*>(nullptr));
+    execl("/bin/sh", "sh", "-c", "cat >/dev/null; exec \"$0\" stop \"$1\"", Script(), dir.c_str(),
+          static_cast<char*>(nullptr));
     _exit(127);
   }
   close(fds[0]);

@@ -41,10 +41,10 @@ class MicroCephEnvironment : public ::testing::Environment {
 }  // namespace gpuckpt::testing
 
 // In a test: skips it, with the reason, when no cluster runs.
-#define SKIP_WITHOUT_MICRO_CEPH()                                                   \
-  do {                                                                              \
-    if (!::gpuckpt::testing::MicroCephEnvironment::skip_reason().empty())           \
-      GTEST_SKIP() << ::gpuckpt::testing::MicroCephEnvironment::skip_reason();      \
+#define SKIP_WITHOUT_MICRO_CEPH()                                              \
+  do {                                                                         \
+    if (!::gpuckpt::testing::MicroCephEnvironment::skip_reason().empty())      \
+      GTEST_SKIP() << ::gpuckpt::testing::MicroCephEnvironment::skip_reason(); \
   } while (0)
 
 #endif  // GPUCKPT_TESTS_UNIT_MICRO_CEPH_H_

@@ -144,8 +144,7 @@ TEST(PoolFormatTest, DamagedBodiesAreRefused) {
   ASSERT_OK(encoder.AddFile("\x01{}", {BodyExtent{HashOf(1, 1), 100, std::nullopt}}));
   auto encoded = encoder.Finish();
   ASSERT_OK(encoded);
-  EXPECT_CODE(DecodeBody(encoded->substr(0, encoded->size() - 3), "cut"),
-              StatusCode::kCorruption);
+  EXPECT_CODE(DecodeBody(encoded->substr(0, encoded->size() - 3), "cut"), StatusCode::kCorruption);
   EXPECT_CODE(DecodeBody(*encoded + *encoded, "twice"), StatusCode::kCorruption);
   EXPECT_CODE(DecodeBody("not zstd at all", "garbage"), StatusCode::kCorruption);
   // A well-formed frame of something that is no body.

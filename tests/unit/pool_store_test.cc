@@ -2,9 +2,8 @@
 // Ceph cluster that tools/micro-ceph starts for this binary: publication,
 // listing and fetching across stores, dedup through the pool, pool-wide
 // names, removal, the shared seed, background pushes and damaged objects.
-#include <gtest/gtest.h>
-
 #include <fmt/format.h>
+#include <gtest/gtest.h>
 
 #include <atomic>
 #include <chrono>

@@ -56,7 +56,8 @@ class RadosPoolTest : public ::testing::Test {
     pool_ = nullptr;
   }
   void SetUp() override {
-    if (!MicroCephEnvironment::skip_reason().empty()) GTEST_SKIP() << MicroCephEnvironment::skip_reason();
+    if (!MicroCephEnvironment::skip_reason().empty())
+      GTEST_SKIP() << MicroCephEnvironment::skip_reason();
     ASSERT_NE(pool_, nullptr);
   }
   // A name of this test's own, so that tests never see each other's objects.

@@ -9,6 +9,8 @@
 // Exit status: 0 success; 1 the operation failed (one line on stderr);
 // 2 bad usage; 3 fsck found problems (listed on stdout).
 #include <CLI/CLI.hpp>
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
 #include <cstdio>
 #include <iostream>
 #include <memory>
@@ -268,7 +270,7 @@ int RunGc(Store& store) {
     if (!r->pool_collected) {
       std::printf("pool: another store's collector is running; nothing collected there\n");
     } else {
-      std::printf("pool: marked %llu chunks no checkpoint names", 
+      std::printf("pool: marked %llu chunks no checkpoint names",
                   static_cast<unsigned long long>(r->pool_marked_chunks));
       if (r->pool_swept) {
         std::printf("; swept %llu chunks and %llu objects (%s)\n",
@@ -332,6 +334,12 @@ int RunCommand(const Commands& c, Store& store, const CommandArgs& args) {
 }
 
 int Main(int argc, char** argv) {
+  // What the store logs (its shared pool's pushes, fetches and drops) is
+  // the daemon's business; here stdout carries the command's output (ls
+  // --json is parsed), so only warnings and errors, on stderr.
+  auto log = spdlog::stderr_color_mt("gpuckpt");
+  log->set_level(spdlog::level::warn);
+  spdlog::set_default_logger(std::move(log));
   CLI::App app{"gpuckpt: the deduplicated checkpoint store of gpuckptfs"};
   app.set_version_flag("--version", "gpuckpt " GPUCKPT_VERSION_STRING);
   app.require_subcommand(1);
@@ -355,6 +363,13 @@ int Main(int argc, char** argv) {
                         : commands.rm->parsed() || commands.gc->parsed() ? Access::kWrite
                                                                          : Access::kReadOnly;
   auto store_or = OpenStore(g, access);
+  // With a pool, export may have to fetch the snapshot into the store
+  // first, which needs it writable: it is, unless a gpuckptfs holds it.
+  if (commands.exp->parsed() && !g.pool.pool.empty()) {
+    auto writable = OpenStore(g, Access::kWrite);
+    if (writable.ok() || writable.status().code() != StatusCode::kBusy)
+      store_or = std::move(writable);
+  }
   if (!store_or.ok()) return Fail(store_or.status());
   return RunCommand(commands, **store_or, args);
 }

@@ -391,10 +391,10 @@ std::optional<int> ParseCommandLine(CLI::App& app, int argc, char** argv) {
 // absolute now (the mount point is resolved by ResolveMountpoint).
 void MakePathsAbsolute(Settings* settings) {
   EngineOptions& engine_options = settings->engine_options;
-  for (std::string* path : {&settings->store_dir, &settings->pool.ceph_conf,
-                            &engine_options.criu_path,
-                            &engine_options.work_dir, &engine_options.state_dir,
-                            &settings->gpu.criu_plugin_dir, &settings->gpu.cuda_checkpoint_dir}) {
+  for (std::string* path :
+       {&settings->store_dir, &settings->pool.ceph_conf, &engine_options.criu_path,
+        &engine_options.work_dir, &engine_options.state_dir, &settings->gpu.criu_plugin_dir,
+        &settings->gpu.cuda_checkpoint_dir}) {
     *path = Absolute(*path);
   }
 }
@@ -443,8 +443,7 @@ StoreOptions StoreOptionsOf(const Settings& settings) {
 
 int ServeInForeground(const Settings& settings) {
   const int rc = Serve(settings.store_dir, StoreOptionsOf(settings), settings.engine_options,
-                       settings.mount, settings.gpu,
-                       [](const std::string& error) {
+                       settings.mount, settings.gpu, [](const std::string& error) {
                          if (!error.empty()) {
                            std::fprintf(stderr, "gpuckptfs: %s\n", error.c_str());
                            return;
