@@ -406,7 +406,7 @@ Result<std::string> PoolLink::ReadBody(const std::string& id, const pool::Catalo
   return body;
 }
 
-Result<std::map<std::string, pool::CatalogEntry>> PoolLink::Catalog() {
+Result<PoolLink::CatalogListing> PoolLink::Catalog() {
   if (KnownUnreachable()) {
     return Status::TimedOut(fmt::format("pool {} did not answer a moment ago", options_.pool));
   }
@@ -415,8 +415,8 @@ Result<std::map<std::string, pool::CatalogEntry>> PoolLink::Catalog() {
   return catalog;
 }
 
-Result<std::map<std::string, pool::CatalogEntry>> PoolLink::ReadCatalog() {
-  std::map<std::string, pool::CatalogEntry> out;
+Result<PoolLink::CatalogListing> PoolLink::ReadCatalog() {
+  CatalogListing out;
   std::string after;
   for (;;) {
     constexpr unsigned kPage = 512;
@@ -426,7 +426,11 @@ Result<std::map<std::string, pool::CatalogEntry>> PoolLink::ReadCatalog() {
       // not listed: one bad entry must not hide the pool's others.
       if (!ValidateSnapshotName(id).ok()) continue;
       auto entry = pool::DecodeCatalogEntry(value);
-      if (entry.ok()) out.emplace(id, std::move(*entry));
+      if (entry.ok()) {
+        out.entries.emplace(id, std::move(*entry));
+      } else {
+        out.unreadable.insert(id);
+      }
     }
     if (page.size() < kPage) break;
     after = page.back().first;

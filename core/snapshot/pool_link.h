@@ -18,6 +18,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -61,8 +62,14 @@ class PoolLink {
   // succeeds.
   Result<uint64_t> Push(StoreImpl* store, const SnapshotInfo& info);
 
-  // The pool's published snapshots: id -> catalog entry.
-  Result<std::map<std::string, pool::CatalogEntry>> Catalog();
+  // The pool's published snapshots: id -> catalog entry, and the ids whose
+  // entries do not decode (damaged, or of a newer format): those are in the
+  // pool, but cannot be listed.
+  struct CatalogListing {
+    std::map<std::string, pool::CatalogEntry> entries;
+    std::set<std::string> unreadable;
+  };
+  Result<CatalogListing> Catalog();
   // One entry; nullopt when the pool has no snapshot `id`.
   Result<std::optional<pool::CatalogEntry>> CatalogEntryOf(const std::string& id);
   // The snapshot an entry describes, as the store lists it (pool_only).
@@ -125,7 +132,7 @@ class PoolLink {
   Status Observe(Status s);
   // `s` in words a user can act on: a full pool, an unreachable one.
   Status Explain(const Status& s) const;
-  Result<std::map<std::string, pool::CatalogEntry>> ReadCatalog();
+  Result<CatalogListing> ReadCatalog();
   Result<uint64_t> PushOnce(StoreImpl* store, const SnapshotInfo& info);
   // The reservation object's contents for this link: who holds the name.
   std::string ReservationText() const;

@@ -110,21 +110,24 @@ Result<std::vector<SnapshotInfo>> StoreImpl::List() {
                  LogValue(pool_->options().pool), LogValue(catalog.status().message()));
     return local;
   }
+  std::map<std::string, pool::CatalogEntry>& entries = catalog->entries;
   std::vector<SnapshotInfo> out;
   for (SnapshotInfo& s : local) {
-    if (s.pool_incarnation != 0) {
-      auto it = catalog->find(s.id);
-      if (it == catalog->end() || it->second.incarnation != s.pool_incarnation) {
+    // A copy of a snapshot whose entry cannot be read is kept: it may be
+    // there still.
+    if (s.pool_incarnation != 0 && catalog->unreadable.count(s.id) == 0) {
+      auto it = entries.find(s.id);
+      if (it == entries.end() || it->second.incarnation != s.pool_incarnation) {
         if (!options_.read_only) DropRemovedFromPool(s);
         continue;
       }
-      catalog->erase(it);
+      entries.erase(it);
     } else {
-      catalog->erase(s.id);  // not pushed yet: ours is the one to show
+      entries.erase(s.id);  // not pushed yet: ours is the one to show
     }
     out.push_back(std::move(s));
   }
-  for (const auto& [id, entry] : *catalog) {
+  for (const auto& [id, entry] : entries) {
     auto info = PoolLink::InfoOf(id, entry);
     if (!info.ok()) continue;  // one damaged entry hides only itself
     GPUCKPT_ASSIGN_OR_RETURN(info->key, PoolOnlyKey(id, entry.incarnation));

@@ -261,6 +261,34 @@ TEST_F(PoolStoreTest, ADamagedChunkInThePoolFailsTheFetchAndPublishesNothing) {
   EXPECT_EQ(b->pool_stats()->pull_failures, 1u);
 }
 
+TEST_F(PoolStoreTest, ACatalogEntryThatCannotBeReadHidesOnlyItself) {
+  const std::string src = tmp_.Sub("src");
+  testing::MakeDirs(src);
+  testing::WriteRandomFile(src + "/f", 70000, 81);
+  auto a = OpenPooled(tmp_.Sub("a"));
+  auto b = OpenPooled(tmp_.Sub("b"));
+  ASSERT_TRUE(a && b);
+  ASSERT_OK(ImportIn(*a, src, "unread-1"));
+  ASSERT_OK(ImportIn(*a, src, "unread-2"));
+  ASSERT_EQ(ReadAll(*b, "unread-1", "f"), testing::RandomBytes(70000, 81));  // b has a copy
+
+  PoolConnection connection;
+  connection.pool = "gpuckpt";
+  connection.conf_file = testing::MicroCephEnvironment::conf();
+  ASSERT_OK_AND_ASSIGN(auto rados, RadosPool::Connect(connection));
+  ASSERT_OK(rados->OmapSet(pool::CatalogObject(), {{"unread-1", "\x09not an entry"}}));
+
+  // The copy is kept (the snapshot may well be there still), nothing else
+  // is lost, and a store without a copy does not list it.
+  EXPECT_TRUE(Listed(*b, "unread-1").has_value());
+  EXPECT_TRUE(Listed(*b, "unread-2").has_value());
+  auto c = OpenPooled(tmp_.Sub("c"));
+  ASSERT_TRUE(c);
+  EXPECT_FALSE(Listed(*c, "unread-1").has_value());
+  EXPECT_TRUE(Listed(*c, "unread-2").has_value());
+  EXPECT_CODE(c->OpenFile("unread-1", "f"), StatusCode::kCorruption);
+}
+
 // The collector's tests have a pool of their own: their gc must not sweep
 // what the other tests of the binary leave behind, nor theirs it.
 constexpr char kGcPool[] = "gpuckpt-gc";
