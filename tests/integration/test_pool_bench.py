@@ -40,7 +40,11 @@ STEPS = [
     "--pool-background, write returns: checkpoint 2",
     "--pool-background, until published: checkpoint 1",
     "--pool-background, until published: checkpoint 2",
+    "the daemon's own account (manifest duration_s): checkpoint 1",
+    "the daemon's own account (manifest duration_s): checkpoint 2",
     "restore, until the write returns (local: the daemon that made it; pool: the other daemon)",
+    "checkpoint 1 through the pool: MB uploaded (pool) / its stored_bytes (local)",
+    "checkpoint 2 through the pool: MB uploaded (pool) / its stored_bytes (local)",
     "restore on the other daemon: MB fetched (pool) / checkpoint 1's stored_bytes (local)",
 ]
 
@@ -64,7 +68,7 @@ def median(cell):
 
 
 def test_pool_bench_runs_end_to_end_with_its_rows_and_columns():
-    work = tempfile.mkdtemp(prefix="gpuckpt-pool-bench-smoke.", dir="/var/tmp")
+    work = tempfile.mkdtemp(prefix="gpuckpt-pool-bench.", dir="/var/tmp")
     out = os.path.join(work, "report.md")
     try:
         r = subprocess.run([POOL_BENCH, "--build", WORKLOAD_BIN, "--work",
@@ -92,7 +96,7 @@ def test_pool_bench_runs_end_to_end_with_its_rows_and_columns():
         by_step = dict(zip(STEPS, rows))
 
         # One round: seconds, not hours; every side measured.
-        for step in STEPS[:2] + STEPS[6:11]:
+        for step in STEPS[:2] + STEPS[6:13]:
             local, pool = median(by_step[step][1]), median(by_step[step][2])
             assert 0 < local < 120 and 0 < pool < 120, by_step[step]
         # The workload saw itself stopped for less than the checkpoint took.
@@ -103,6 +107,16 @@ def test_pool_bench_runs_end_to_end_with_its_rows_and_columns():
         returns = by_step["--pool-background, write returns: checkpoint 1"]
         published = by_step["--pool-background, until published: checkpoint 1"]
         assert median(published[2]) >= median(returns[2]), (returns, published)
+        # The daemon's own account ends before the write returns, which
+        # also waits for the publication.
+        own = by_step["the daemon's own account (manifest duration_s): checkpoint 1"]
+        assert median(own[2]) <= median(durable[2]), (own, durable)
+        # Checkpoint 1 sent the pool no more than it stored; checkpoint 2 of
+        # the unchanged process sent less than that.
+        first = by_step[STEPS[-3]]
+        assert 0 < median(first[2]) <= median(first[1]), first
+        second = by_step[STEPS[-2]]
+        assert median(second[2]) < median(first[2]) / 10, (first, second)
         # The other daemon fetched some of the checkpoint, and no more than
         # it stored.
         fetched = by_step[STEPS[-1]]
@@ -111,11 +125,11 @@ def test_pool_bench_runs_end_to_end_with_its_rows_and_columns():
         assert stored_mb < MIB * 1.1, fetched
         # The round's stores and cluster are gone; its logs stay.
         left = os.listdir(os.path.join(work, "bench"))
-        assert not [n for n in left if n.startswith("memstore-")], left
+        assert "m1" not in left, left
         assert os.path.isdir(os.path.join(work, "bench", "logs", "memstore-r1-ceph")), left
     finally:
-        for mnt in ("local", "background", "pool", "other"):
-            path = os.path.join(work, "bench", "memstore-r1", mnt, "mnt")
+        for daemon in "wlbpo":
+            path = os.path.join(work, "bench", "m1", daemon, "mnt")
             if os.path.ismount(path):
                 subprocess.run(["fusermount3", "-u", "-z", path])
         shutil.rmtree(work, ignore_errors=True)
