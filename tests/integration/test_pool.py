@@ -14,6 +14,7 @@ import os
 import re
 import shutil
 import subprocess
+import threading
 import time
 
 import pytest
@@ -126,6 +127,62 @@ def status_value(mount, pid, key):
     m = re.search(rf"^{key}: (.*)$", text, re.M)
     assert m, f"no {key}: in {pid}/status:\n{text}"
     return m.group(1)
+
+
+def test_two_daemons_checkpointing_and_removing_while_a_collection_runs_lose_nothing(cluster):
+    options = ("--pool", POOL, "--ceph-conf", cluster.conf, "--pool-timeout", "20",
+               "--pool-gc-grace", "2")
+    first = Mount("gpuckpt-pool-race1.", *options)
+    second = Mount("gpuckpt-pool-race2.", *options)
+    third = None
+    stop = threading.Event()
+    refusals = []
+
+    def collect():
+        # gc through the first daemon's mount, as often as it goes.
+        while not stop.is_set():
+            ok, err = Root().write(first.path("ctl"), "gc")
+            if not ok:
+                refusals.append(err)
+            time.sleep(0.2)
+
+    collector = threading.Thread(target=collect)
+    try:
+        workloads = [(first, first.start("wl_memory", "--mib", "16")),
+                     (second, second.start("wl_memory", "--mib", "16"))]
+        collector.start()
+        kept = {first: [], second: []}
+        for _ in range(6):
+            for mount, wl in workloads:
+                kept[mount].append(mount.checkpoint(wl.pid))
+                if len(kept[mount]) > 2:
+                    subprocess.run(["rm", "-r", mount.path("checkpoints", kept[mount].pop(0))],
+                                   check=True)
+                time.sleep(0.5)
+        stop.set()
+        collector.join()
+        assert not refusals, refusals
+        log = read(os.path.join(first.state_dir, "gpuckptfs.log"))
+        assert "op=gc collected=true" in log and "swept=true" in log, \
+            "no collection swept during the race"
+        # Every checkpoint still published reads back whole through a third
+        # daemon, whose store has none of it.
+        third = Mount("gpuckpt-pool-race3.", *options)
+        for ckpt in kept[first] + kept[second]:
+            images = third.path("checkpoints", ckpt, "images")
+            for name in os.listdir(images):
+                with open(os.path.join(images, name), "rb") as f:
+                    while f.read(1 << 20):
+                        pass
+        for _, wl in workloads:
+            wl.kill()
+    finally:
+        stop.set()
+        if collector.is_alive():
+            collector.join()
+        for mount in (third, second, first):
+            if mount is not None:
+                mount.close()
 
 
 # The pool's faults: the OSD stopped (the pool does not answer) and a full
