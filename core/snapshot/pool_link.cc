@@ -462,8 +462,7 @@ class PoolLink::Fetch {
       : link_(link), chunks_(chunks), domain_(domain) {}
 
   // Fetches `wanted` and adds the sequence number each gets here to `*seqs`.
-  Status FetchAll(const std::vector<ChunkHash>& wanted,
-                  std::unordered_map<ChunkHash, uint64_t, ChunkHashHasher>* seqs) {
+  Status FetchAll(const std::vector<ChunkHash>& wanted, ChunkSeqs* seqs) {
     GPUCKPT_ASSIGN_OR_RETURN(auto entries, LookUpIndex(link_->rados_.get(), wanted));
     std::vector<std::pair<ChunkHash, pool::IndexEntry>> located;
     for (const ChunkHash& hash : wanted) {
@@ -523,7 +522,7 @@ class PoolLink::Fetch {
   }
 
   Status FetchAndStore(std::span<const std::pair<ChunkHash, pool::IndexEntry>> chunks,
-                       std::unordered_map<ChunkHash, uint64_t, ChunkHashHasher>* seqs) {
+                       ChunkSeqs* seqs) {
     std::vector<ReadRun> runs = Runs(chunks);
     auto batch = link_->rados_->NewBatch(kReadsInFlight);
     for (ReadRun& r : runs) batch->Read(r.oid, r.offset, r.length, &r.data);
@@ -578,9 +577,20 @@ Result<SnapshotInfo> PoolLink::Pull(StoreImpl* store, const std::string& id,
   GPUCKPT_ASSIGN_OR_RETURN(std::string encoded, ReadBody(id, entry));
   GPUCKPT_ASSIGN_OR_RETURN(auto files, pool::DecodeBody(encoded, "'" + id + "'"));
   const std::optional<ChunkDomainKey> domain = db_->domain_key(info.dedup_domain);
+  GPUCKPT_ASSIGN_OR_RETURN(auto seqs, StoreChunksOf(store, files, domain ? &*domain : nullptr));
+  GPUCKPT_RETURN_IF_ERROR(WriteFetchedRecords(id, files, seqs, key));
+  GPUCKPT_RETURN_IF_ERROR(db_->FlushAll());
+  counters_.pulls++;
+  info.key = key;
+  info.pool_only = false;
+  return info;
+}
 
+Result<PoolLink::ChunkSeqs> PoolLink::StoreChunksOf(StoreImpl* store,
+                                                    const std::vector<pool::BodyFile>& files,
+                                                    const ChunkDomainKey* domain) {
   // Which chunks this store has, and which must be fetched.
-  std::unordered_map<ChunkHash, uint64_t, ChunkHashHasher> seqs;
+  ChunkSeqs seqs;
   std::vector<ChunkHash> wanted;
   for (const pool::BodyFile& f : files) {
     for (const pool::BodyExtent& e : f.extents) {
@@ -593,13 +603,18 @@ Result<SnapshotInfo> PoolLink::Pull(StoreImpl* store, const std::string& id,
       }
     }
   }
-  Fetch fetch(this, &store->chunks(), domain ? &*domain : nullptr);
+  Fetch fetch(this, &store->chunks(), domain);
   GPUCKPT_RETURN_IF_ERROR(fetch.FetchAll(wanted, &seqs));
+  return seqs;
+}
 
+Status PoolLink::WriteFetchedRecords(const std::string& id,
+                                     const std::vector<pool::BodyFile>& files,
+                                     const ChunkSeqs& seqs, uint64_t key) {
   // The records, as a writer of this store would have written them.
   rocksdb::WriteBatch batch;
   rocksdb::WriteOptions w;
-  w.disableWAL = true;  // made durable by the flush below, before publication
+  w.disableWAL = true;  // made durable by the caller's flush, before publication
   for (size_t i = 0; i < files.size(); ++i) {
     const uint32_t index = static_cast<uint32_t>(i);
     GPUCKPT_ASSIGN_OR_RETURN(FileEntry file, DecodeFileRecord(files[i].file_record));
@@ -614,23 +629,18 @@ Result<SnapshotInfo> PoolLink::Pull(StoreImpl* store, const std::string& id,
                     "batching"));
       offset += e.length;
     }
-    if (file.type == FileType::kRegular && offset != file.size) {
-      return Status::Corruption(
-          fmt::format("snapshot '{}' in pool {}: the extents of '{}' cover "
-                      "{} of its {} bytes",
-                      id, options_.pool, file.path, offset, file.size));
+    // A regular file's extents cover it exactly; anything else has none.
+    if (file.type == FileType::kRegular ? offset != file.size : offset != 0) {
+      return Status::Corruption(fmt::format(
+          "snapshot '{}' in pool {}: the extents of '{}' cover {} bytes of its {}", id,
+          options_.pool, file.path, offset, file.type == FileType::kRegular ? file.size : 0));
     }
     if (batch.GetDataSize() > (4u << 20)) {
       GPUCKPT_RETURN_IF_ERROR(FromRocks(db_->db()->Write(w, &batch), "writing fetched records"));
       batch.Clear();
     }
   }
-  GPUCKPT_RETURN_IF_ERROR(FromRocks(db_->db()->Write(w, &batch), "writing fetched records"));
-  GPUCKPT_RETURN_IF_ERROR(db_->FlushAll());
-  counters_.pulls++;
-  info.key = key;
-  info.pool_only = false;
-  return info;
+  return FromRocks(db_->db()->Write(w, &batch), "writing fetched records");
 }
 
 Status PoolLink::Remove(const std::string& id, uint64_t incarnation) {

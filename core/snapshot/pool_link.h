@@ -114,6 +114,15 @@ class PoolLink {
   };
   class Upload;
   class Fetch;
+  // Where each chunk of a fetched snapshot is in this store: its sequence
+  // number, by name.
+  using ChunkSeqs = std::unordered_map<ChunkHash, uint64_t, ChunkHashHasher>;
+  // Steps of Pull(): the chunks `files` name, fetched where this store
+  // lacks them; then their file and extent records under `key`.
+  Result<ChunkSeqs> StoreChunksOf(StoreImpl* store, const std::vector<pool::BodyFile>& files,
+                                  const ChunkDomainKey* domain);
+  Status WriteFetchedRecords(const std::string& id, const std::vector<pool::BodyFile>& files,
+                             const ChunkSeqs& seqs, uint64_t key);
   struct ChunkTally {
     uint64_t uploaded_chunks = 0, uploaded_bytes = 0, reused_chunks = 0;
   };
