@@ -126,7 +126,9 @@ struct StoreOptions {
   // are listed beside this store's own, and one is fetched (its records
   // and the chunks this store lacks) when first read. All the stores on a
   // pool share its fingerprint seed: a store that holds snapshots made
-  // with another one cannot join it (kInvalidArgument). Default: none.
+  // with another one cannot join it (kInvalidArgument). Opened read_only,
+  // the store lists the pool's snapshots but cannot fetch one: reading it
+  // is kPermissionDenied. Default: none.
   std::optional<PoolOptions> pool;
 
   // fsync (RocksDB WAL sync) before a snapshot becomes visible, and on
