@@ -46,13 +46,18 @@ def cluster(tmp_path_factory):
         ceph.stop()
 
 
+def pooled_mount(name, cluster, timeout_s=20, *more):
+    """A daemon with a store of its own on the cluster's pool."""
+    return Mount(f"gpuckpt-pool-{name}.", "--pool", POOL, "--ceph-conf", cluster.conf,
+                 "--pool-timeout", str(timeout_s), *more)
+
+
 @pytest.fixture
-def two_mounts(cluster, request):
-    options = ("--pool", POOL, "--ceph-conf", cluster.conf, "--pool-timeout", "20")
-    first = Mount("gpuckpt-pool-first.", *options)
+def two_mounts(cluster):
+    first = pooled_mount("first", cluster)
     second = None
     try:
-        second = Mount("gpuckpt-pool-second.", *options)
+        second = pooled_mount("second", cluster)
         yield first, second
     finally:
         if second is not None:
@@ -130,10 +135,9 @@ def status_value(mount, pid, key):
 
 
 def test_two_daemons_checkpointing_and_removing_while_a_collection_runs_lose_nothing(cluster):
-    options = ("--pool", POOL, "--ceph-conf", cluster.conf, "--pool-timeout", "20",
-               "--pool-gc-grace", "2")
-    first = Mount("gpuckpt-pool-race1.", *options)
-    second = Mount("gpuckpt-pool-race2.", *options)
+    grace = ("--pool-gc-grace", "2")
+    first = pooled_mount("race1", cluster, 20, *grace)
+    second = pooled_mount("race2", cluster, 20, *grace)
     third = None
     stop = threading.Event()
     refusals = []
@@ -167,7 +171,7 @@ def test_two_daemons_checkpointing_and_removing_while_a_collection_runs_lose_not
             "no collection swept during the race"
         # Every checkpoint still published reads back whole through a third
         # daemon, whose store has none of it.
-        third = Mount("gpuckpt-pool-race3.", *options)
+        third = pooled_mount("race3", cluster, 20, *grace)
         for ckpt in kept[first] + kept[second]:
             images = third.path("checkpoints", ckpt, "images")
             for name in os.listdir(images):
@@ -190,8 +194,7 @@ def test_two_daemons_checkpointing_and_removing_while_a_collection_runs_lose_not
 
 
 def test_an_unreachable_pool_fails_a_checkpoint_with_etimedout_and_nothing_is_published(cluster):
-    m = Mount("gpuckpt-pool-away.", "--pool", POOL, "--ceph-conf", cluster.conf,
-              "--pool-timeout", "3")
+    m = pooled_mount("away", cluster, 3)
     try:
         wl = m.start("wl_memory", "--mib", "8")
         before = m.ids()
@@ -237,8 +240,7 @@ def wait_for_checkpoint(mount, pid):
 
 
 def test_background_publication_keeps_checkpointing_while_the_pool_is_away(cluster):
-    m = Mount("gpuckpt-pool-later.", "--pool", POOL, "--ceph-conf", cluster.conf,
-              "--pool-timeout", "3", "--pool-background")
+    m = pooled_mount("later", cluster, 3, "--pool-background")
     try:
         wl = m.start("wl_memory", "--mib", "8")
         cluster.stop_osd()
@@ -258,8 +260,7 @@ def test_background_publication_keeps_checkpointing_while_the_pool_is_away(clust
 
 
 def test_a_full_pool_fails_a_checkpoint_with_enospc_and_says_so(cluster):
-    m = Mount("gpuckpt-pool-full.", "--pool", POOL, "--ceph-conf", cluster.conf,
-              "--pool-timeout", "5")
+    m = pooled_mount("full", cluster, 5)
     try:
         wl = m.start("wl_memory", "--mib", "8")
         cluster.set_quota(POOL, 1)

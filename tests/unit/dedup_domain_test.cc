@@ -25,6 +25,7 @@ namespace gpuckpt {
 namespace {
 
 using testing::ExportMatches;
+using testing::ReadAll;
 using testing::TempDir;
 
 constexpr uint32_t kAlice = 1000;
@@ -57,15 +58,6 @@ std::string MakeRandomTree(const TempDir& tmp) {
   testing::WriteRandomFile(src + "/sub/b.bin", 1u << 20, 12);
   testing::WriteRandomFile(src + "/tiny.bin", 1000, 13);  // one chunk
   return src;
-}
-
-std::string ReadAll(Store& store, const std::string& id, const std::string& path) {
-  auto reader = store.OpenFile(id, path);
-  if (!reader.ok()) {
-    ADD_FAILURE() << reader.status().ToString();
-    return {};
-  }
-  return testing::ReadAll(**reader);
 }
 
 void ExpectClean(Store& store) {

@@ -19,6 +19,7 @@
 namespace gpuckpt {
 namespace {
 
+using testing::ReadAll;
 using testing::TempDir;
 
 constexpr uint32_t kAlice = 1000;
@@ -50,13 +51,12 @@ Result<SnapshotInfo> ImportIn(Store& store, const std::string& src, const std::s
   return store.ImportDirectory(src, spec);
 }
 
-std::string ReadAll(Store& store, const std::string& id, const std::string& path) {
-  auto reader = store.OpenFile(id, path);
-  if (!reader.ok()) {
-    ADD_FAILURE() << reader.status().ToString();
-    return {};
-  }
-  return testing::ReadAll(**reader);
+// A connection of the test's own to the pool, to look into it or damage it.
+Result<std::unique_ptr<RadosPool>> ConnectToPool(const std::string& pool = "gpuckpt") {
+  PoolConnection connection;
+  connection.pool = pool;
+  connection.conf_file = testing::MicroCephEnvironment::conf();
+  return RadosPool::Connect(connection);
 }
 
 std::optional<SnapshotInfo> Listed(Store& store, const std::string& id) {
@@ -72,6 +72,15 @@ std::optional<SnapshotInfo> Listed(Store& store, const std::string& id) {
 class PoolStoreTest : public ::testing::Test {
  protected:
   void SetUp() override { SKIP_WITHOUT_MICRO_CEPH(); }
+
+  // A tree of one random file `f` of `size` bytes: its path.
+  std::string OneFileTree(uint64_t size, uint64_t seed) {
+    const std::string src = tmp_.Sub("src");
+    testing::MakeDirs(src);
+    testing::WriteRandomFile(src + "/f", size, seed);
+    return src;
+  }
+
   TempDir tmp_{"gpuckpt-pool"};
 };
 
@@ -160,9 +169,7 @@ TEST_F(PoolStoreTest, NamesArePoolWideAndAnAbandonedNameIsFreeAgain) {
 }
 
 TEST_F(PoolStoreTest, ARemovalThroughOneStoreReachesTheOthers) {
-  const std::string src = tmp_.Sub("src");
-  testing::MakeDirs(src);
-  testing::WriteRandomFile(src + "/f", 100000, 41);
+  const std::string src = OneFileTree(100000, 41);
   auto a = OpenPooled(tmp_.Sub("a"));
   auto b = OpenPooled(tmp_.Sub("b"));
   ASSERT_TRUE(a && b);
@@ -203,9 +210,7 @@ TEST_F(PoolStoreTest, AStoreWithSnapshotsUnderAnotherSeedCannotJoin) {
 }
 
 TEST_F(PoolStoreTest, BackgroundPushesPublishAfterTheCommit) {
-  const std::string src = tmp_.Sub("src");
-  testing::MakeDirs(src);
-  testing::WriteRandomFile(src + "/f", 1u << 20, 51);
+  const std::string src = OneFileTree(1u << 20, 51);
   PoolOptions background = PoolOf();
   background.background = true;
   auto a = OpenPooled(tmp_.Sub("a"), background);
@@ -225,9 +230,7 @@ TEST_F(PoolStoreTest, BackgroundPushesPublishAfterTheCommit) {
 }
 
 TEST_F(PoolStoreTest, ADamagedChunkInThePoolFailsTheFetchAndPublishesNothing) {
-  const std::string src = tmp_.Sub("src");
-  testing::MakeDirs(src);
-  testing::WriteRandomFile(src + "/f", 256u << 10, 61);
+  const std::string src = OneFileTree(256u << 10, 61);
   auto a = OpenPooled(tmp_.Sub("a"));
   auto b = OpenPooled(tmp_.Sub("b"));
   ASSERT_TRUE(a && b);
@@ -236,10 +239,7 @@ TEST_F(PoolStoreTest, ADamagedChunkInThePoolFailsTheFetchAndPublishesNothing) {
   ASSERT_GT(a->pool_stats()->uploaded_chunks, before.uploaded_chunks);
 
   // Every pack object this test wrote gets a flipped byte in its middle.
-  PoolConnection connection;
-  connection.pool = "gpuckpt";
-  connection.conf_file = testing::MicroCephEnvironment::conf();
-  ASSERT_OK_AND_ASSIGN(auto rados, RadosPool::Connect(connection));
+  ASSERT_OK_AND_ASSIGN(auto rados, ConnectToPool());
   ASSERT_OK_AND_ASSIGN(auto objects, rados->ListObjects("gpuckpt.pack."));
   bool damaged_one = false;
   for (const std::string& oid : objects) {
@@ -262,9 +262,7 @@ TEST_F(PoolStoreTest, ADamagedChunkInThePoolFailsTheFetchAndPublishesNothing) {
 }
 
 TEST_F(PoolStoreTest, ACatalogEntryThatCannotBeReadHidesOnlyItself) {
-  const std::string src = tmp_.Sub("src");
-  testing::MakeDirs(src);
-  testing::WriteRandomFile(src + "/f", 70000, 81);
+  const std::string src = OneFileTree(70000, 81);
   auto a = OpenPooled(tmp_.Sub("a"));
   auto b = OpenPooled(tmp_.Sub("b"));
   ASSERT_TRUE(a && b);
@@ -272,10 +270,7 @@ TEST_F(PoolStoreTest, ACatalogEntryThatCannotBeReadHidesOnlyItself) {
   ASSERT_OK(ImportIn(*a, src, "unread-2"));
   ASSERT_EQ(ReadAll(*b, "unread-1", "f"), testing::RandomBytes(70000, 81));  // b has a copy
 
-  PoolConnection connection;
-  connection.pool = "gpuckpt";
-  connection.conf_file = testing::MicroCephEnvironment::conf();
-  ASSERT_OK_AND_ASSIGN(auto rados, RadosPool::Connect(connection));
+  ASSERT_OK_AND_ASSIGN(auto rados, ConnectToPool());
   ASSERT_OK(rados->OmapSet(pool::CatalogObject(), {{"unread-1", "\x09not an entry"}}));
 
   // The copy is kept (the snapshot may well be there still), nothing else

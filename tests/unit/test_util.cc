@@ -369,6 +369,15 @@ Status AddBytes(SnapshotWriter* writer, const FileEntry& entry, const std::strin
   return s;
 }
 
+std::string ReadAll(Store& store, const std::string& id, const std::string& path) {
+  auto reader = store.OpenFile(id, path);
+  if (!reader.ok()) {
+    ADD_FAILURE() << reader.status().ToString();
+    return {};
+  }
+  return ReadAll(**reader);
+}
+
 std::string ReadAll(FileReader& reader) {
   std::string out(reader.entry().size, '\0');
   size_t done = 0;

@@ -106,6 +106,9 @@ std::string ReadFile(const std::string& path);
 // FUSE read's size, so that many lookups and chunk batches run); a failed
 // read is a test failure (ADD_FAILURE) and returns what was read before it.
 std::string ReadAll(FileReader& reader);
+// The whole of file `path` of snapshot `id`; a failure to open it fails the
+// test (and gives "").
+std::string ReadAll(Store& store, const std::string& id, const std::string& path);
 void MakeDirs(const std::string& path, mode_t mode = 0755);
 
 // A file whose bytes match RandomStream(seed) from offset 0 for `size` bytes,
