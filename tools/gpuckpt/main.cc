@@ -8,9 +8,10 @@
 //
 // Exit status: 0 success; 1 the operation failed (one line on stderr);
 // 2 bad usage; 3 fsck found problems (listed on stdout).
-#include <CLI/CLI.hpp>
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
+
+#include <CLI/CLI.hpp>
 #include <cstdio>
 #include <iostream>
 #include <memory>
@@ -21,6 +22,7 @@
 #include "core/base/time_text.h"
 #include "gpuckpt/store.h"
 #include "gpuckpt/version.h"
+#include "tools/common/pool_options.h"
 #include "tools/gpuckpt/progress.h"
 
 namespace gpuckpt {
@@ -76,9 +78,7 @@ struct Globals {
   std::vector<uint32_t> page_sizes;
   bool page_aware = true;
   bool no_sync = false;
-  PoolOptions pool;  // used when pool.pool is set
-  double pool_timeout_s = 30;
-  unsigned pool_gc_grace_s = 3600;
+  PoolCommandLine pool;
 };
 
 // How a command opens the store.
@@ -102,11 +102,7 @@ Result<std::unique_ptr<Store>> OpenStore(const Globals& g, Access access) {
   }
   if (!g.page_aware) o.chunking.page_image_globs.clear();
   o.sync_export = !g.no_sync;
-  if (!g.pool.pool.empty()) {
-    o.pool = g.pool;
-    o.pool->op_timeout = std::chrono::milliseconds(static_cast<int64_t>(g.pool_timeout_s * 1000));
-    o.pool->gc_grace = std::chrono::seconds(g.pool_gc_grace_s);
-  }
+  o.pool = PoolOptionsOf(g.pool);
   return Store::Open(g.store_dir, o);
 }
 
@@ -143,24 +139,11 @@ void DeclareGlobalOptions(CLI::App& app, Globals* g) {
       ->expected(3);
   app.add_flag("!--no-page-aware", g->page_aware,
                "Chunk page images (pages-*.img) like ordinary files, not at page boundaries");
-  app.add_option("--pool", g->pool.pool,
-                 "A Ceph RADOS pool the store shares with gpuckptfs daemons (as gpuckptfs "
-                 "--pool): import publishes there too, ls lists the pool's snapshots as well, "
-                 "rm removes from it");
-  app.add_option("--ceph-conf", g->pool.ceph_conf,
-                 "The pool's ceph.conf (default: librados's search, /etc/ceph/ceph.conf)");
-  app.add_option("--ceph-id", g->pool.ceph_id, "The Ceph user, without client. (default: admin)");
-  app.add_option("--pool-timeout", g->pool_timeout_s,
-                 "Seconds one pool operation may take before it fails with ETIMEDOUT")
-      ->check(CLI::Range(1.0, 3600.0))
-      ->capture_default_str();
-  app.add_option("--pool-gc-grace", g->pool_gc_grace_s,
-                 "Seconds a chunk of the pool that no checkpoint names stays marked before gc "
-                 "deletes it, and how old an unneeded object must be before it goes: longer "
-                 "than any checkpoint takes to publish (machines' clocks must agree to well "
-                 "within it)")
-      ->check(CLI::Range(1u, 30u * 24 * 3600))
-      ->capture_default_str();
+  DeclarePoolOptions(app,
+                     "A Ceph RADOS pool the store shares with gpuckptfs daemons (as gpuckptfs "
+                     "--pool): import publishes there too, ls lists the pool's snapshots as well, "
+                     "rm removes from it",
+                     &g->pool);
 }
 
 Commands DeclareCommands(CLI::App& app, Globals* g, CommandArgs* args) {
@@ -365,7 +348,7 @@ int Main(int argc, char** argv) {
   auto store_or = OpenStore(g, access);
   // With a pool, export may have to fetch the snapshot into the store
   // first, which needs it writable: it is, unless a gpuckptfs holds it.
-  if (commands.exp->parsed() && !g.pool.pool.empty()) {
+  if (commands.exp->parsed() && !g.pool.pool.pool.empty()) {
     auto writable = OpenStore(g, Access::kWrite);
     if (writable.ok() || writable.status().code() != StatusCode::kBusy)
       store_or = std::move(writable);

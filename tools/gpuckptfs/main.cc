@@ -33,6 +33,7 @@
 #include "gpuckpt/gpu_backend.h"
 #include "gpuckpt/store.h"
 #include "gpuckpt/version.h"
+#include "tools/common/pool_options.h"
 
 namespace gpuckpt {
 namespace {
@@ -232,9 +233,7 @@ int Serve(const std::string& store_dir, const StoreOptions& options, EngineOptio
 // What the command line says.
 struct Settings {
   std::string store_dir = "/var/lib/gpuckpt";
-  PoolOptions pool;  // used when pool.pool is set
-  double pool_timeout_s = 30;
-  unsigned pool_gc_grace_s = 3600;
+  PoolCommandLine pool;
   MountOptions mount;
   EngineOptions engine_options;
   GpuSettings gpu;
@@ -306,30 +305,14 @@ void DeclareCheckpointOptions(CLI::App& app, EngineOptions* engine_options) {
       ->type_name("SIZE");
 }
 
-void DeclarePoolOptions(CLI::App& app, Settings* settings) {
-  app.add_option("--pool", settings->pool.pool,
-                 "A Ceph RADOS pool shared with the gpuckptfs of other machines: every "
-                 "checkpoint is published there too, the pool's checkpoints are listed here "
-                 "and restored from it (fetching only the chunks this store lacks); the store "
-                 "is then this machine's index and cache of the pool");
-  app.add_option("--ceph-conf", settings->pool.ceph_conf,
-                 "The ceph.conf of the pool's cluster (default: librados's search, "
-                 "/etc/ceph/ceph.conf)");
-  app.add_option("--ceph-id", settings->pool.ceph_id,
-                 "The Ceph user (without client.) whose key gives access to the pool "
-                 "(default: admin)");
-  app.add_option("--pool-timeout", settings->pool_timeout_s,
-                 "Seconds one pool operation may take before it fails with ETIMEDOUT")
-      ->check(CLI::Range(1.0, 3600.0))
-      ->capture_default_str();
-  app.add_option("--pool-gc-grace", settings->pool_gc_grace_s,
-                 "Seconds a chunk of the pool that no checkpoint names stays marked before gc "
-                 "deletes it, and how old an unneeded object must be before it goes: longer "
-                 "than any checkpoint takes to publish (machines' clocks must agree to well "
-                 "within it)")
-      ->check(CLI::Range(1u, 30u * 24 * 3600))
-      ->capture_default_str();
-  app.add_flag("--pool-background", settings->pool.background,
+void DeclareDaemonPoolOptions(CLI::App& app, Settings* settings) {
+  DeclarePoolOptions(app,
+                     "A Ceph RADOS pool shared with the gpuckptfs of other machines: every "
+                     "checkpoint is published there too, the pool's checkpoints are listed here "
+                     "and restored from it (fetching only the chunks this store lacks); the store "
+                     "is then this machine's index and cache of the pool",
+                     &settings->pool);
+  app.add_flag("--pool-background", settings->pool.pool.background,
                "A checkpoint returns once it is durable in this store, and is published in "
                "the pool in the background, in order, retried while the pool is away (its "
                "state in status and metrics). Default: a checkpoint returns once it is "
@@ -392,7 +375,7 @@ std::optional<int> ParseCommandLine(CLI::App& app, int argc, char** argv) {
 void MakePathsAbsolute(Settings* settings) {
   EngineOptions& engine_options = settings->engine_options;
   for (std::string* path :
-       {&settings->store_dir, &settings->pool.ceph_conf, &engine_options.criu_path,
+       {&settings->store_dir, &settings->pool.pool.ceph_conf, &engine_options.criu_path,
         &engine_options.work_dir, &engine_options.state_dir, &settings->gpu.criu_plugin_dir,
         &settings->gpu.cuda_checkpoint_dir}) {
     *path = Absolute(*path);
@@ -432,12 +415,7 @@ Status ResolveMountpoint(MountOptions* mount) {
 // The store's options, from the command line.
 StoreOptions StoreOptionsOf(const Settings& settings) {
   StoreOptions options;
-  if (!settings.pool.pool.empty()) {
-    options.pool = settings.pool;
-    options.pool->op_timeout =
-        std::chrono::milliseconds(static_cast<int64_t>(settings.pool_timeout_s * 1000));
-    options.pool->gc_grace = std::chrono::seconds(settings.pool_gc_grace_s);
-  }
+  options.pool = PoolOptionsOf(settings.pool);
   return options;
 }
 
@@ -524,7 +502,7 @@ int Main(int argc, char** argv) {
   Settings settings;
   DeclareDaemonOptions(app, &settings);
   DeclareCheckpointOptions(app, &settings.engine_options);
-  DeclarePoolOptions(app, &settings);
+  DeclareDaemonPoolOptions(app, &settings);
   DeclareGpuAndMountOptions(app, &settings);
   if (const std::optional<int> rc = ParseCommandLine(app, argc, argv)) return *rc;
   if (settings.mount.debug) settings.foreground = true;
