@@ -7,6 +7,7 @@
 #include <cstring>
 #include <nlohmann/json.hpp>
 
+#include "core/base/hex.h"
 #include "core/store/chunk_codec.h"
 #include "core/store/keys.h"
 
@@ -22,37 +23,9 @@ constexpr uint8_t kExtentHasFingerprint = 1;
 
 std::string Hex16(uint64_t v) { return fmt::format("{:016x}", v); }
 
-std::string ToHex(std::string_view bytes) {
-  std::string out;
-  out.reserve(bytes.size() * 2);
-  for (unsigned char c : bytes) out += fmt::format("{:02x}", c);
-  return out;
-}
-
-std::optional<std::string> FromHex(std::string_view hex) {
-  if (hex.size() % 2 != 0) return std::nullopt;
-  std::string out;
-  for (size_t i = 0; i < hex.size(); i += 2) {
-    unsigned v = 0;
-    for (size_t k = i; k < i + 2; ++k) {
-      const char c = hex[k];
-      v <<= 4;
-      if (c >= '0' && c <= '9') {
-        v |= static_cast<unsigned>(c - '0');
-      } else if (c >= 'a' && c <= 'f') {
-        v |= static_cast<unsigned>(c - 'a' + 10);
-      } else {
-        return std::nullopt;
-      }
-    }
-    out.push_back(static_cast<char>(v));
-  }
-  return out;
-}
-
 std::optional<uint64_t> ParseHex16(std::string_view s) {
   if (s.size() != 16) return std::nullopt;
-  auto bytes = FromHex(s);
+  auto bytes = ParseLowerHex(s);
   if (!bytes) return std::nullopt;
   return keys::GetBigEndian(*bytes, 8);
 }
@@ -94,7 +67,8 @@ std::optional<std::pair<uint64_t, uint64_t>> ParsePackObject(std::string_view oi
 }
 
 std::string EncodePoolMeta(const PoolMeta& meta) {
-  nlohmann::json j = {{"format", meta.format}, {"fingerprint_seed", ToHex(meta.fingerprint_seed)}};
+  nlohmann::json j = {{"format", meta.format},
+                      {"fingerprint_seed", LowerHex(meta.fingerprint_seed)}};
   return j.dump() + "\n";
 }
 
@@ -111,7 +85,7 @@ Result<PoolMeta> DecodePoolMeta(std::string_view data) {
         fmt::format("the pool has gpuckpt pool format {}, this gpuckpt knows only format {}",
                     meta.format, kPoolFormat));
   }
-  auto seed = FromHex(j["fingerprint_seed"].get<std::string>());
+  auto seed = ParseLowerHex(j["fingerprint_seed"].get<std::string>());
   if (!seed || seed->size() != format::kFingerprintSeedSize) {
     return Status::Corruption("the pool's fingerprint seed is malformed");
   }

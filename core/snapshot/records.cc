@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/base/display_text.h"
+#include "core/base/hex.h"
 #include "core/base/time_text.h"
 #include "core/store/chunk_codec.h"
 #include "core/store/format.h"
@@ -43,14 +44,7 @@ void PutBytes(json& j, const std::string& key, const std::string& bytes) {
     j[key] = bytes;
     return;
   }
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string hex;
-  hex.reserve(bytes.size() * 2);
-  for (unsigned char c : bytes) {
-    hex += kHex[c >> 4];
-    hex += kHex[c & 0xF];
-  }
-  j[key + "_hex"] = hex;
+  j[key + "_hex"] = LowerHex(bytes);
 }
 
 // Throws json::exception (as j.at() does) when neither form is there or
@@ -58,17 +52,10 @@ void PutBytes(json& j, const std::string& key, const std::string& bytes) {
 std::string GetBytes(const json& j, const std::string& key) {
   if (!j.contains(key + "_hex")) return j.at(key).get<std::string>();
   const std::string hex = j.at(key + "_hex").get<std::string>();
-  auto digit = [&](char c) -> int {
-    if (c >= '0' && c <= '9') return c - '0';
-    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-    throw json::other_error::create(501, key + "_hex is not lower-case hex", &j);
-  };
   if (hex.size() % 2 != 0) throw json::other_error::create(501, key + "_hex has odd length", &j);
-  std::string bytes;
-  bytes.reserve(hex.size() / 2);
-  for (size_t i = 0; i < hex.size(); i += 2)
-    bytes += static_cast<char>(digit(hex[i]) << 4 | digit(hex[i + 1]));
-  return bytes;
+  std::optional<std::string> bytes = ParseLowerHex(hex);
+  if (!bytes) throw json::other_error::create(501, key + "_hex is not lower-case hex", &j);
+  return *bytes;
 }
 
 }  // namespace

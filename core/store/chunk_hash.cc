@@ -6,6 +6,8 @@
 #include <cstring>
 #include <memory>
 
+#include "core/base/hex.h"
+
 namespace gpuckpt {
 namespace {
 
@@ -56,16 +58,7 @@ ChunkHash HashChunk(const uint8_t* data, size_t len, const ChunkDomainKey* domai
                   len);
 }
 
-std::string ChunkHash::Hex() const {
-  static constexpr char kDigits[] = "0123456789abcdef";
-  std::string s;
-  s.reserve(bytes.size() * 2);
-  for (uint8_t b : bytes) {
-    s.push_back(kDigits[b >> 4]);
-    s.push_back(kDigits[b & 15]);
-  }
-  return s;
-}
+std::string ChunkHash::Hex() const { return LowerHex(view()); }
 
 Result<ChunkHash> ChunkHash::FromBytes(std::string_view raw) {
   if (raw.size() != format::kChunkHashSize) {

@@ -15,6 +15,7 @@
 
 #include "core/base/block_pool.h"
 #include "core/base/display_text.h"
+#include "core/base/hex.h"
 #include "core/base/log.h"
 #include "core/base/scope_exit.h"
 #include "core/base/small_file.h"
@@ -313,6 +314,16 @@ TEST(LogTest, FileSinkWritesTimedLevelledLines) {
   setenv("JOURNAL_STREAM", "1:2", 1);
   EXPECT_EQ(ChooseLogSink(true), LogSink::kStderr);
   unsetenv("JOURNAL_STREAM");
+}
+
+TEST(HexTest, BytesRoundTripAndOnlyLowerCaseEvenHexIsRead) {
+  const std::string bytes("\x00\x7f\x80\xff ab", 7);
+  EXPECT_EQ(LowerHex(bytes), "007f80ff206162");
+  EXPECT_EQ(ParseLowerHex(LowerHex(bytes)), std::optional<std::string>(bytes));
+  EXPECT_EQ(ParseLowerHex(""), std::optional<std::string>(""));
+  EXPECT_FALSE(ParseLowerHex("abc").has_value());  // odd length
+  EXPECT_FALSE(ParseLowerHex("AB").has_value());   // upper case
+  EXPECT_FALSE(ParseLowerHex("0g").has_value());   // not a digit
 }
 
 }  // namespace
