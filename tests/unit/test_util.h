@@ -35,6 +35,21 @@
 
 namespace gpuckpt::testing {
 
+// Whether this binary is built with AddressSanitizer (GCC defines
+// __SANITIZE_ADDRESS__, clang answers __has_feature): tests whose many
+// repetitions are several times slower there may repeat less.
+#if defined(__SANITIZE_ADDRESS__)
+inline constexpr bool kUnderSanitizer = true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+inline constexpr bool kUnderSanitizer = true;
+#else
+inline constexpr bool kUnderSanitizer = false;
+#endif
+#else
+inline constexpr bool kUnderSanitizer = false;
+#endif
+
 ::testing::AssertionResult IsOk(const Status& s);
 template <typename T>
 ::testing::AssertionResult IsOk(const Result<T>& r) {
