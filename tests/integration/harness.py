@@ -371,7 +371,9 @@ class Mount:
             subprocess.run(["pkill", "-KILL", "-s", str(w.pid)], capture_output=True)
             kill_if_alive(w.pid)
         fusermount = shutil.which("fusermount3")
-        if os.path.ismount(self.mnt) and (
+        # By the mount table: os.path.ismount says no to a mount whose
+        # daemon was killed (stat fails there), which would be left behind.
+        if mounted_at(self.mnt) and (
                 fusermount is None or subprocess.run([fusermount, "-u", self.mnt]).returncode != 0):
             subprocess.run(["umount", "-l", self.mnt])
         # The daemon closes its store after the unmount returns: removed
