@@ -6,6 +6,7 @@ Options (give them after the test file, from the repository root):
     --gib N           gpu_memory's device memory in GiB (2)
     --steps N         train.py's steps, more than 20 (50)
     --ddp-steps N     ddp_train.py's steps, 40 or more (100)
+    --ddp-gpus N      GPUs of the DDP job: 2, or 1 for both ranks on one GPU (2)
     --time-budget S   no repetition starts once it would end past S seconds (500)
     --as-user NAME    the workloads' user, made for the run when there is none
                       and removed after (gpuckpt-gpu-suite); `root`: all as root
@@ -31,6 +32,8 @@ def pytest_addoption(parser):
     g.addoption("--steps", type=int, default=gpurun.DEFAULTS["steps"], help="train.py's steps (50)")
     g.addoption("--ddp-steps", type=int, default=gpurun.DEFAULTS["ddp_steps"],
                 help="ddp_train.py's steps (100)")
+    g.addoption("--ddp-gpus", type=int, choices=(1, 2), default=gpurun.DEFAULTS["ddp_gpus"],
+                help="GPUs of the DDP job: 2, or 1 for both ranks on one GPU (2)")
     g.addoption("--time-budget", type=int, default=gpurun.DEFAULTS["time_budget"],
                 help="seconds; no repetition starts that would end later (500)")
     g.addoption("--as-user", default=gpurun.DEFAULTS["as_user"],

@@ -3,6 +3,7 @@
 
     ddp_train.py --steps N --log PREFIX --ready PREFIX [--world W] [--port P]
                  [--step-ms MS] [--data-mib MIB] [--seed S] [--warmup K]
+                 [--one-gpu]
 
 The launcher (this process) starts one process per GPU with
 torch.multiprocessing (start method spawn, as mp.spawn does) and waits for
@@ -15,6 +16,11 @@ NCCL_NVLS_ENABLE=0; set here unless the caller set them), so the ranks talk
 through loopback sockets, which CRIU dumps and restores with the tree; and
 PyTorch's TCPStore runs without libuv, whose io_uring CRIU cannot
 checkpoint.
+
+--one-gpu puts every rank on GPU 0, for machines with one GPU: NCCL refuses
+two ranks on one GPU, so the ranks all-reduce through gloo instead (over
+loopback sockets too, GLOO_SOCKET_IFNAME=lo unless the caller set it),
+which copies the CUDA tensors through host memory.
 Everything is seeded and deterministic (as in train.py), so two runs give
 the same losses bit for bit.
 
@@ -92,10 +98,17 @@ def rank_main(rank, a):
         torch.backends.cuda.matmul.allow_tf32 = False
         torch.backends.cudnn.allow_tf32 = False
         torch.set_num_threads(2)
-        torch.cuda.set_device(rank)
-        dev = torch.device("cuda", rank)
-        dist.init_process_group("nccl", init_method="tcp://127.0.0.1:%d?use_libuv=0" % a.port, rank=rank,
-                                world_size=a.world, device_id=dev)
+        gpu = 0 if a.one_gpu else rank
+        torch.cuda.set_device(gpu)
+        dev = torch.device("cuda", gpu)
+        init_method = "tcp://127.0.0.1:%d?use_libuv=0" % a.port
+        if a.one_gpu:
+            os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+            dist.init_process_group("gloo", init_method=init_method, rank=rank,
+                                    world_size=a.world)
+        else:
+            dist.init_process_group("nccl", init_method=init_method, rank=rank,
+                                    world_size=a.world, device_id=dev)
 
         # The data set lives on the GPU: the checkpoint must carry it. Each
         # rank generates all of it from the seed and trains on its shard.
@@ -114,12 +127,13 @@ def rank_main(rank, a):
             torch.nn.ReLU(),
             torch.nn.Linear(HIDDEN, CLASSES),
         ).to(dev)
-        model = torch.nn.parallel.DistributedDataParallel(model, device_ids=[rank])
+        model = torch.nn.parallel.DistributedDataParallel(model, device_ids=[gpu])
         opt = torch.optim.Adam(model.parameters(), lr=1e-3)
         loss_fn = torch.nn.CrossEntropyLoss()
         batches = rows // (BATCH * a.world)
-        write_atomically(log + ".info", "rank %d pid %d, %s, nccl %s, %d rows, %.0f MiB allocated\n" % (
-            rank, os.getpid(), torch.cuda.get_device_name(dev),
+        write_atomically(log + ".info", "rank %d pid %d, GPU %d %s, %s (nccl %s), %d rows, "
+                         "%.0f MiB allocated\n" % (
+            rank, os.getpid(), gpu, torch.cuda.get_device_name(dev), dist.get_backend(),
             ".".join(map(str, torch.cuda.nccl.version())), rows,
             torch.cuda.memory_allocated(dev) / 2**20))
 
@@ -160,6 +174,8 @@ def main():
     p.add_argument("--data-mib", type=int, default=256)
     p.add_argument("--seed", type=int, default=20240601)
     p.add_argument("--warmup", type=int, default=5)
+    p.add_argument("--one-gpu", action="store_true",
+                   help="every rank on GPU 0, all-reducing through gloo")
     a = p.parse_args()
     if a.steps <= a.warmup:
         p.error("--steps must be more than --warmup")

@@ -41,8 +41,8 @@ USER_NAME_RE = re.compile(r"[a-z_][a-z0-9_-]*")
 NOBODY = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all"]
 
 
-DEFAULTS = {"reps": 5, "gib": 2, "steps": 50, "ddp_steps": 100, "time_budget": 500,
-            "as_user": "gpuckpt-gpu-suite", "out": None, "keep": False}
+DEFAULTS = {"reps": 5, "gib": 2, "steps": 50, "ddp_steps": 100, "ddp_gpus": 2,
+            "time_budget": 500, "as_user": "gpuckpt-gpu-suite", "out": None, "keep": False}
 
 # The PASS/FAIL lines of the run, repeated at the end of pytest's report.
 RESULT_LINES = []

@@ -5,13 +5,17 @@ from a cp -r copy onto the same GPUs, and from the mount with the two GPUs
 swapped (--gpu-map A=B,B=A). After each restore the job must finish with
 the losses of an uninterrupted run, bit for bit.
 
-    python3 -m pytest -s -rs tests/gpu/test_ddp.py [--ddp-steps N] [--out DIR]
-        [--as-user NAME|root] [--keep]
+    python3 -m pytest -s -rs tests/gpu/test_ddp.py [--ddp-steps N] [--ddp-gpus 1|2]
+        [--out DIR] [--as-user NAME|root] [--keep]
 
-(tests/gpu/run-ddp takes --steps for --ddp-steps.) Runs on a machine with
-two or more NVIDIA GPUs, as root, from the repository root, with the bundle
-of tests/gpu/prepare; skips, saying why, without root, two GPUs or the
-bundle. The job runs as an ordinary user (--as-user, default
+(tests/gpu/run-ddp takes --steps for --ddp-steps and --one-gpu for
+--ddp-gpus 1.) Runs on a machine with two or more NVIDIA GPUs, as root,
+from the repository root, with the bundle of tests/gpu/prepare; skips,
+saying why, without root, two GPUs or the bundle. With --ddp-gpus 1 both
+ranks share the first GPU and all-reduce through gloo (ddp_train.py
+--one-gpu; NCCL refuses two ranks on one GPU): the same tree and the same
+checks on a machine with one GPU, but for the swap, which becomes a second
+restore from the mount onto that GPU. The job runs as an ordinary user (--as-user, default
 gpuckpt-gpu-suite, made for the run if there is none), who also
 checkpoints, copies and restores it through the mount (CRIU then needs
 CAP_NET_ADMIN for the ranks' TCP connections); --as-user root runs it all as
@@ -55,7 +59,8 @@ PROG = "run-ddp"
 STEP_MS = 100
 PORT_BASE = 29561
 
-pytestmark = gpurun.skip_unless_runnable(2)
+# (Two GPUs are checked for in the ddp fixture, which knows --ddp-gpus.)
+pytestmark = gpurun.skip_unless_runnable(1)
 
 
 class Ddp(GpuWork):
@@ -63,6 +68,7 @@ class Ddp(GpuWork):
 
     def __init__(self, config):
         self.steps = option(config, "ddp_steps")
+        self.gpus = option(config, "ddp_gpus")
         super().__init__(config, PROG, "gpuckpt-ddp.", "gpu-ddp", "ddp-summary.txt",
                          "ddp-logs.tar.gz", 100)
         self.job_pid = None
@@ -72,14 +78,14 @@ class Ddp(GpuWork):
             self.ddp_py = self.install("ddp_train.py")
             _, out, _ = gpurun.nvidia_smi("--query-gpu=uuid", "--format=csv,noheader")
             self.gpu_uuids = [u.replace(" ", "") for u in out.splitlines() if u.strip()]
-            if len(self.gpu_uuids) < 2:
-                pytest.fail(f"needs two GPUs; nvidia-smi lists {len(self.gpu_uuids)}",
+            if len(self.gpu_uuids) < self.gpus:
+                pytest.fail(f"needs {self.gpus} GPUs; nvidia-smi lists {len(self.gpu_uuids)}",
                             pytrace=False)
             driver = gpurun.driver_version()
             torch = gpurun.torch_version(self.user)
             _, gpus, _ = gpurun.nvidia_smi("--query-gpu=name,uuid", "--format=csv,noheader")
             self.note(f"gpu-ddp {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())} "
-                      f"steps={self.steps} as={self.user.name} (uid {self.user.uid}); GPUs: "
+                      f"steps={self.steps} gpus={self.gpus} as={self.user.name} (uid {self.user.uid}); GPUs: "
                       f"{';'.join(gpus.splitlines())}; driver {driver}; torch {torch}; "
                       f"bundle built from {self.bundle.commit()}")
             self.start_daemon()
@@ -120,7 +126,7 @@ class Ddp(GpuWork):
         pid = gpurun.start_session(self.user, directory, [
             "python3", self.ddp_py, "--steps", str(self.steps), "--step-ms", str(STEP_MS),
             "--log", os.path.join(directory, "log"), "--ready", os.path.join(directory, "ready"),
-            "--port", str(port)])
+            "--port", str(port)] + (["--one-gpu"] if self.gpus == 1 else []))
         self.session(pid)
         return pid
 
@@ -187,13 +193,13 @@ class Ddp(GpuWork):
         return added[0], took
 
     def check_manifest(self, ckpt):
-        """Backend cuda, both GPUs, the launcher and both ranks in the tree;
+        """Backend cuda, the job's GPUs, the launcher and both ranks in the tree;
         (logical, new, stored, device memory, dump seconds)."""
         with open(os.path.join(self.mnt, "checkpoints", ckpt, "manifest.json")) as f:
             m = json.load(f)
         x = m.get("extra", m)
         pids = [self.job_pid] + self.ranks
-        want = sorted(u.lower() for u in self.gpu_uuids[:2])
+        want = sorted(u.lower() for u in self.gpu_uuids[:self.gpus])
         problems = []
         if x.get("gpu_backend") != "cuda":
             problems.append("gpu_backend %r" % x.get("gpu_backend"))
@@ -259,7 +265,13 @@ def gpu_of(pid):
 
 
 @pytest.fixture(scope="module")
-def ddp(gpu_work):
+def ddp(request, gpu_work):
+    gpus = option(request.config, "ddp_gpus")
+    why = gpurun.why_not_runnable(gpus) if gpus > 1 else None
+    if why is not None:
+        if os.environ.get("GPUCKPT_GPU_REQUIRED") == "1":
+            pytest.fail(f"cannot run here: {why}", pytrace=False)
+        pytest.skip(why)
     return gpu_work(Ddp)
 
 
@@ -368,23 +380,27 @@ def test_checkpoint_restore(ddp):
         ddp.note(f"cp -r: {copy_s} s; restore from the copy: {restore_copy_s} s; logs equal the "
                  "reference's")
 
-        # 4. Restore from the mount, GPUs swapped.
+        # 4. Restore from the mount, GPUs swapped (on one GPU: onto it again).
         remove_rank_logs(job)
-        g0, g1 = ddp.gpu_uuids[0], ddp.gpu_uuids[1]
-        ddp.ports_settle("before the swapped restore")
-        restore_swapped_s = ddp.restore(
-            f"{mnt}/checkpoints/{ckpt2} --gpu-map {g0}={g1},{g1}={g0}", "swapped restore")
+        g0 = ddp.gpu_uuids[0]
+        g1 = ddp.gpu_uuids[1] if ddp.gpus == 2 else g0
+        what = "swapped restore" if ddp.gpus == 2 else "restore from the mount"
+        ddp.ports_settle(f"before the {what}")
+        gpu_map = f" --gpu-map {g0}={g1},{g1}={g0}" if ddp.gpus == 2 else ""
+        restore_mount_s = ddp.restore(f"{mnt}/checkpoints/{ckpt2}{gpu_map}", what)
         on0, on1 = gpu_of(r0), gpu_of(r1)
         if on0.lower() != g1.lower() or on1.lower() != g0.lower():
-            ddp.fail(f"after the swapped restore rank 0 ({r0}) is on '{on0}', rank 1 ({r1}) on "
+            ddp.fail(f"after the {what} rank 0 ({r0}) is on '{on0}', rank 1 ({r1}) on "
                      f"'{on1}'; expected {g1} and {g0}")
-        ddp.job_end(job, ddp.job_pid, "after the swapped restore")
-        ddp.same_logs(job, "after the swapped restore")
-        ddp.note(f"restore with --gpu-map swapped: {restore_swapped_s} s; rank 0 ran on {on0}, "
-                 f"rank 1 on {on1}; logs equal the reference's")
+        ddp.job_end(job, ddp.job_pid, f"after the {what}")
+        ddp.same_logs(job, f"after the {what}")
+        ddp.note(f"{what}{' with --gpu-map' if gpu_map else ''}: {restore_mount_s} s; rank 0 ran "
+                 f"on {on0}, rank 1 on {on1}; logs equal the reference's")
 
-        line = (f"PASS ddp ckpt={ckpt1_s}s ckpt_kill={ckpt2_s}s restore_copy={restore_copy_s}s "
-                f"restore_swapped={restore_swapped_s}s logical={logical2} new_second={new2}")
+        restore_mount_key = "restore_swapped" if ddp.gpus == 2 else "restore_mount"
+        line = (f"PASS ddp gpus={ddp.gpus} ckpt={ckpt1_s}s ckpt_kill={ckpt2_s}s "
+                f"restore_copy={restore_copy_s}s {restore_mount_key}={restore_mount_s}s "
+                f"logical={logical2} new_second={new2}")
         print(line, flush=True)
         RESULT_LINES.append(line)
         with open(ddp.summary, "a") as f:
