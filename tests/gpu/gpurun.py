@@ -397,10 +397,15 @@ def workload_env():
 def start_session(run_as, directory, argv):
     """Starts argv as the workloads' user in its own session (so CRIU needs
     no --shell-job), in `directory` (made theirs), stdin from /dev/null,
-    output to directory/out.log, without the bundle's libraries. Its pid
+    output to directory/out.log (theirs), without the bundle's libraries. Its pid
     goes to directory/launch.pid and is returned."""
     run_as.give(directory)
     with open(os.path.join(directory, "out.log"), "wb") as out:
+        # Theirs too: a process of the job may keep it open (the resource
+        # tracker of torch.multiprocessing does), and a restore, run as
+        # the user, must open it again.
+        if run_as.uid != 0:
+            os.fchown(out.fileno(), run_as.uid, run_as.gid)
         p = subprocess.Popen(run_as.prefix + argv, cwd=directory, stdin=subprocess.DEVNULL,
                              stdout=out, stderr=subprocess.STDOUT, env=workload_env(),
                              start_new_session=True)
