@@ -371,9 +371,10 @@ class Mount:
             subprocess.run(["pkill", "-KILL", "-s", str(w.pid)], capture_output=True)
             kill_if_alive(w.pid)
         fusermount = shutil.which("fusermount3")
-        # By the mount table: os.path.ismount says no to a mount whose
+        # Also by the mount table: os.path.ismount says no to a mount whose
         # daemon was killed (stat fails there), which would be left behind.
-        if mounted_at(self.mnt) and (
+        mounted = mounted_at(os.path.realpath(self.mnt)) or os.path.ismount(self.mnt)
+        if mounted and (
                 fusermount is None or subprocess.run([fusermount, "-u", self.mnt]).returncode != 0):
             subprocess.run(["umount", "-l", self.mnt])
         # The daemon closes its store after the unmount returns: removed
