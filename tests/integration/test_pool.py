@@ -19,7 +19,7 @@ import time
 
 import pytest
 
-from harness import Mount, Root, read, wait_for, why_not_runnable
+from harness import Mount, Root, cli, read, wait_for, why_not_runnable
 from micro_ceph import MicroCeph
 
 
@@ -83,7 +83,7 @@ def test_killed_through_one_daemon_restored_through_the_other_carries_on(two_mou
     ckpt = first.checkpoint(wl.pid, "--kill")
     wait_for(wl.gone, 10, f"pid {wl.pid} to end after checkpoint --kill")
     made = manifest(first, ckpt)
-    assert ckpt in second.ids(), f"{ckpt} is not listed through the second mount"
+    wait_for(lambda: ckpt in second.ids(), 5, f"{ckpt} to be listed through the second mount")
 
     fetched_before = pool_metric(second, "gpuckpt_pool_fetched_bytes_total")
     assert manifest(second, ckpt) == made, "the two mounts describe the checkpoint differently"
@@ -103,7 +103,8 @@ def test_killed_through_one_daemon_restored_through_the_other_carries_on(two_mou
     assert later["base"] == ckpt, later
     assert later["new_bytes"] < made["new_bytes"] / 4, (later["new_bytes"], made["new_bytes"])
     assert uploaded <= later["stored_bytes"], (uploaded, later["stored_bytes"])
-    assert again in first.ids(), f"{again} is not listed through the first mount"
+    # A mount's listing may be up to a second old.
+    wait_for(lambda: again in first.ids(), 5, f"{again} to be listed through the first mount")
     wl.assert_passes("restored through the second daemon")
 
 
@@ -120,6 +121,59 @@ def test_a_removal_through_either_mount_reaches_the_other(two_mounts):
     wait_for(lambda: one not in second.ids(), 10, f"{one} to go from the second mount")
     subprocess.run(["rm", "-r", second.path("checkpoints", two)], check=True)
     wait_for(lambda: two not in first.ids(), 10, f"{two} to go from the first mount")
+
+
+def where(store, cluster):
+    """`gpuckpt ls --json` of `store` with the pool: each id's "where"."""
+    r = cli(store, "--pool", POOL, "--ceph-conf", cluster.conf, "ls", "--json")
+    assert r.returncode == 0, r.stderr
+    return {s["id"]: s["where"] for s in json.loads(r.stdout)}
+
+
+def test_gpuckpt_ls_says_where_each_snapshot_is(two_mounts, cluster):
+    first, second = two_mounts
+    wl = first.start("wl_memory", "--mib", "8")
+    ckpt = first.checkpoint(wl.pid)
+    wl.kill()
+
+    # Beside the running daemons: made and published through the first, only
+    # in the pool for the second, until the second reads it.
+    assert where(first.store, cluster)[ckpt] == "both"
+    assert where(second.store, cluster)[ckpt] == "pool"
+    r = cli(second.store, "--pool", POOL, "--ceph-conf", cluster.conf, "ls")
+    assert r.returncode == 0, r.stderr
+    header, *rows = r.stdout.splitlines()
+    assert header.split()[-2:] == ["WHERE", "SOURCE"], header
+    assert any(row.split()[0] == ckpt and " pool " in row for row in rows), r.stdout
+    assert os.listdir(second.path("checkpoints", ckpt, "images"))
+    assert where(second.store, cluster)[ckpt] == "both"
+
+    # Without a pool: neither the field nor the column.
+    r = cli(first.store, "ls", "--json")
+    assert r.returncode == 0, r.stderr
+    listed = json.loads(r.stdout)
+    assert [s["id"] for s in listed] == [ckpt] and "where" not in listed[0], listed
+    r = cli(first.store, "ls")
+    assert r.returncode == 0 and "WHERE" not in r.stdout, r.stdout + r.stderr
+
+
+def test_gpuckpt_ls_says_local_for_a_checkpoint_not_published_yet(cluster):
+    # Background publication with the pool away, and the daemon stopped
+    # before it came back: the checkpoint is in the store only.
+    m = pooled_mount("unpublished", cluster, 3, "--pool-background")
+    try:
+        wl = m.start("wl_memory", "--mib", "8")
+        cluster.stop_osd()
+        try:
+            ckpt = m.checkpoint(wl.pid)
+            wl.kill()
+        finally:
+            m.close(keep=True)  # the daemon stops; its store stays
+            cluster.start_osd()
+        assert ckpt not in catalog(cluster)
+        assert where(m.store, cluster)[ckpt] == "local"
+    finally:
+        m.close()
 
 
 def catalog(cluster):

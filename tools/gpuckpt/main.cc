@@ -38,7 +38,15 @@ int Fail(const Status& s) {
   return kExitFailure;
 }
 
-json InfoToJson(const SnapshotInfo& i) {
+// Where a snapshot is, for a store with a shared pool: "local" (not
+// published yet), "both", or "pool" (listed from the pool's catalog; its
+// files are fetched when it is first read).
+const char* PoolPlace(const SnapshotInfo& i) {
+  if (i.pool_only) return "pool";
+  return i.pool_incarnation != 0 ? "both" : "local";
+}
+
+json InfoToJson(const SnapshotInfo& i, bool with_pool) {
   json extra = json::parse(i.extra_json.empty() ? "{}" : i.extra_json, nullptr, false);
   json out{{"id", i.id},
               {"created", Rfc3339Utc(i.created_ns, /*with_nanoseconds=*/true)},
@@ -58,6 +66,7 @@ json InfoToJson(const SnapshotInfo& i) {
     out["base_chunks"] = i.base_chunks;
   }
   if (!i.written_by.empty()) out["written_by"] = i.written_by;
+  if (with_pool) out["where"] = PoolPlace(i);
   return out;
 }
 
@@ -141,8 +150,8 @@ void DeclareGlobalOptions(CLI::App& app, Globals* g) {
                "Chunk page images (pages-*.img) like ordinary files, not at page boundaries");
   DeclarePoolOptions(app,
                      "A Ceph RADOS pool the store shares with gpuckptfs daemons (as gpuckptfs "
-                     "--pool): import publishes there too, ls lists the pool's snapshots as well, "
-                     "rm removes from it",
+                     "--pool): import publishes there too, ls lists the pool's snapshots as well "
+                     "and says where each is, rm removes from it",
                      &g->pool);
 }
 
@@ -212,18 +221,21 @@ int RunExport(Store& store, const CommandArgs& args) {
 int RunList(Store& store, const CommandArgs& args) {
   auto list = store.List();
   if (!list.ok()) return Fail(list.status());
+  const bool with_pool = store.pool_stats().has_value();
   if (args.as_json) {
     json out = json::array();
-    for (const auto& i : *list) out.push_back(InfoToJson(i));
+    for (const auto& i : *list) out.push_back(InfoToJson(i, with_pool));
     std::cout << out.dump(2) << "\n";
   } else {
-    std::printf("%-24s %-19s %10s %10s %10s  %s\n", "ID", "CREATED", "LOGICAL", "NEW", "STORED",
-                "SOURCE");
+    // The WHERE column only with a pool (a width of 0 prints nothing).
+    const int where_width = with_pool ? 7 : 0;
+    std::printf("%-24s %-19s %10s %10s %10s  %-*s%s\n", "ID", "CREATED", "LOGICAL", "NEW", "STORED",
+                where_width, with_pool ? "WHERE" : "", "SOURCE");
     for (const auto& i : *list) {
-      std::printf("%-24s %-19s %10s %10s %10s  %s\n", i.id.c_str(),
+      std::printf("%-24s %-19s %10s %10s %10s  %-*s%s\n", i.id.c_str(),
                   FormatTime(i.created_ns).c_str(), HumanBytes(i.logical_bytes).c_str(),
-                  HumanBytes(i.new_bytes).c_str(), HumanBytes(i.stored_bytes).c_str(),
-                  i.source.c_str());
+                  HumanBytes(i.new_bytes).c_str(), HumanBytes(i.stored_bytes).c_str(), where_width,
+                  with_pool ? PoolPlace(i) : "", i.source.c_str());
     }
   }
   return 0;
