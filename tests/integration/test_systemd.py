@@ -145,7 +145,9 @@ def test_sigterm_lets_a_checkpoint_in_flight_finish(daemon):
         try:
             manifest = json.loads(read(os.path.join(daemon.mnt, "checkpoints", f"{wl.pid}-1",
                                                     "manifest.json")))
-            assert manifest["logical_bytes"] > 384 << 20
+            # All of it: wl_big touches 6 of every 8 pages (with transparent
+            # huge pages always on, the holes are dumped too).
+            assert manifest["logical_bytes"] > (384 << 20) * 6 // 8
         finally:
             subprocess.run(["umount", daemon.mnt])
     finally:
