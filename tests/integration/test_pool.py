@@ -8,6 +8,7 @@ other. Then the pool's faults, with the OSD stopped and restarted and a
 quota filling the pool: a clear errno, nothing published, the process
 untouched, publication in the background going on once the pool is back."""
 
+import contextlib
 import errno
 import json
 import os
@@ -75,6 +76,16 @@ def pool_metric(mount, name):
 
 def manifest(mount, ckpt_id):
     return json.loads(read(mount.path("checkpoints", ckpt_id, "manifest.json")))
+
+
+@contextlib.contextmanager
+def osd_stopped(cluster):
+    """The pool unreachable for the block's time (its one OSD stopped)."""
+    cluster.stop_osd()
+    try:
+        yield
+    finally:
+        cluster.start_osd()
 
 
 def test_killed_through_one_daemon_restored_through_the_other_carries_on(two_mounts):
@@ -163,13 +174,10 @@ def test_gpuckpt_ls_says_local_for_a_checkpoint_not_published_yet(cluster):
     m = pooled_mount("unpublished", cluster, 3, "--pool-background")
     try:
         wl = m.start("wl_memory", "--mib", "8")
-        cluster.stop_osd()
-        try:
+        with osd_stopped(cluster):
             ckpt = m.checkpoint(wl.pid)
             wl.kill()
-        finally:
             m.close(keep=True)  # the daemon stops; its store stays
-            cluster.start_osd()
         assert ckpt not in catalog(cluster)
         assert where(m.store, cluster)[ckpt] == "local"
     finally:
@@ -252,8 +260,7 @@ def test_an_unreachable_pool_fails_a_checkpoint_with_etimedout_and_nothing_is_pu
     try:
         wl = m.start("wl_memory", "--mib", "8")
         before = m.ids()
-        cluster.stop_osd()
-        try:
+        with osd_stopped(cluster):
             started = time.monotonic()
             ok, err = Root().write(m.path(str(wl.pid), "ctl"), "checkpoint")
             took = time.monotonic() - started
@@ -269,8 +276,6 @@ def test_an_unreachable_pool_fails_a_checkpoint_with_etimedout_and_nothing_is_pu
             started = time.monotonic()
             assert set(m.ids()) <= set(before)
             assert time.monotonic() - started < 10
-        finally:
-            cluster.start_osd()
         # librados reconnects by itself: the next checkpoint is published.
         ckpt = wait_for_checkpoint(m, wl.pid)
         assert ckpt in catalog(cluster)
@@ -297,13 +302,10 @@ def test_background_publication_keeps_checkpointing_while_the_pool_is_away(clust
     m = pooled_mount("later", cluster, 3, "--pool-background")
     try:
         wl = m.start("wl_memory", "--mib", "8")
-        cluster.stop_osd()
-        try:
+        with osd_stopped(cluster):
             ckpt = m.checkpoint(wl.pid)
             assert status_value(m, wl.pid, "pool_last_checkpoint") == "pending"
             assert pool_metric(m, "gpuckpt_pool_pending_checkpoints") >= 1
-        finally:
-            cluster.start_osd()
         wait_for(lambda: pool_metric(m, "gpuckpt_pool_pending_checkpoints") == 0, 90,
                  "the pending checkpoint to be published once the OSD is back")
         assert status_value(m, wl.pid, "pool_last_checkpoint") == "published"
