@@ -5,6 +5,7 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <climits>
 #include <cstdio>
@@ -19,10 +20,11 @@
 #include <vector>
 
 #include "core/base/mutex.h"
+#include "core/base/scope_exit.h"
+#include "core/proc/mount_table.h"
 #include "fs/commands.h"
 #include "fs/inode_table.h"
 #include "fs/kernel_readahead.h"
-#include "core/proc/mount_table.h"
 #include "fs/store_view.h"
 
 namespace gpuckpt {
@@ -36,11 +38,13 @@ constexpr double kCacheSeconds = 1.0;
 // The kernel shares a cached name among all users, and only a lookup sees
 // who asks: checkpoints/<id>, device/<id>, archives/<id>.tar and <pid> are
 // never cached, so that every path through them is looked up again as the
-// caller (to whom someone else's is absent).
+// caller (to whom someone else's is absent); nor are the control files,
+// each caller's own (DoLookup).
 double EntrySeconds(const NodeId& node) {
   const bool per_caller = node.kind == NodeKind::kSnapshotDir ||
                           node.kind == NodeKind::kDeviceSnapshotDir ||
-                          node.kind == NodeKind::kArchive || node.kind == NodeKind::kPidDir;
+                          node.kind == NodeKind::kArchive || node.kind == NodeKind::kPidDir ||
+                          StoreView::IsControl(node.kind);
   return per_caller ? 0 : kCacheSeconds;
 }
 
@@ -92,6 +96,12 @@ class Filesystem {
   Result<fuse_entry_param> DoLookup(fuse_ino_t parent, const char* name, const Caller& caller) {
     GPUCKPT_ASSIGN_OR_RETURN(NodeId dir, Node(parent));
     GPUCKPT_ASSIGN_OR_RETURN(NodeId child, view_.Child(dir, name, caller));
+    // The kernel holds a file's lock through every write to it (and
+    // through the truncation of a shell's `>`), which for a control file
+    // lasts as long as the command runs: each caller (thread) gets a node
+    // of its own, so that no caller's command ever holds another's write
+    // (other users' and root's included).
+    if (StoreView::IsControl(child.kind)) child.writer = caller.pid;
     GPUCKPT_ASSIGN_OR_RETURN(struct stat st, view_.Attributes(child, caller));
     fuse_entry_param e{};
     e.ino = inodes_.Ref(child);
@@ -186,6 +196,7 @@ class Filesystem {
     if (writing && !StoreView::IsControl(node.kind)) {
       return Status(StatusCode::kPermissionDenied, "checkpoints are read-only");
     }
+
     auto h = std::make_unique<FileHandle>();
     h->node = node;
     if (StoreView::IsSnapshotFile(node.kind)) {
@@ -201,11 +212,14 @@ class Filesystem {
     return h;
   }
 
-  // A write to a control file is one command; it returns when done.
-  Status DoWrite(FileHandle* h, const char* data, size_t size, const Caller& caller_in) {
+  // A write to a control file is one command; it returns when done, or
+  // soon after `interrupted` is set (the caller gave up).
+  Status DoWrite(FileHandle* h, const char* data, size_t size, const Caller& caller_in,
+                 std::shared_ptr<const std::atomic<bool>> interrupted) {
     std::string line(data, size);
     while (!line.empty() && (line.back() == '\n' || line.back() == '\r')) line.pop_back();
-    const Caller caller = MakeCaller(caller_in.uid, caller_in.gid, caller_in.pid);
+    Caller caller = MakeCaller(caller_in.uid, caller_in.gid, caller_in.pid);
+    caller.interrupted = std::move(interrupted);
     Status s = RunCommand(*engine_, h->node.kind, h->node.pid, line, caller);
     view_.Invalidate();
     return s;
@@ -456,10 +470,24 @@ void OpRead(fuse_req_t req, fuse_ino_t, size_t size, off_t offset, fuse_file_inf
   });
 }
 
+void SetInterrupted(fuse_req_t, void* flag) {
+  static_cast<std::atomic<bool>*>(flag)->store(true, std::memory_order_relaxed);
+}
+
 void OpWrite(fuse_req_t req, fuse_ino_t, const char* buf, size_t size, off_t, fuse_file_info* fi) {
   Guard(req, [&] {
     auto* h = reinterpret_cast<Filesystem::FileHandle*>(fi->fh);
-    Status s = Filesystem::From(req)->DoWrite(h, buf, size, CallerOf(req));
+    // A signal to the writer (Ctrl-C) makes the kernel send an INTERRUPT
+    // for this request, and the writer waits for our reply however long
+    // the command takes: the command then gives up.
+    auto interrupted = std::make_shared<std::atomic<bool>>(false);
+    fuse_req_interrupt_func(req, SetInterrupted, interrupted.get());
+    Status s;
+    {
+      // No call after this: the flag may go before the request does.
+      ScopeExit forget([req] { fuse_req_interrupt_func(req, nullptr, nullptr); });
+      s = Filesystem::From(req)->DoWrite(h, buf, size, CallerOf(req), interrupted);
+    }
     if (!s.ok()) return ReplyError(req, s);
     fuse_reply_write(req, size);
   });

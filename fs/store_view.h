@@ -57,9 +57,9 @@
 #include <vector>
 
 #include "core/base/mutex.h"
+#include "core/engine/device_view.h"
 #include "core/engine/engine.h"
 #include "fs/archive_view.h"
-#include "core/engine/device_view.h"
 #include "gpuckpt/store.h"
 
 namespace gpuckpt {
@@ -93,6 +93,9 @@ struct NodeId {
   uint64_t key = 0;      // snapshot nodes: SnapshotInfo::key, the incarnation of the id
   std::string path;      // snapshot and device entries: path inside; pid links: the link name
   int pid = 0;           // process nodes
+  // Control files: the thread whose lookup found it (filesystem.cc), so
+  // that each caller writes through a node of its own.
+  int writer = 0;
   auto operator<=>(const NodeId&) const = default;
 };
 

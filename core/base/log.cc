@@ -90,6 +90,7 @@ spdlog::level::level_enum OperationLogLevel(const Status& status) {
     case StatusCode::kAborted:
     case StatusCode::kUnavailable:
     case StatusCode::kTimedOut:
+    case StatusCode::kCancelled:
       return spdlog::level::warn;
     default:
       return spdlog::level::err;

@@ -37,6 +37,8 @@ std::string_view StatusCodeName(StatusCode code) {
       return "NoMemory";
     case StatusCode::kTimedOut:
       return "TimedOut";
+    case StatusCode::kCancelled:
+      return "Cancelled";
   }
   return "Unknown";
 }
@@ -93,6 +95,8 @@ Status StatusFromErrno(int err, std::string_view context) {
       return Status::NoMemory(std::move(m));
     case ETIMEDOUT:
       return Status::TimedOut(std::move(m));
+    case EINTR:
+      return Status::Cancelled(std::move(m));
     default:
       return Status::IOError(std::move(m));
   }
@@ -130,6 +134,8 @@ int ErrnoFromStatus(const Status& status) {
       return ENOMEM;
     case StatusCode::kTimedOut:
       return ETIMEDOUT;
+    case StatusCode::kCancelled:
+      return EINTR;
   }
   return EIO;
 }

@@ -17,6 +17,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/base/log.h"
 #include "core/base/mutex.h"
 
 namespace gpuckpt {
@@ -127,12 +128,25 @@ class StreamerSocket {
   // Waits for CRIU to connect. A connection that is already queued when
   // stop_fd fires is still taken: CRIU may have connected, sent all and
   // exited.
-  Status Accept(int stop_fd) {
+  // A connection from any other process than `peer_pid` is closed unread
+  // (the socket may be a user's, whose processes could connect first).
+  Status Accept(int stop_fd, pid_t peer_pid) {
     stop_fd_ = stop_fd;
-    GPUCKPT_RETURN_IF_ERROR(WaitReadable(listen_, "before CRIU connected"));
-    conn_ = accept4(listen_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
-    if (conn_ < 0) return StatusFromErrno(errno, "accept on " + path_);
-    return Status::Ok();
+    while (true) {
+      GPUCKPT_RETURN_IF_ERROR(WaitReadable(listen_, "before CRIU connected"));
+      const int conn = accept4(listen_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+      if (conn < 0 && (errno == EAGAIN || errno == EINTR || errno == ECONNABORTED)) continue;
+      if (conn < 0) return StatusFromErrno(errno, "accept on " + path_);
+      ucred peer{};
+      socklen_t len = sizeof(peer);
+      if (getsockopt(conn, SOL_SOCKET, SO_PEERCRED, &peer, &len) == 0 && peer.pid == peer_pid) {
+        conn_ = conn;
+        return Status::Ok();
+      }
+      spdlog::warn("streamer socket={} refused a connection from pid={} uid={}: not CRIU (pid {})",
+                   LogValue(path_), peer.pid, peer.uid, peer_pid);
+      close(conn);
+    }
   }
 
   // The next request's file name; nullopt when CRIU closed the connection.
@@ -328,8 +342,9 @@ Result<std::unique_ptr<ImageCaptureServer>> ImageCaptureServer::Listen(const std
 }
 
 Status ImageCaptureServer::Serve(
-    const std::function<Status(const std::string& name, int fd)>& on_file, int stop_fd) {
-  GPUCKPT_RETURN_IF_ERROR(socket_->Accept(stop_fd));
+    const std::function<Status(const std::string& name, int fd)>& on_file, int stop_fd,
+    pid_t peer_pid) {
+  GPUCKPT_RETURN_IF_ERROR(socket_->Accept(stop_fd, peer_pid));
   FileWorkers workers(socket_.get());
   Status loop = [&]() -> Status {
     while (true) {
@@ -359,8 +374,9 @@ Result<std::unique_ptr<ImageServeServer>> ImageServeServer::Listen(const std::st
 
 Status ImageServeServer::Serve(
     const std::function<bool(const std::string& name)>& exists,
-    const std::function<Status(const std::string& name, int fd)>& write_file, int stop_fd) {
-  GPUCKPT_RETURN_IF_ERROR(socket_->Accept(stop_fd));
+    const std::function<Status(const std::string& name, int fd)>& write_file, int stop_fd,
+    pid_t peer_pid) {
+  GPUCKPT_RETURN_IF_ERROR(socket_->Accept(stop_fd, peer_pid));
   FileWorkers workers(socket_.get());
   Status loop = [&]() -> Status {
     while (true) {

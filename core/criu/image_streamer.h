@@ -14,8 +14,14 @@
 //   then:    one byte with SCM_RIGHTS carrying one pipe end: the read end on
 //            dump (CRIU writes the file), the write end on restore
 // CRIU closes the connection when it needs no more files (end of dump; on
-// restore once the tasks are resumed). Errors are not reported in-band: a
-// streamer that fails closes its pipe and CRIU sees EPIPE or a short read.
+// restore once the tasks are resumed).
+//
+// Only the CRIU the daemon started may connect: for a user's dump or
+// restore the socket is that user's (CRIU runs as them), so any process of
+// theirs could connect first and stream its own images into a checkpoint,
+// or take a restore's. A connection whose peer (SO_PEERCRED) is not CRIU's
+// pid is closed unread, and the server goes on waiting for CRIU's. Errors are not reported in-band:
+// a streamer that fails closes its pipe and CRIU sees EPIPE or a short read.
 //
 // CRIU keeps several image files open at once and writes them interleaved
 // (pagemap-N.img and pages-N.img, for example), so each file is handled on a
@@ -32,6 +38,8 @@
 // destroyed; it must outlive Serve().
 #ifndef GPUCKPT_CORE_CRIU_IMAGE_STREAMER_H_
 #define GPUCKPT_CORE_CRIU_IMAGE_STREAMER_H_
+
+#include <sys/types.h>
 
 #include <functional>
 #include <memory>
@@ -73,7 +81,10 @@ class ImageCaptureServer {
   // kAborted when stop_fd (e.g. CRIU's pidfd; -1: none) becomes readable
   // before CRIU connected, or while the connection is silent and open.
   // Untrusted names (see IsValidImageFileName) give kInvalidArgument.
-  Status Serve(const std::function<Status(const std::string& name, int fd)>& on_file, int stop_fd);
+  // Only a connection from `peer_pid` (CRIU's pid, the process that
+  // connects) is served; others are closed unread.
+  Status Serve(const std::function<Status(const std::string& name, int fd)>& on_file, int stop_fd,
+               pid_t peer_pid);
 
  private:
   explicit ImageCaptureServer(std::unique_ptr<StreamerSocket> socket);
@@ -97,11 +108,11 @@ class ImageServeServer {
   // write_file after CRIU closed its read end (CRIU often reads only what
   // it needs) is not an error. CRIU may ask for a name more than once, and
   // for many that do not exist. Returns when CRIU closes the connection and
-  // every write_file returned; errors and stop_fd as for
+  // every write_file returned; errors, stop_fd and peer_pid as for
   // ImageCaptureServer::Serve.
   Status Serve(const std::function<bool(const std::string& name)>& exists,
                const std::function<Status(const std::string& name, int fd)>& write_file,
-               int stop_fd);
+               int stop_fd, pid_t peer_pid);
 
  private:
   explicit ImageServeServer(std::unique_ptr<StreamerSocket> socket);

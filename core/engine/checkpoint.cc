@@ -336,15 +336,20 @@ Status CriuFailure(const std::string& what, const CriuLogs& logs, const Status& 
 Result<SnapshotInfo> Engine::Checkpoint(const CheckpointRequest& request) {
   std::string kept_log;   // the CRIU log of a failed dump
   bool on_board = false;  // the ticket recorded the outcome
+  // Held until the store's change is noted, so that no other operation of
+  // the owner's misses both it and the checkpoint it stored.
+  std::unique_ptr<QuotaLedger::Reservation> reserved;
   auto run = [&]() -> Result<SnapshotInfo> {
     GPUCKPT_ASSIGN_OR_RETURN(ProcessInfo process, processes_->Get(request.pid));
     GPUCKPT_RETURN_IF_ERROR(MayCheckpoint(request.caller, process));
     GPUCKPT_ASSIGN_OR_RETURN(std::vector<int> tree, CheckpointableTree(request));
     const TreeFootprint footprint = MeasureTree(tree);
-    // At worst every byte of the tree's memory and device memory is new.
-    GPUCKPT_RETURN_IF_ERROR(CheckQuota(request.caller,
-                                       footprint.rss_bytes + footprint.device_memory_bytes,
-                                       "a checkpoint of process " + std::to_string(request.pid)));
+    // At worst every byte of the tree's memory and device memory is new;
+    // the checkpoint is its process's owner's, whoever asks.
+    GPUCKPT_ASSIGN_OR_RETURN(
+        reserved, quota_.Reserve(request.caller, process.creds.ruid,
+                                 footprint.rss_bytes + footprint.device_memory_bytes,
+                                 "a checkpoint of process " + std::to_string(request.pid)));
     GPUCKPT_ASSIGN_OR_RETURN(auto ticket, board_.Begin(request.pid, "checkpoint"));
     on_board = true;
     auto info = DumpAndStore(request, process, tree, footprint, ticket.get(), &kept_log);
@@ -363,6 +368,7 @@ Result<SnapshotInfo> Engine::Checkpoint(const CheckpointRequest& request) {
   auto result = run();
   ReleaseFreeMemory();
   NoteStoreChanged();
+  reserved.reset();
   RecordCheckpointEnd(request, result, on_board, kept_log);
   return result;
 }
@@ -427,30 +433,32 @@ Result<GpuCheckpointOptions> MakeDumpDirs(const std::string& work, const std::st
   return gpu_options;
 }
 
-// Who the tree's processes are, read once before anything is locked: their
-// start times tell them from later processes with a reused pid, and their
-// owners decide whom CRIU runs as.
-struct TreeIdentity {
-  std::vector<uint64_t> start_times;  // 0 for a process that exited meanwhile
-  std::set<uint32_t> owners;
-};
+}  // namespace
 
-TreeIdentity IdentifyTree(const std::vector<int>& tree) {
+TreeIdentity IdentifyTree(const ProcessInfo& root, const std::vector<int>& tree) {
   TreeIdentity identity;
+  std::set<uint32_t> uids;
   for (int pid : tree) {
     auto p = ReadProcess(pid, ProcReadOptions{.read_gpu_devices = false});
     identity.start_times.push_back(p.ok() ? p->start_time : 0);
-    if (p.ok()) identity.owners.insert(p->creds.ruid);
+    if (p.ok()) uids.insert({p->creds.ruid, p->creds.euid, p->creds.suid});
   }
+  // A tree with a process of another user, or one that is root in any of
+  // its ids (a setuid program), holds more than one user's rights.
+  const ProcessCredentials& c = root.creds;
+  if (uids.size() == 1 && *uids.begin() == c.ruid && c.ruid != 0)
+    identity.user = Caller{.uid = c.ruid, .gid = c.rgid, .groups = c.groups};
   return identity;
 }
+
+namespace {
 
 // Opens the dump's CRIU logs in `work` and, for a tree wholly one user's,
 // makes `cmd` run as that user, who is given `work_paths`.
 Result<std::unique_ptr<CriuLogs>> PrepareDumpRunner(
     const ProcessInfo& process, const std::vector<int>& tree, const TreeIdentity& identity,
     const std::string& work, const std::vector<std::string>& work_paths, CriuCommand* cmd) {
-  const bool dump_as_owner = process.creds.ruid != 0 && identity.owners.size() == 1;
+  const bool dump_as_owner = identity.user.has_value();
   // Made before the work dir is the user's, so the names are the daemon's.
   GPUCKPT_ASSIGN_OR_RETURN(
       auto criu_logs,
@@ -508,7 +516,7 @@ Result<DumpOutcome> RunDump(const Criu& criu_runner, const CriuCommand& cmd,
         return writer.AddFile(
             ImageEntry("images/" + file, FileType::kRegular, 0600, process, mtime), fd);
       },
-      criu.pidfd());
+      criu.pidfd(), criu.pid());
   Result<int> exit = criu.Wait();
   return DumpOutcome{std::move(served), std::move(exit)};
 }
@@ -530,16 +538,20 @@ Result<SnapshotInfo> Engine::DumpAndStore(const CheckpointRequest& request,
       request.lock_timeout_ms != 0 ? request.lock_timeout_ms : options_.lock_timeout_ms;
   GPUCKPT_ASSIGN_OR_RETURN(const GpuCheckpointOptions gpu_options,
                            MakeDumpDirs(work, images, lock_timeout_ms));
-  const TreeIdentity identity = IdentifyTree(tree);
+  const TreeIdentity identity = IdentifyTree(process, tree);
   KillJournal journal(JournalDir());
   CheckpointRollback rollback(*gpu_, journal, request, tree, identity.start_times);
   GPUCKPT_RETURN_IF_ERROR(rollback.JournalIfNeeded());
+  // The last moment the caller can give up: nothing is locked or frozen yet.
+  GPUCKPT_RETURN_IF_ERROR(CheckNotCancelled(
+      request.caller, "the checkpoint of process " + std::to_string(request.pid)));
   const int64_t setup_start_ns = MonotonicNowNs();
   GPUCKPT_ASSIGN_OR_RETURN(const CriuGpuSetup gpu, gpu_->SetupForCheckpoint(tree, gpu_options));
   rollback.HoldLocks(gpu.locked_pids, setup_start_ns);
 
   const std::optional<OwnMountNamespace> mount_namespace = ReadOwnMountNamespace(request.pid);
-  CheckpointManifest manifest = DescribeCheckpoint(request, process, tree, gpu, gpu_options);
+  CheckpointManifest manifest =
+      DescribeCheckpoint(request, process, tree, identity, gpu, gpu_options);
   if (mount_namespace) manifest.mount_namespace = ManifestMountNamespace{mount_namespace->root};
   GPUCKPT_ASSIGN_OR_RETURN(std::unique_ptr<SnapshotWriter> writer,
                            BeginCheckpointSnapshot(request, process, footprint, &manifest));
@@ -637,13 +649,18 @@ Result<SnapshotInfo> Engine::CommitCheckpoint(SnapshotWriter& writer,
 
 CheckpointManifest Engine::DescribeCheckpoint(const CheckpointRequest& request,
                                               const ProcessInfo& process,
-                                              const std::vector<int>& tree, const CriuGpuSetup& gpu,
+                                              const std::vector<int>& tree,
+                                              const TreeIdentity& identity, const CriuGpuSetup& gpu,
                                               const GpuCheckpointOptions& gpu_options) {
   CheckpointManifest manifest;
   manifest.pid = request.pid;
   manifest.command = DisplayCommand(process);
   manifest.owner = ManifestIds{process.creds.ruid, process.creds.rgid};
-  manifest.made_by = MakerRecordOf(request.caller);
+  // Rights follow the data: a tree wholly one user's is that user's
+  // checkpoint whoever asked (root included), dumped and restored with their
+  // rights only; only a tree that held root's or several users' processes
+  // is made by the one who asked (root: nobody else may ask for one).
+  manifest.made_by = MakerRecordOf(identity.user.value_or(request.caller));
   manifest.tree = tree;
   manifest.mode = request.kill ? CheckpointMode::kKill : CheckpointMode::kLeaveRunning;
   manifest.shell_job = NeedsShellJob(process, tree);
@@ -680,7 +697,7 @@ Result<std::unique_ptr<SnapshotWriter>> Engine::BeginCheckpointSnapshot(
     GPUCKPT_ASSIGN_OR_RETURN(name, NextCheckpointName(request.pid));
   } else {
     GPUCKPT_RETURN_IF_ERROR(CheckCheckpointName(request.name));
-    name = CheckpointIdForName(request.name, request.caller);
+    GPUCKPT_ASSIGN_OR_RETURN(name, CheckpointIdForName(request.name, request.caller));
   }
   SnapshotSpec spec{name,
                     "pid " + std::to_string(request.pid) + " (" + DisplayText(process.comm) + ")",

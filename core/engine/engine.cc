@@ -2,7 +2,6 @@
 // checkpoints or restores. The two big flows are in checkpoint.cc and
 // restore.cc.
 #include "core/engine/engine.h"
-#include "core/engine/engine_internal.h"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -16,8 +15,8 @@
 #include <algorithm>
 #include <cerrno>
 #include <climits>
-#include <cstring>
 #include <cstdlib>
+#include <cstring>
 #include <nlohmann/json.hpp>
 #include <optional>
 
@@ -27,6 +26,7 @@
 #include "core/base/time_text.h"
 #include "core/base/unique_fd.h"
 #include "core/criu/criu_runner.h"
+#include "core/engine/engine_internal.h"
 #include "core/engine/kill_journal.h"
 
 namespace gpuckpt {
@@ -239,9 +239,23 @@ Status CheckCheckpointName(const std::string& name) {
   return Status::Ok();
 }
 
-std::string CheckpointIdForName(const std::string& name, const Caller& maker) {
-  if (maker.is_root()) return name;
-  return std::to_string(maker.uid) + "." + name;
+Status CheckNotCancelled(const Caller& caller, const std::string& what) {
+  if (!caller.Cancelled()) return Status::Ok();
+  return Status::Cancelled(what + " was not begun: the caller interrupted the request");
+}
+
+bool HasUserIdForm(const std::string& name) {
+  const size_t dot = name.find('.');
+  return dot != std::string::npos && AllDigits(name.substr(0, dot));
+}
+
+Result<std::string> CheckpointIdForName(const std::string& name, const Caller& maker) {
+  if (!maker.is_root()) return std::to_string(maker.uid) + "." + name;
+  if (HasUserIdForm(name))
+    return Status::InvalidArgument("checkpoint name '" + DisplayText(name) +
+                                   "' has the form UID.NAME of users' checkpoint ids; choose "
+                                   "another");
+  return name;
 }
 
 Result<std::unique_ptr<Engine>> Engine::Create(Store* store, std::unique_ptr<GpuBackend> gpu,
@@ -264,6 +278,7 @@ Engine::Engine(Store* store, std::unique_ptr<GpuBackend> gpu, EngineOptions opti
       gpu_(std::move(gpu)),
       options_(std::move(options)),
       criu_(std::move(criu)),
+      quota_(store, options_.user_quota_bytes),
       started_ns_(UnixNowNs()) {
   ProcessTableOptions table;
   table.all_processes = options_.all_processes;
@@ -390,20 +405,6 @@ Result<std::string> Engine::NextCheckpointName(int pid) {
     highest = std::max<uint64_t>(highest, std::stoull(rest));
   }
   return prefix + std::to_string(highest + 1);
-}
-
-Status Engine::CheckQuota(const Caller& caller, uint64_t worst_case_bytes,
-                          const std::string& what) {
-  if (caller.is_root() || options_.user_quota_bytes == 0) return Status::Ok();
-  GPUCKPT_ASSIGN_OR_RETURN(auto snapshots, store_->List());
-  uint64_t used = 0;
-  for (const auto& s : snapshots)
-    if (OwnerOf(s).uid == caller.uid) used += s.stored_bytes;
-  if (used + worst_case_bytes <= options_.user_quota_bytes) return Status::Ok();
-  return Status::NoSpace(fmt::format(
-      "quota: the checkpoints of uid {} hold {:.1f} MB of the store, {} may add up to {:.1f} MB "
-      "more, and the quota is {:.1f} MB (rm -r some checkpoints)",
-      caller.uid, used / 1e6, what, worst_case_bytes / 1e6, options_.user_quota_bytes / 1e6));
 }
 
 std::optional<uint32_t> Engine::DedupDomainFor(uint32_t owner_uid) const {

@@ -34,6 +34,7 @@
 #include "core/criu/images.h"
 #include "core/engine/metrics.h"
 #include "core/engine/operation_board.h"
+#include "core/engine/quota.h"
 #include "core/manifest/checkpoint_manifest.h"
 #include "core/proc/caller.h"
 #include "core/proc/process_table.h"
@@ -83,10 +84,13 @@ struct EngineOptions {
   // then tells its user whether another user's checkpoints hold the same
   // bytes. Default: false (one dedup domain per owner).
   bool shared_dedup = false;
-  // The most that one user's checkpoints may have added to the store (the
-  // sum of their stored bytes); a checkpoint or import by that user that
-  // could go beyond it is refused (ENOSPC) before anything is frozen or
-  // read. Root is not limited. 0: no limit. Default: 0.
+  // The most of the store one user's checkpoints may hold: the stored size
+  // of the distinct chunks they name, however they got there (quota.h). A
+  // checkpoint or import of theirs that could go beyond it, with every
+  // operation of theirs in flight counted at its worst, is refused (ENOSPC)
+  // before anything is frozen or read. Requests of root (whose checkpoints
+  // of users' jobs and imports of users' copies are charged to those users)
+  // are counted but never refused. 0: no limit. Default: 0.
   uint64_t user_quota_bytes = 0;
 };
 
@@ -137,7 +141,8 @@ SnapshotOwner OwnerOf(const SnapshotInfo& info);
 // claiming the pid of another user's job) is never among them.
 bool IsCheckpointOfProcess(const SnapshotInfo& info, int pid, uint32_t owner_uid);
 
-class CriuLogs;  // engine_internal.h
+class CriuLogs;       // engine_internal.h
+struct TreeIdentity;  // engine_internal.h
 
 class Engine {
  public:
@@ -176,7 +181,10 @@ class Engine {
   // are shown.
   std::string MetricsText() EXCLUDES(stats_mu_);
   // Says that the store changed outside the engine (a checkpoint removed).
-  void NoteStoreChanged() { store_changed_.store(true, std::memory_order_relaxed); }
+  void NoteStoreChanged() {
+    store_changed_.store(true, std::memory_order_relaxed);
+    quota_.NoteStoreChanged();
+  }
   // When this engine started (CLOCK_REALTIME ns).
   int64_t started_ns() const { return started_ns_; }
   // Records a failed request in status, metrics and the log (e.g. a bad
@@ -208,9 +216,6 @@ class Engine {
   // checkpoint (`last`, status.json's) is.
   nlohmann::json PoolStatusJson(const PoolStats& pool, const nlohmann::json& last);
   Result<std::string> NextCheckpointName(int pid);
-  // Refuses (kNoSpace) when `caller` (not root) is limited by a quota that
-  // `worst_case_bytes` more could exceed; `what` names the operation.
-  Status CheckQuota(const Caller& caller, uint64_t worst_case_bytes, const std::string& what);
   // What a checkpoint of `tree` may take, read once for the quota and the
   // room checks: its processes' memory and its GPU processes' device memory.
   struct TreeFootprint {
@@ -246,7 +251,7 @@ class Engine {
   // and maker, its GPUs.
   CheckpointManifest DescribeCheckpoint(const CheckpointRequest& request,
                                         const ProcessInfo& process, const std::vector<int>& tree,
-                                        const CriuGpuSetup& gpu,
+                                        const TreeIdentity& identity, const CriuGpuSetup& gpu,
                                         const GpuCheckpointOptions& gpu_options);
   // Names the checkpoint, finds the one it follows (manifest->parent, the
   // base of its chunks) and begins its snapshot, staged in the background.
@@ -284,8 +289,31 @@ class Engine {
     std::string path;   // as given
     std::string shown;  // for messages
     std::string name;   // the caller's NAME, or ""
-    Caller caller;
+    Caller caller;      // who asked
+    // Whose checkpoint the import becomes (its owner: the owner of its
+    // files, every one of which must be theirs; names, dedup domain and
+    // quota are theirs), and who made it (the owner; for a checkpoint of
+    // this mount, its own maker).
+    Caller owner;
+    ManifestMaker made_by;
   };
+  // Who an import from `path` (open as `top_fd`, owned by `file_uid`) is
+  // attributed to (the fields above), or why it may not be imported.
+  Result<ImportSource> AttributeImport(int top_fd, uint32_t file_uid, const std::string& path,
+                                       const std::string& name, const Caller& caller);
+  // Where `fd`, opened from `path`, lies in this daemon's mount: its path
+  // relative to the mount ("checkpoints/ID"); nullopt when it is not in
+  // the mount. kInvalidArgument for the mount reached through another
+  // mount point (a bind mount), whose paths are not the mount's.
+  Result<std::optional<std::string>> MountRelativePath(int fd, const std::string& path) const;
+  // The checkpoint a path relative to the mount names for `caller`
+  // (checkpoints/ID[/images], archives/ID.tar, PID/checkpoints/N|latest);
+  // `path` is what the caller wrote, for messages.
+  Result<std::string> CheckpointAt(const std::string& relative, const std::string& path,
+                                   const Caller& caller);
+  // The checkpoint `which` ("latest" or "1", "2", ...) of process `pid`, as
+  // its <pid>/checkpoints/ lists them (restore_source.cc).
+  Result<std::string> CheckpointOfProcess(int pid, const std::string& which, const Caller& caller);
   Result<SnapshotInfo> ImportDirectory(int top_fd, const ImportSource& source);
   Result<SnapshotInfo> ImportContainerArchive(int fd, const ImportSource& source);
   // The manifest of an import of the tree with root `pid`.
@@ -346,6 +374,7 @@ class Engine {
   std::unique_ptr<ProcessTable> processes_;
   OperationBoard board_;
   Metrics metrics_;
+  QuotaLedger quota_;
   std::string empty_plugin_dir_;
   std::shared_ptr<ByteBudget> staging_;  // shared by the checkpoints' writers
 

@@ -111,14 +111,35 @@ SnapshotMaker MakerOf(const SnapshotInfo& info);
 // The manifest's made_by record of `caller`.
 ManifestMaker MakerRecordOf(const Caller& caller);
 
+// Who the processes of a tree to checkpoint are, read once before anything
+// is locked: their start times tell them from later processes with a reused
+// pid, and their owners decide whose checkpoint it is and whom CRIU runs as.
+struct TreeIdentity {
+  std::vector<uint64_t> start_times;  // 0 for a process that exited meanwhile
+  // The user whose tree it wholly is (every real, effective and saved uid
+  // of every process theirs, and not root), with the root process's gid and
+  // groups; nullopt for a tree that holds root's or several users'
+  // processes.
+  std::optional<Caller> user;
+};
+// `root` is the tree's root process, `tree` its pids (the root first).
+TreeIdentity IdentifyTree(const ProcessInfo& root, const std::vector<int>& tree);
+
+// kCancelled when `caller` gave up on their request (interrupted their
+// write) before `what` began, so that nothing more is done for it.
+Status CheckNotCancelled(const Caller& caller, const std::string& what);
+
 // A name given with `checkpoint --name` or `import PATH NAME` must not have
 // the form "<digits>-<digits>" that the automatic names ("<pid>-<n>") take;
 // the store checks the rest (letters, digits, '.', '_', '-'; 1 to 128).
 Status CheckCheckpointName(const std::string& name);
 // The id a checkpoint named `name` by `maker` gets: the name itself for
 // root, "<uid>.<name>" for anyone else, so that one user's names never
-// collide with, or block, another's.
-std::string CheckpointIdForName(const std::string& name, const Caller& maker);
+// collide with, or block, another's. Root's names may not take that form
+// (kInvalidArgument).
+Result<std::string> CheckpointIdForName(const std::string& name, const Caller& maker);
+// Whether `name` has the form "<digits>.<rest>" of users' checkpoint ids.
+bool HasUserIdForm(const std::string& name);
 
 }  // namespace gpuckpt
 

@@ -10,12 +10,18 @@
 //    the mount's own archives/<id>.tar are such archives.
 //
 // The path is the caller's to resolve, with their rights (ActingAs), so it
-// tells nobody what lies in directories they cannot read; what it names
-// (the archive, or every directory, file and symlink below the directory)
-// must belong to the caller, and nothing is followed or opened blocking. A
-// copied manifest is believed only for how to restore (the GPU stack, its
-// GPUs, --shell-job; the root directory of a mount namespace from root's
-// copies only), never for owners or sizes.
+// tells nobody what lies in directories they cannot read; nothing is
+// followed or opened blocking. Rights follow the data: what it names (the
+// archive, or every directory, file and symlink below the directory) must
+// belong to one user, whose checkpoint the import becomes: the caller's
+// own files for an ordinary user, and for root whoever owns them (root
+// only for root's files), so that root's import of a user's copy is that
+// user's and is restored with their rights only. A path that reaches into
+// this daemon's own mount (a symlink included) is that checkpoint, with
+// its recorded owner and maker. A copied manifest is believed only for how
+// to restore (the GPU stack, its GPUs, --shell-job; the root directory of
+// a mount namespace only where root made the copy), never for owners or
+// sizes.
 #include <dirent.h>
 #include <fcntl.h>
 #include <fmt/format.h>
@@ -53,8 +59,8 @@ constexpr int kNameAttempts = 100;
 // Takes over into `manifest` what a copied manifest (its text) says of how
 // to restore the checkpoint, each field as DecodeManifest reads it (a
 // malformed one is left out); the rest (owner, sizes) is the import's own.
-Status TakeOverManifest(const std::string& text, const std::string& shown, const Caller& caller,
-                        CheckpointManifest* manifest) {
+Status TakeOverManifest(const std::string& text, const std::string& shown,
+                        const ManifestMaker& made_by, CheckpointManifest* manifest) {
   auto copied = nlohmann::json::parse(text, nullptr, false);
   if (copied.is_discarded()) return Status::InvalidArgument(shown + " is not JSON");
   const nlohmann::json* from = nullptr;
@@ -71,11 +77,11 @@ Status TakeOverManifest(const std::string& text, const std::string& shown, const
   manifest->shell_job = c.shell_job;
   manifest->gpus = c.gpus;
   // Where a tree with a mount namespace of its own had its root: a
-  // directory that root's restore mounts, so taken over from root's copies
-  // only (anyone else's restore cannot make a mount namespace anyway).
+  // directory that root's restore mounts, so taken over only from what
+  // root made (anyone else's restore cannot make a mount namespace anyway).
   if (c.mount_namespace)
     manifest->mount_namespace =
-        ManifestMountNamespace{caller.is_root() ? c.mount_namespace->root : std::nullopt};
+        ManifestMountNamespace{made_by.uid == 0 ? c.mount_namespace->root : std::nullopt};
   // The device memory ranges, from which the mount shows device/<id> again
   // (a copy's own device/ is never imported: it is the same bytes as its
   // pages image). Checked for their form only: they name bytes of the
@@ -86,7 +92,7 @@ Status TakeOverManifest(const std::string& text, const std::string& shown, const
   // say which, since a range or a GPU left out changes what is shown.
   manifest->import_dropped = c.dropped;
   if (!c.dropped.empty())
-    spdlog::warn("import uid={} manifest={} ignored={}", caller.uid, LogValue(DisplayText(shown)),
+    spdlog::warn("import uid={} manifest={} ignored={}", made_by.uid, LogValue(DisplayText(shown)),
                  LogValue(DisplayText(fmt::format("{}", fmt::join(c.dropped, ",")))));
   return Status::Ok();
 }
@@ -120,12 +126,16 @@ Result<std::string> ReadWholeFile(int dir_fd, const std::string& name, const std
   return ReadSmallFileNoFollowAt(dir_fd, name, how);
 }
 
-// The root task's pid of CRIU's pstree.img.
+// The root task's pid of CRIU's pstree.img. Bytes that are no pstree image
+// are the caller's bad input (kInvalidArgument), not damage to the store.
 Result<int> RootPidOf(const std::string& pstree, const std::string& shown) {
-  GPUCKPT_ASSIGN_OR_RETURN(auto tasks, ParsePstreeImage(pstree));
+  auto tasks = ParsePstreeImage(pstree, shown);
+  if (!tasks.ok())
+    return Status::InvalidArgument(shown + " is not a CRIU process tree image (" +
+                                   tasks.status().message() + ")");
   auto root =
-      std::find_if(tasks.begin(), tasks.end(), [](const CriuTask& t) { return t.ppid == 0; });
-  if (root == tasks.end()) return Status::InvalidArgument(shown + " names no process");
+      std::find_if(tasks->begin(), tasks->end(), [](const CriuTask& t) { return t.ppid == 0; });
+  if (root == tasks->end()) return Status::InvalidArgument(shown + " names no process");
   return static_cast<int>(root->pid);
 }
 
@@ -145,6 +155,9 @@ std::string NameFromPath(const std::string& path) {
   for (char& c : base)
     if (!isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '_' && c != '-') c = '_';
   base = base.substr(0, 100);
+  // "1002.web" is the form of uid 1002's id for their name "web", which a
+  // name of root's must not take: "1002_web".
+  if (HasUserIdForm(base)) base[base.find('.')] = '_';
   if (base.empty() || base[0] == '.' || !CheckCheckpointName(base).ok()) return "container";
   return base;
 }
@@ -209,7 +222,6 @@ Result<SnapshotInfo> Engine::Import(const std::string& path, const std::string& 
 Result<SnapshotInfo> Engine::ImportFrom(const std::string& path, const std::string& name,
                                         const Caller& caller) {
   if (!name.empty()) GPUCKPT_RETURN_IF_ERROR(CheckCheckpointName(name));
-  GPUCKPT_RETURN_IF_ERROR(CheckQuota(caller, 0, "an import"));
   // The path is the caller's to resolve: with their rights, so that it
   // reaches nothing they could not, and its error says no more than theirs
   // would.
@@ -226,19 +238,57 @@ Result<SnapshotInfo> Engine::ImportFrom(const std::string& path, const std::stri
     return Status::InvalidArgument(shown +
                                    " is neither a directory of images nor a container checkpoint "
                                    "archive (tar, tar.gz, tar.zst)");
-  const ImportSource source{path, shown, name, caller};
-  // A directory's entries are checked as they are read, each its caller's.
+  GPUCKPT_ASSIGN_OR_RETURN(ImportSource source,
+                           AttributeImport(top.get(), st.st_uid, path, name, caller));
+  // Charged to whose checkpoint it becomes; held until the store's change
+  // is noted (CommitImport).
+  GPUCKPT_ASSIGN_OR_RETURN(
+      auto reserved, quota_.Reserve(caller, source.owner.uid, 0, "the import of " + source.shown));
+  // A directory's entries are checked as they are read, each its owner's.
   if (S_ISDIR(st.st_mode)) return ImportDirectory(top.get(), source);
-  if (!caller.is_root() && st.st_uid != caller.uid)
-    return Status::PermissionDenied(shown + " belongs to uid " + std::to_string(st.st_uid) +
-                                    ", not to uid " + std::to_string(caller.uid));
   return ImportContainerArchive(top.get(), source);
+}
+
+Result<Engine::ImportSource> Engine::AttributeImport(int top_fd, uint32_t file_uid,
+                                                     const std::string& path,
+                                                     const std::string& name,
+                                                     const Caller& caller) {
+  ImportSource source{path, DisplayText(path), name, caller, caller, MakerRecordOf(caller)};
+  // One of this mount's checkpoints (or its archives/<id>.tar), reached
+  // through whatever path: it stays what it was, its owner's and made by
+  // whoever made it.
+  GPUCKPT_ASSIGN_OR_RETURN(std::optional<std::string> in_mount, MountRelativePath(top_fd, path));
+  if (in_mount) {
+    GPUCKPT_ASSIGN_OR_RETURN(const std::string id, CheckpointAt(*in_mount, path, caller));
+    GPUCKPT_ASSIGN_OR_RETURN(const SnapshotInfo info, store_->Get(id));
+    const SnapshotOwner owner = OwnerOf(info);
+    const SnapshotMaker maker = MakerOf(info);
+    source.owner = Caller{.uid = owner.uid, .gid = owner.gid};
+    source.made_by = ManifestMaker{maker.uid, maker.gid, maker.groups};
+    return source;
+  }
+  if (!caller.is_root()) {
+    if (file_uid != caller.uid)
+      return Status::PermissionDenied(source.shown + " belongs to uid " + std::to_string(file_uid) +
+                                      ", not to uid " + std::to_string(caller.uid));
+    return source;
+  }
+  // Root's import of files root does not own is their owner's checkpoint;
+  // every entry below must then be theirs too (ImportDirectory).
+  if (file_uid == 0) return source;
+  auto owner = UserCaller(file_uid);
+  if (!owner.ok())
+    return Status::PermissionDenied(
+        fmt::format("{} belongs to uid {}, whose checkpoint it would be: {}", source.shown,
+                    file_uid, owner.status().message()));
+  source.owner = *owner;
+  source.made_by = MakerRecordOf(*owner);
+  return source;
 }
 
 Result<SnapshotInfo> Engine::ImportDirectory(int top_fd, const ImportSource& source) {
   const std::string& shown = source.shown;
-  std::optional<uint32_t> owner;
-  if (!source.caller.is_root()) owner = source.caller.uid;
+  const std::optional<uint32_t> owner = source.owner.uid;
   // A copy of a checkpoint (images/; older versions' copies also hold
   // device/, never read: the same bytes as its pages image), an extracted
   // container checkpoint (checkpoint/), or CRIU's own directory of images.
@@ -284,7 +334,7 @@ Result<SnapshotInfo> Engine::ImportDirectory(int top_fd, const ImportSource& sou
     if (!copied.ok() && copied.status().code() != StatusCode::kNotFound) return copied.status();
     if (copied.ok())
       GPUCKPT_RETURN_IF_ERROR(
-          TakeOverManifest(*copied, shown + "/manifest.json", source.caller, &manifest));
+          TakeOverManifest(*copied, shown + "/manifest.json", source.made_by, &manifest));
   }
   // A tree with a mount namespace of its own needs its root directory to
   // be restored, which CRIU's images do not say (nor a container engine's
@@ -304,8 +354,8 @@ Result<SnapshotInfo> Engine::ImportDirectory(int top_fd, const ImportSource& sou
 
 Result<SnapshotInfo> Engine::ImportContainerArchive(int fd, const ImportSource& source) {
   ContainerImportOptions options;
-  options.uid = source.caller.uid;
-  options.gid = source.caller.gid;
+  options.uid = source.owner.uid;
+  options.gid = source.owner.gid;
   options.max_parsed_bytes = kMaxParsedImage;
   // The archive is read once, as it comes: its root task (for the
   // manifest) is known only once its pstree.img has gone by.
@@ -320,7 +370,7 @@ Result<SnapshotInfo> Engine::ImportContainerArchive(int fd, const ImportSource& 
         manifest->pid = pid;
         if (found.manifest) {
           GPUCKPT_RETURN_IF_ERROR(TakeOverManifest(
-              *found.manifest, source.shown + ": manifest.json", source.caller, manifest));
+              *found.manifest, source.shown + ": manifest.json", source.made_by, manifest));
         }
         // One of the mount's own archives of a checkpoint made through
         // `ctl` holds no container files: it is a plain checkpoint again.
@@ -334,8 +384,8 @@ Result<SnapshotInfo> Engine::ImportContainerArchive(int fd, const ImportSource& 
 CheckpointManifest Engine::ImportManifest(const ImportSource& source, int pid) const {
   CheckpointManifest m;
   m.pid = pid;
-  m.owner = ManifestIds{source.caller.uid, source.caller.gid};
-  m.made_by = MakerRecordOf(source.caller);
+  m.owner = ManifestIds{source.owner.uid, source.owner.gid};
+  m.made_by = source.made_by;
   m.imported_from = source.shown;
   return m;
 }
@@ -343,14 +393,18 @@ CheckpointManifest Engine::ImportManifest(const ImportSource& source, int pid) c
 Result<SnapshotInfo> Engine::CommitImport(const ImportSource& source, const std::string& auto_name,
                                           int pid, CheckpointManifest manifest,
                                           const ImportFill& fill) {
-  const Caller& caller = source.caller;
+  // Names, dedup domain and quota are the owner's: root's import of a
+  // user's copy is theirs as if they had imported it.
+  const Caller& caller = source.owner;
   for (int attempt = 0;; ++attempt) {
     std::string id;
     if (!source.name.empty()) {
-      id = CheckpointIdForName(source.name, caller);
+      GPUCKPT_ASSIGN_OR_RETURN(id, CheckpointIdForName(source.name, caller));
     } else if (!auto_name.empty()) {
-      id = CheckpointIdForName(
-          attempt == 0 ? auto_name : auto_name + "-" + std::to_string(attempt + 1), caller);
+      GPUCKPT_ASSIGN_OR_RETURN(
+          id,
+          CheckpointIdForName(
+              attempt == 0 ? auto_name : auto_name + "-" + std::to_string(attempt + 1), caller));
     } else {
       GPUCKPT_ASSIGN_OR_RETURN(id, NextCheckpointName(pid));
     }
@@ -368,11 +422,14 @@ Result<SnapshotInfo> Engine::CommitImport(const ImportSource& source, const std:
     GPUCKPT_RETURN_IF_ERROR(fill(writer->get(), &manifest));
     (*writer)->SetExtraJson(EncodeManifest(manifest));
     GPUCKPT_ASSIGN_OR_RETURN(SnapshotInfo info, (*writer)->Commit());
+    NoteStoreChanged();
     // What an import adds is known only once it is stored: one that took
-    // its user beyond their quota is removed again (what it came from is
-    // where it was).
-    if (Status quota = CheckQuota(caller, 0, "the import of " + source.shown); !quota.ok()) {
+    // its owner beyond their quota after all is removed again (what it
+    // came from is where it was).
+    if (Status quota = quota_.CheckHeld(source.caller, caller.uid, "the import of " + source.shown);
+        !quota.ok()) {
       store_->Remove(info.id).PermitUnchecked();
+      NoteStoreChanged();
       return quota;
     }
     return info;

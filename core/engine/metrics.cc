@@ -16,8 +16,9 @@ const std::vector<std::string>& Metrics::Operations() {
 }
 
 const std::vector<std::string>& Metrics::Results() {
-  static const std::vector<std::string> kResults = {"ok",      "busy",     "denied",    "not_found",
-                                                    "invalid", "no_space", "no_memory", "failed"};
+  static const std::vector<std::string> kResults = {"ok",        "busy",      "denied",
+                                                    "not_found", "invalid",   "no_space",
+                                                    "no_memory", "cancelled", "failed"};
   return kResults;
 }
 
@@ -220,6 +221,8 @@ std::string ResultLabel(StatusCode code) {
       return "no_space";
     case StatusCode::kNoMemory:
       return "no_memory";
+    case StatusCode::kCancelled:
+      return "cancelled";
     default:
       return "failed";
   }

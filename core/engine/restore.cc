@@ -56,38 +56,6 @@ namespace {
 
 // Image records gpuckpt parses are small; a bigger one is not CRIU's.
 constexpr uint64_t kMaxParsedImage = 64u << 20;
-// "/a//b/./c/../d/" -> "/a/b/d"; only for recognising paths in the mount.
-std::string Normalize(const std::string& path) {
-  std::vector<std::string> parts;
-  size_t i = 0;
-  while (i < path.size()) {
-    size_t j = path.find('/', i);
-    if (j == std::string::npos) j = path.size();
-    const std::string part = path.substr(i, j - i);
-    if (part == "..") {
-      if (!parts.empty()) parts.pop_back();
-    } else if (!part.empty() && part != ".") {
-      parts.push_back(part);
-    }
-    i = j + 1;
-  }
-  std::string out;
-  for (const auto& p : parts) out += "/" + p;
-  return out.empty() ? "/" : out;
-}
-
-std::vector<std::string> Split(const std::string& rel) {
-  std::vector<std::string> parts;
-  size_t i = 0;
-  while (i <= rel.size()) {
-    size_t j = rel.find('/', i);
-    if (j == std::string::npos) j = rel.size();
-    if (j > i) parts.push_back(rel.substr(i, j - i));
-    i = j + 1;
-  }
-  return parts;
-}
-
 Result<std::string> ReadStoredFile(Store* store, const std::string& id, const std::string& path) {
   return ReadSmallStoredFile(*store, id, path, kMaxParsedImage);
 }
@@ -149,51 +117,120 @@ Result<bool> MayRestoreTcpConnections(Store* store, const std::string& id,
   return Status::PermissionDenied(fmt::format(
       "{} holds TCP connections ({}), which CRIU re-creates in TCP repair mode; for uid {} "
       "gpuckpt does that only for connections its own checkpoint of their process recorded, and "
-      "no checkpoint of theirs in the store has these: restore the checkpoint it was copied from, "
-      "or ask root to restore it",
+      "no checkpoint of theirs in the store has these: restore the checkpoint it was copied from",
       id, network.front(), as.uid));
 }
 
-// A restore as `as` (not root) is allowed only for images whose every task
-// and every thread has `as`'s uids and gids and holds no capability: CRIU
-// restores each thread's credentials from its own core-<tid>.img, and would
-// otherwise hand out another user's identity or root's powers.
-Status CheckImageCredentials(Store* store, const std::string& id,
-                             const std::vector<CriuTask>& tasks, const Caller& as) {
-  if (as.is_root()) return Status::Ok();
-  auto empty = [](const std::vector<uint32_t>& caps) {
-    return std::all_of(caps.begin(), caps.end(), [](uint32_t c) { return c == 0; });
-  };
+// One thread's credentials as the checkpoint's core-<tid>.img records them.
+struct ThreadCreds {
+  uint32_t pid = 0;  // its process
+  uint32_t tid = 0;
+  Result<CriuCreds> creds;  // what could not be parsed is no identity at all
+};
+
+// Every thread's credentials in the checkpoint `id`, whose tasks are
+// `tasks`: CRIU restores each thread's from its own core-<tid>.img.
+Result<std::vector<ThreadCreds>> ReadThreadCreds(Store* store, const std::string& id,
+                                                 const std::vector<CriuTask>& tasks) {
+  std::vector<ThreadCreds> all;
   for (const auto& task : tasks) {
     std::set<uint32_t> ids(task.threads.begin(), task.threads.end());
     ids.insert(task.pid);
     for (uint32_t tid : ids) {
       const std::string path = "images/core-" + std::to_string(tid) + ".img";
       GPUCKPT_ASSIGN_OR_RETURN(std::string bytes, ReadStoredFile(store, id, path));
-      auto creds = ParseCoreCreds(bytes, path);
-      if (!creds.ok()) {
-        return Status::PermissionDenied(
-            fmt::format("thread {} of checkpoint {} has no credentials that can be checked ({})",
-                        tid, id, creds.status().message()));
-      }
-      const CriuCreds& c = *creds;
-      const bool uids =
-          c.uid == as.uid && c.euid == as.uid && c.suid == as.uid && c.fsuid == as.uid;
-      const bool gids =
-          as.InGroup(c.gid) && as.InGroup(c.egid) && as.InGroup(c.sgid) && as.InGroup(c.fsgid) &&
-          std::all_of(c.groups.begin(), c.groups.end(), [&](uint32_t g) { return as.InGroup(g); });
-      if (!uids || !gids) {
-        return Status::PermissionDenied(fmt::format(
-            "thread {} of process {} in checkpoint {} claims uid {} gid {}, but the checkpoint "
-            "can only be restored as uid {} (who made it, or who asks)",
-            tid, task.pid, id, c.uid, c.gid, as.uid));
-      }
-      if (!empty(c.cap_prm) || !empty(c.cap_eff) || !empty(c.cap_inh) || !empty(c.cap_amb)) {
-        return Status::PermissionDenied(fmt::format(
-            "thread {} of process {} in checkpoint {} claims capabilities, which uid {} does not "
-            "have",
-            tid, task.pid, id, as.uid));
-      }
+      all.push_back({task.pid, tid, ParseCoreCreds(bytes, path)});
+    }
+  }
+  return all;
+}
+
+bool NoCapabilities(const CriuCreds& c) {
+  auto empty = [](const std::vector<uint32_t>& caps) {
+    return std::all_of(caps.begin(), caps.end(), [](uint32_t cap) { return cap == 0; });
+  };
+  return empty(c.cap_prm) && empty(c.cap_eff) && empty(c.cap_inh) && empty(c.cap_amb);
+}
+
+// The one ordinary user whose tree the images hold: every thread's uids
+// are that user's (not root) and no thread holds a capability. nullopt for
+// a tree with root's or several users' threads.
+std::optional<uint32_t> SoleUserOf(const std::vector<ThreadCreds>& threads) {
+  std::optional<uint32_t> user;
+  for (const ThreadCreds& t : threads) {
+    if (!t.creds.ok()) return std::nullopt;
+    const CriuCreds& c = t.creds.value();
+    if (c.uid == 0 || c.euid != c.uid || c.suid != c.uid || c.fsuid != c.uid) return std::nullopt;
+    if (!NoCapabilities(c) || (user && *user != c.uid)) return std::nullopt;
+    user = c.uid;
+  }
+  return user;
+}
+
+// Whom CRIU restores as: the restored tasks may be no more than this user,
+// and every file, mapping, working directory and executable of the tree is
+// reopened with their rights. Rights follow the data, not the requester:
+//  - a user restores as themselves (their own checkpoints only);
+//  - for root, a checkpoint an ordinary user made is restored as that
+//    user, and so is one root made (older versions recorded root as the
+//    maker of root's checkpoints of users' jobs; root's import of a copy of
+//    root's files) whose images hold one ordinary user's tree: as the user
+//    they say, with the groups this machine's user database gives that
+//    user (a checkpoint gpuckpt dumped itself: the groups its images
+//    recorded, which CRIU read from the running tree);
+//  - only a tree that held root's or several users' threads comes back as
+//    root, with whatever its images say.
+Result<Caller> RestoreIdentity(const Caller& requester, const CheckpointManifest& manifest,
+                               const std::string& id, const std::vector<ThreadCreds>& threads) {
+  if (!requester.is_root()) return requester;
+  const ManifestMaker maker = manifest.MakerOrOwner();
+  if (maker.uid != 0) return Caller{.uid = maker.uid, .gid = maker.gid, .groups = maker.groups};
+  const std::optional<uint32_t> user = SoleUserOf(threads);
+  if (!user) return Caller{};
+  if (manifest.IsOwnDump()) {
+    Caller as{.uid = *user, .gid = threads.front().creds->gid};
+    for (const ThreadCreds& t : threads)
+      for (uint32_t g : t.creds->groups)
+        if (!as.InGroup(g)) as.groups.push_back(g);
+    return as;
+  }
+  auto as = UserCaller(*user);
+  if (!as.ok())
+    return Status::PermissionDenied(
+        fmt::format("checkpoint {} holds a tree of uid {}, which is restored as that user: {}", id,
+                    *user, as.status().message()));
+  return *as;
+}
+
+// A restore as `as` (not root) is allowed only for images whose every task
+// and every thread has `as`'s uids and gids and holds no capability: CRIU
+// restores each thread's credentials from its own core-<tid>.img, and would
+// otherwise hand out another user's identity or root's powers.
+Status CheckImageCredentials(const std::string& id, const std::vector<ThreadCreds>& threads,
+                             const Caller& as) {
+  if (as.is_root()) return Status::Ok();
+  for (const ThreadCreds& t : threads) {
+    if (!t.creds.ok()) {
+      return Status::PermissionDenied(
+          fmt::format("thread {} of checkpoint {} has no credentials that can be checked ({})",
+                      t.tid, id, t.creds.status().message()));
+    }
+    const CriuCreds& c = t.creds.value();
+    const bool uids = c.uid == as.uid && c.euid == as.uid && c.suid == as.uid && c.fsuid == as.uid;
+    const bool gids =
+        as.InGroup(c.gid) && as.InGroup(c.egid) && as.InGroup(c.sgid) && as.InGroup(c.fsgid) &&
+        std::all_of(c.groups.begin(), c.groups.end(), [&](uint32_t g) { return as.InGroup(g); });
+    if (!uids || !gids) {
+      return Status::PermissionDenied(fmt::format(
+          "thread {} of process {} in checkpoint {} claims uid {} gid {}, but the checkpoint "
+          "can only be restored as uid {} (whose tree it is)",
+          t.tid, t.pid, id, c.uid, c.gid, as.uid));
+    }
+    if (!NoCapabilities(c)) {
+      return Status::PermissionDenied(fmt::format(
+          "thread {} of process {} in checkpoint {} claims capabilities, which uid {} does not "
+          "have",
+          t.tid, t.pid, id, as.uid));
     }
   }
   return Status::Ok();
@@ -210,7 +247,14 @@ Status CheckIdsFree(const std::vector<CriuTask>& tasks) {
       struct stat st {};
       if (stat(proc.c_str(), &st) == 0) {
         auto info = ReadProcess(static_cast<int>(id), ProcReadOptions{.read_gpu_devices = false});
-        const std::string who = info.ok() ? " by '" + info->comm + "'" : "";
+        // A process killed a moment ago (checkpoint --kill) keeps its pid
+        // until its parent reaps it.
+        if (info.ok() && info->zombie())
+          return Status::Busy(fmt::format(
+              "pid {} is still held by the exited '{}', which its parent (pid {}) has not reaped "
+              "yet: a restore needs the checkpoint's own pids; try again once it has",
+              id, DisplayText(info->comm), info->ppid));
+        const std::string who = info.ok() ? " by '" + DisplayText(info->comm) + "'" : "";
         return Status::Busy(fmt::format(
             "pid {} is in use{}: a restore needs the checkpoint's own pids; stop that process "
             "first",
@@ -463,10 +507,10 @@ Result<std::unique_ptr<CriuLogs>> PrepareRestoreRunner(const std::string& work,
   return criu_logs;
 }
 
-// Streams the checkpoint's image files to the CRIU whose pidfd is
-// `criu_pidfd`, as it asks for them.
+// Streams the checkpoint's image files to `criu`, as it asks for them.
 Status ServeImages(Store* store, const std::string& id, const std::set<std::string>& images,
-                   ImageServeServer& server, int criu_pidfd, OperationBoard::Ticket* ticket) {
+                   ImageServeServer& server, const CriuProcess& criu,
+                   OperationBoard::Ticket* ticket) {
   std::atomic<uint64_t> served_bytes{0};
   return server.Serve(
       [&](const std::string& name) { return images.count(name) > 0; },
@@ -475,7 +519,7 @@ Status ServeImages(Store* store, const std::string& id, const std::set<std::stri
         return StreamFile(reader.get(), fd, name,
                           [&](size_t n) { ticket->SetBytes(served_bytes.fetch_add(n) + n); });
       },
-      criu_pidfd);
+      criu.pidfd(), criu.pid());
 }
 
 // The pid of the restored tree's root. CRIU (perhaps the user's) wrote the
@@ -500,15 +544,6 @@ Result<int> ReadRestoredRootPid(const std::string& id, const std::string& pidfil
   return pid;
 }
 
-// Who the restored tasks may be: the caller, or for root, the user who
-// made the checkpoint (root only restores what root made with whatever
-// credentials the images hold).
-Caller RestoredTasksCaller(const Caller& caller, const CheckpointManifest& manifest) {
-  if (!caller.is_root()) return caller;
-  const ManifestMaker maker = manifest.MakerOrOwner();
-  return Caller{maker.uid, maker.gid, 0, maker.groups};
-}
-
 // The checkpoint's GPU stack and GPUs, as the manifest names them, and
 // where the request maps them.
 GpuRestoreOptions RestoreGpuOptions(const RestoreRequest& request,
@@ -521,60 +556,6 @@ GpuRestoreOptions RestoreGpuOptions(const RestoreRequest& request,
 }
 
 }  // namespace
-
-Result<std::string> Engine::ResolveRestoreSource(const RestoreRequest& request, bool* imported) {
-  *imported = false;
-  const std::string& path = request.path;
-  if (path.empty()) return Status::InvalidArgument("write the path of a checkpoint to restore");
-  if (path[0] != '/') return Status::InvalidArgument("'" + path + "' is not an absolute path");
-  const std::string norm = Normalize(path);
-  const std::string mnt = Normalize(options_.mountpoint);
-  if (norm.compare(0, mnt.size() + 1, mnt + "/") == 0) {
-    const auto parts = Split(norm.substr(mnt.size() + 1));
-    std::string id;
-    if (parts.size() >= 2 && parts[0] == "checkpoints" &&
-        (parts.size() == 2 || (parts.size() == 3 && parts[2] == "images"))) {
-      id = parts[1];
-    } else if (parts.size() == 3 && parts[1] == "checkpoints") {
-      // <pid>/checkpoints/<n|latest>: the process's own checkpoints, as
-      // its directory lists them. Once it is gone (the usual case for a
-      // restore) its owner is no longer known: a user's request then means
-      // theirs; root's, those made by their owner or by root.
-      char* pid_end = nullptr;
-      const long pid = std::strtol(parts[0].c_str(), &pid_end, 10);
-      if (*pid_end != '\0' || pid <= 0 || pid > (1 << 22))
-        return Status::InvalidArgument(path + " is not a checkpoint directory of this mount");
-      std::optional<uint32_t> owner;
-      if (auto process = processes_->Get(static_cast<int>(pid)); process.ok())
-        owner = process->creds.ruid;
-      else if (!request.caller.is_root())
-        owner = request.caller.uid;
-      GPUCKPT_ASSIGN_OR_RETURN(auto all, store_->List());
-      std::vector<std::string> mine;
-      for (const auto& s : all)
-        if (IsCheckpointOfProcess(s, static_cast<int>(pid), owner.value_or(OwnerOf(s).uid)))
-          mine.push_back(s.id);
-      if (parts[2] == "latest" && !mine.empty()) {
-        id = mine.back();
-      } else {
-        char* end = nullptr;
-        const unsigned long n = std::strtoul(parts[2].c_str(), &end, 10);
-        if (*end == '\0' && n >= 1 && n <= mine.size()) id = mine[n - 1];
-      }
-    }
-    if (id.empty())
-      return Status::InvalidArgument(path + " is not a checkpoint directory of this mount");
-    GPUCKPT_ASSIGN_OR_RETURN(SnapshotInfo info, store_->Get(id));
-    if (!request.caller.is_root() && OwnerOf(info).uid != request.caller.uid) {
-      return Status::PermissionDenied("checkpoint " + id + " belongs to uid " +
-                                      std::to_string(OwnerOf(info).uid));
-    }
-    return id;
-  }
-  GPUCKPT_ASSIGN_OR_RETURN(SnapshotInfo info, ImportFrom(path, "", request.caller));
-  *imported = true;
-  return info.id;
-}
 
 Result<int> Engine::Restore(const RestoreRequest& request) {
   const auto start = std::chrono::steady_clock::now();
@@ -598,14 +579,18 @@ Result<int> Engine::ResolveAndRestore(const RestoreRequest& request, std::string
   GPUCKPT_ASSIGN_OR_RETURN(SnapshotInfo info, store_->Get(*id));
   Result<CheckpointManifest> manifest = DecodeManifest(info.extra_json);
   if (!manifest.ok()) return manifest.status().WithContext("checkpoint " + *id);
-  const Caller as = RestoredTasksCaller(request.caller, *manifest);
   GPUCKPT_ASSIGN_OR_RETURN(std::string pstree, ReadStoredFile(store_, *id, "images/pstree.img"));
-  GPUCKPT_ASSIGN_OR_RETURN(auto tasks, ParsePstreeImage(pstree));
-  auto root = std::find_if(tasks.begin(), tasks.end(), IsRootPid);
-  if (root == tasks.end())
+  auto tasks = ParsePstreeImage(pstree);
+  if (!tasks.ok())
+    return Status::InvalidArgument("checkpoint " + *id + ": " + tasks.status().message());
+  auto root = std::find_if(tasks->begin(), tasks->end(), IsRootPid);
+  if (root == tasks->end())
     return Status::InvalidArgument("checkpoint " + *id + " names no root process");
-  GPUCKPT_RETURN_IF_ERROR(CheckImageCredentials(store_, *id, tasks, as));
-  if (!HasOwnPidNamespace(*root)) GPUCKPT_RETURN_IF_ERROR(CheckIdsFree(tasks));
+  GPUCKPT_ASSIGN_OR_RETURN(const auto threads, ReadThreadCreds(store_, *id, *tasks));
+  GPUCKPT_ASSIGN_OR_RETURN(const Caller as,
+                           RestoreIdentity(request.caller, *manifest, *id, threads));
+  GPUCKPT_RETURN_IF_ERROR(CheckImageCredentials(*id, threads, as));
+  if (!HasOwnPidNamespace(*root)) GPUCKPT_RETURN_IF_ERROR(CheckIdsFree(*tasks));
   // Whether CRIU needed --shell-job (an imported plain image dir is tried
   // as a standalone tree).
   const bool shell_job = manifest->shell_job.value_or(false);
@@ -618,6 +603,8 @@ Result<int> Engine::ResolveAndRestore(const RestoreRequest& request, std::string
   if (!HasOwnPidNamespace(*root)) {
     GPUCKPT_ASSIGN_OR_RETURN(ticket, board_.Begin(static_cast<int>(root->pid), "restore"));
   }
+  // The last moment the caller can give up: CRIU has not run.
+  GPUCKPT_RETURN_IF_ERROR(CheckNotCancelled(request.caller, "the restore of " + *id));
   auto pid = RestoreSnapshot(*id, {shell_job, root_dir}, gpu, as, static_cast<int>(root->pid),
                              ticket.get(), kept_log);
   ticket->SetCheckpoint(*id);
@@ -677,7 +664,7 @@ Result<int> Engine::RestoreSnapshot(const std::string& id, const TreeSetup& setu
   cmd.join_cgroup_fds = cgroup->procs_fds();
   auto criu = criu_.Start(cmd);
   if (!criu.ok()) return criu.status();
-  Status served = ServeImages(store_, id, images, *server, criu->pidfd(), ticket);
+  Status served = ServeImages(store_, id, images, *server, *criu, ticket);
   Result<int> exit = criu->Wait();
   metrics_.ObserveStage(
       "restore", "restore",

@@ -1,6 +1,11 @@
 #include "core/proc/caller.h"
 
+#include <grp.h>
+#include <pwd.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 
 namespace gpuckpt {
 namespace {
@@ -36,6 +41,34 @@ Caller MakeCaller(uint32_t uid, uint32_t gid, int pid, const std::string& proc_r
       creds.fsgid == gid) {
     caller.groups = std::move(creds.groups);
   }
+  return caller;
+}
+
+Result<Caller> UserCaller(uint32_t uid) {
+  long hint = sysconf(_SC_GETPW_R_SIZE_MAX);
+  std::vector<char> buf(hint > 0 ? static_cast<size_t>(hint) : 16384);
+  passwd pw{};
+  passwd* found = nullptr;
+  int err;
+  while ((err = getpwuid_r(uid, &pw, buf.data(), buf.size(), &found)) == ERANGE)
+    buf.resize(buf.size() * 2);
+  if (err != 0) return StatusFromErrno(err, "looking up uid " + std::to_string(uid));
+  if (found == nullptr)
+    return Status::NotFound("uid " + std::to_string(uid) +
+                            " is not a user of this machine (no passwd entry): their groups "
+                            "cannot be known");
+  Caller caller;
+  caller.uid = uid;
+  caller.gid = pw.pw_gid;
+  std::vector<gid_t> groups(32);
+  int count = static_cast<int>(groups.size());
+  while (getgrouplist(pw.pw_name, pw.pw_gid, groups.data(), &count) < 0) {
+    groups.resize(static_cast<size_t>(count) > groups.size() ? static_cast<size_t>(count)
+                                                             : groups.size() * 2);
+    count = static_cast<int>(groups.size());
+  }
+  for (int i = 0; i < count; ++i)
+    if (groups[i] != pw.pw_gid) caller.groups.push_back(groups[i]);
   return caller;
 }
 

@@ -12,7 +12,9 @@
 #ifndef GPUCKPT_CORE_PROC_CALLER_H_
 #define GPUCKPT_CORE_PROC_CALLER_H_
 
+#include <atomic>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -22,11 +24,16 @@
 namespace gpuckpt {
 
 struct Caller {
-  uint32_t uid = 0, gid = 0;     // fuse_req_ctx(): the caller's fsuid and fsgid
-  int pid = 0;                   // the calling thread, in the daemon's pid namespace; 0 if unknown
-  std::vector<uint32_t> groups;  // supplementary groups (CallerGroups())
+  uint32_t uid = 0, gid = 0;  // fuse_req_ctx(): the caller's fsuid and fsgid
+  int pid = 0;                // the calling thread, in the daemon's pid namespace; 0 if unknown
+  std::vector<uint32_t> groups = {};  // supplementary groups (CallerGroups())
+  // Set once the caller gave up on their request (a signal interrupted
+  // their write, e.g. Ctrl-C): long work on it stops (kCancelled). Shared
+  // with whoever sets it; null for a request that cannot be given up.
+  std::shared_ptr<const std::atomic<bool>> interrupted = nullptr;
 
   bool is_root() const { return uid == 0; }
+  bool Cancelled() const { return interrupted && interrupted->load(std::memory_order_relaxed); }
   // gid is the caller's gid or one of its supplementary groups.
   bool InGroup(uint32_t gid) const;
 };
@@ -41,6 +48,14 @@ std::vector<uint32_t> CallerGroups(int pid, const std::string& proc_root = "/pro
 // before we read its groups; a reused pid of someone else must not lend the
 // caller its groups (fewer groups only ever mean less access).
 Caller MakeCaller(uint32_t uid, uint32_t gid, int pid, const std::string& proc_root = "/proc");
+
+// A Caller for the user `uid` as this machine's user database (NSS:
+// getpwuid_r, getgrouplist) knows them: their primary gid and every group
+// they belong to, pid 0. What the daemon acts as on behalf of a user who
+// did not ask themselves: the owner of a copy root imports, the user a
+// checkpoint's images say the tree was. kNotFound when the database does
+// not know the uid (their groups cannot be known).
+Result<Caller> UserCaller(uint32_t uid);
 
 // May `caller` see and checkpoint `target`? Root: yes. Anyone else only if
 // the target's real, effective and saved uids all equal caller.uid, its real,

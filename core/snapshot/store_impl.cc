@@ -597,6 +597,27 @@ Result<FsckReport> StoreImpl::Fsck() {
   return FsckOnce();
 }
 
+Result<uint64_t> StoreImpl::HeldBytes(const std::vector<std::string>& ids) {
+  std::unordered_set<ChunkHash, ChunkHashHasher> seen;
+  uint64_t held = 0;
+  for (const std::string& id : ids) {
+    auto info = Get(id);
+    if (!info.ok() && info.status().code() == StatusCode::kNotFound) continue;
+    if (!info.ok()) return info.status();
+    ExtentIndex extents(db_.get(), ExtentIndex::Scope::Snapshot(info->key),
+                        ExtentIndex::ReadOptions{.fill_cache = false});
+    extents.SeekToFirst();
+    for (; extents.Valid(); extents.Next()) {
+      GPUCKPT_ASSIGN_OR_RETURN(const Extent e, extents.Decode());
+      if (!seen.insert(e.hash).second) continue;
+      GPUCKPT_ASSIGN_OR_RETURN(std::optional<ChunkMeta> meta, chunk_store_->Lookup(e.hash));
+      if (meta) held += meta->stored_length;  // else collected meanwhile
+    }
+    GPUCKPT_RETURN_IF_ERROR(FromRocks(extents.status(), "scanning the extents of " + id));
+  }
+  return held;
+}
+
 Result<StoreStats> StoreImpl::Stats() {
   StoreStats stats;
   GPUCKPT_ASSIGN_OR_RETURN(auto snapshots, LocalList());

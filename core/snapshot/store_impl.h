@@ -104,6 +104,7 @@ class StoreImpl final : public Store {
   Result<GcReport> Gc() override EXCLUDES(gc_mu_);
   Result<FsckReport> Fsck() override;
   Result<StoreStats> Stats() override;
+  Result<uint64_t> HeldBytes(const std::vector<std::string>& ids) override;
   Result<uint64_t> FreeBytes() override { return db_->FreeBytesForIngest(); }
   CacheStats cache_stats() const override {
     return CacheStats{cache_->hits(), cache_->misses(), options_.chunk_cache_bytes};

@@ -36,6 +36,7 @@ enum class StatusCode {
   kNoSuchProcess,     // the process is gone or never was (ESRCH)
   kNoMemory,          // not enough host memory, or a memory cgroup's limit (ENOMEM)
   kTimedOut,          // a remote service (the shared pool) did not answer in time (ETIMEDOUT)
+  kCancelled,         // the caller gave up on it (interrupted their write) (EINTR)
 };
 
 // Name of a code, e.g. "NotFound".
@@ -65,6 +66,7 @@ class [[nodiscard]] Status {
   static Status NoSuchProcess(std::string m) { return {StatusCode::kNoSuchProcess, std::move(m)}; }
   static Status NoMemory(std::string m) { return {StatusCode::kNoMemory, std::move(m)}; }
   static Status TimedOut(std::string m) { return {StatusCode::kTimedOut, std::move(m)}; }
+  static Status Cancelled(std::string m) { return {StatusCode::kCancelled, std::move(m)}; }
 
   bool ok() const { return code_ == StatusCode::kOk; }
   StatusCode code() const { return code_; }

@@ -217,6 +217,13 @@ class Store {
 
   virtual Result<StoreStats> Stats() = 0;
 
+  // What the snapshots `ids` hold of the store together: the stored size of
+  // the distinct chunks their extents name, each chunk once however many of
+  // them name it (what a user's quota charges). A snapshot removed meanwhile
+  // (or only in a pool, not fetched) counts nothing. A scan of their extents
+  // and one index lookup per distinct chunk.
+  virtual Result<uint64_t> HeldBytes(const std::vector<std::string>& ids) = 0;
+
   // Bytes new snapshots may still take on the store's filesystem: what is
   // free to an unprivileged writer, less the reserve that Remove() and
   // Gc() keep when it is not held now (a new snapshot makes it again

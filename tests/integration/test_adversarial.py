@@ -128,15 +128,21 @@ def test_import_claiming_root_and_a_root_jobs_pid_is_not_that_jobs_and_never_run
     listed = os.listdir(m.path(str(job.pid), "checkpoints"))
     assert listed == [], f"root's job lists {listed}"
 
-    # Root restores it, by id and through the job's own directory once the
-    # job is gone: refused (EACCES), nothing comes back as root.
+    # Root restores it by id: refused (EACCES), nothing comes back as root.
     job.kill()
-    for path in (m.path("checkpoints", planted), m.path(str(job.pid), "checkpoints", "latest")):
-        with pytest.raises(PermissionError):
-            ctl(m.path("restore"), path)
-        said = read(m.path("restore"))
-        assert "claims uid 0" in said, said
-        assert not os.path.exists(f"/proc/{job.pid}"), f"a process came back as pid {job.pid}"
+    with pytest.raises(PermissionError):
+        ctl(m.path("restore"), m.path("checkpoints", planted))
+    said = read(m.path("restore"))
+    assert "claims uid 0" in said, said
+    assert not os.path.exists(f"/proc/{job.pid}"), f"a process came back as pid {job.pid}"
+    # Through the job's own directory once the job is gone: the job had no
+    # checkpoint, and the user's import is none of its (EINVAL).
+    with pytest.raises(OSError) as e:
+        ctl(m.path("restore"), m.path(str(job.pid), "checkpoints", "latest"))
+    assert e.value.errno == 22, e.value
+    said = read(m.path("restore"))
+    assert "has 0 checkpoints" in said, said
+    assert not os.path.exists(f"/proc/{job.pid}"), f"a process came back as pid {job.pid}"
 
 
 def test_thread_holding_a_capability_is_refused_and_the_refused_copy_leaves_nothing(

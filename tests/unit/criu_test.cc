@@ -133,7 +133,7 @@ class CriuTest : public ::testing::Test {
     GPUCKPT_ASSIGN_OR_RETURN(CriuProcess criu, criu_->Start(command));
     Status served = server->Serve(
         [&](const std::string& name, int fd) { return CopyToFile(fd, files_dir + "/" + name); },
-        criu.pidfd());
+        criu.pidfd(), criu.pid());
     GPUCKPT_ASSIGN_OR_RETURN(int code, criu.Wait());
     if (code != 0) {
       return Status::Internal("criu dump exited " + std::to_string(code) + ": " +
@@ -166,7 +166,7 @@ class CriuTest : public ::testing::Test {
           return access((files_dir + "/" + name).c_str(), F_OK) == 0;
         },
         [&](const std::string& name, int fd) { return CopyFromFile(files_dir + "/" + name, fd); },
-        criu.pidfd());
+        criu.pidfd(), criu.pid());
     GPUCKPT_ASSIGN_OR_RETURN(int code, criu.Wait());
     if (code != 0) {
       return Status::Internal("criu restore exited " + std::to_string(code) + ": " +
@@ -259,8 +259,8 @@ TEST_F(CriuTest, ServeGivesUpWhenCriuExitsWithoutConnecting) {
   auto criu = criu_->Start(command);
   close(err_fd);
   ASSERT_OK(criu.status());
-  Status served =
-      (*server)->Serve([](const std::string&, int) { return Status::Ok(); }, criu->pidfd());
+  Status served = (*server)->Serve([](const std::string&, int) { return Status::Ok(); },
+                                   criu->pidfd(), criu->pid());
   EXPECT_EQ(served.code(), StatusCode::kAborted) << served.ToString();
   auto code = criu->Wait();
   ASSERT_OK(code.status());

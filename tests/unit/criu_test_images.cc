@@ -3,6 +3,7 @@
 // peer that speaks the streamer protocol badly gets an error, not a hang.
 #include <sys/socket.h>
 #include <sys/un.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -158,7 +159,8 @@ Status ServeRaw(const std::string& bytes) {
   auto server = ImageCaptureServer::Listen(dir.path());
   if (!server.ok()) return server.status();
   std::thread client([&] { SendRaw((*server)->socket_path(), bytes); });
-  Status status = (*server)->Serve([](const std::string&, int) { return Status::Ok(); }, -1);
+  Status status =
+      (*server)->Serve([](const std::string&, int) { return Status::Ok(); }, -1, getpid());
   client.join();
   return status;
 }
@@ -177,6 +179,51 @@ TEST(CriuStreamerProtocolTest, BadRequestsAreErrors) {
   EXPECT_FALSE(IsValidImageFileName(std::string(256, 'a')));
   EXPECT_FALSE(IsValidImageFileName(std::string("a\0b", 3)));
   EXPECT_TRUE(IsValidImageFileName("pages-1.img"));
+}
+
+// Another process that connects to the streamer socket before CRIU (a
+// user's, whose socket it is for a user's dump) is closed unread: the
+// server goes on waiting for CRIU's pid, and only CRIU's files are taken.
+TEST(CriuStreamerProtocolTest, ConnectionFromAnotherProcessIsRefused) {
+  TempDir dir("criu-peer");
+  auto server = ImageCaptureServer::Listen(dir.path());
+  ASSERT_OK(server.status());
+  const std::string request = BytesField(1, "pages-1.img");
+  int connected[2];
+  ASSERT_EQ(pipe(connected), 0);
+  const pid_t intruder = fork();
+  ASSERT_GE(intruder, 0);
+  if (intruder == 0) {
+    const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_un addr = {};
+    addr.sun_family = AF_UNIX;
+    strcpy(addr.sun_path, (*server)->socket_path().c_str());
+    if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) _exit(2);
+    const std::string bytes = U32(static_cast<uint32_t>(request.size())) + request;
+    if (write(fd, bytes.data(), bytes.size()) != static_cast<ssize_t>(bytes.size())) _exit(3);
+    if (write(connected[1], "c", 1) != 1) _exit(4);
+    char byte;
+    _exit(read(fd, &byte, 1) <= 0 ? 0 : 5);  // closed unread: EOF or reset, no reply
+  }
+  close(connected[1]);
+  char byte;
+  ASSERT_EQ(read(connected[0], &byte, 1), 1);  // its connection is queued first
+  close(connected[0]);
+  std::thread criu([&] { SendRaw((*server)->socket_path(), ""); });
+  int files = 0;
+  Status status = (*server)->Serve(
+      [&](const std::string&, int) {
+        ++files;
+        return Status::Ok();
+      },
+      -1, getpid());
+  criu.join();
+  int intruder_status = 0;
+  ASSERT_EQ(waitpid(intruder, &intruder_status, 0), intruder);
+  EXPECT_OK(status);
+  EXPECT_EQ(files, 0);
+  ASSERT_TRUE(WIFEXITED(intruder_status));
+  EXPECT_EQ(WEXITSTATUS(intruder_status), 0);
 }
 
 // stats-dump, CRIU's account of a dump (a service image), from which the

@@ -220,8 +220,8 @@ TEST_F(DeviceViewTest, DeviceDirectoryIsItsOwnersAlone) {
   const std::string bytes = AddCudaSnapshot("u.mine", 9, 1000, 2);
   AddCudaSnapshot("u.theirs", 10, 2000, 3);
   StoreView view(store_.get(), nullptr);
-  const Caller owner{1000, 1000, 0, {}};
-  const Caller other{2000, 2000, 0, {}};
+  const Caller owner{.uid = 1000, .gid = 1000};
+  const Caller other{.uid = 2000, .gid = 2000};
   const Caller root{};
   ASSERT_OK_AND_ASSIGN(auto mine, view.Children(DeviceDir(), owner));
   EXPECT_EQ(Names(mine), std::vector<std::string>{"u.mine"});

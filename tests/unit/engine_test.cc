@@ -5,6 +5,7 @@
 #include "core/engine/engine.h"
 
 #include <fcntl.h>
+#include <grp.h>
 #include <gtest/gtest.h>
 #include <linux/close_range.h>
 #include <signal.h>
@@ -30,6 +31,7 @@
 #include "core/base/time_text.h"
 #include "gpuckpt/version.h"
 #include "core/criu/images.h"
+#include "core/engine/engine_internal.h"
 #include "core/engine/kill_journal.h"
 #include "core/engine/metrics.h"
 #include "core/engine/operation_board.h"
@@ -553,6 +555,71 @@ TEST(OperationBoardTest, ConcurrentBeginHasOneWinner) {
 
 // --- KillJournal -------------------------------------------------------------------
 
+// A sleeping process with the given real, effective and saved uids (and
+// gid `gid`), killed when it goes out of scope.
+class ProcessAs {
+ public:
+  ProcessAs(uid_t ruid, uid_t euid, gid_t gid) {
+    int ready[2];
+    if (pipe(ready) != 0) return;
+    pid_ = fork();
+    if (pid_ == 0) {
+      close(ready[0]);
+      if (setgroups(0, nullptr) != 0 || setresgid(gid, gid, gid) != 0 ||
+          setresuid(ruid, euid, euid) != 0)
+        _exit(126);
+      (void)!write(ready[1], "r", 1);
+      close(ready[1]);
+      pause();
+      _exit(0);
+    }
+    close(ready[1]);
+    char byte;
+    if (read(ready[0], &byte, 1) != 1) pid_ = -1;
+    close(ready[0]);
+  }
+  ~ProcessAs() {
+    if (pid_ > 0) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+    }
+  }
+  ProcessAs(const ProcessAs&) = delete;
+  ProcessAs& operator=(const ProcessAs&) = delete;
+  int pid() const { return pid_; }
+
+ private:
+  int pid_ = -1;
+};
+
+// Whose a tree is decides whose checkpoint it is and whom CRIU runs as: a
+// tree wholly one ordinary user's is that user's; one that holds root's
+// processes, another user's, or a process root in any of its uids (a
+// setuid program) is nobody's alone.
+TEST(TreeIdentityTest, OnlyATreeWhollyOneOrdinaryUsersIsTheirs) {
+  if (geteuid() != 0) GTEST_SKIP() << "making processes of other users needs root";
+  ProcessAs user(65534, 65534, 65534);
+  ProcessAs other(65533, 65533, 65533);
+  ProcessAs setuid_like(65534, 0, 65534);
+  ProcessAs root(0, 0, 0);
+  for (const ProcessAs* p : {&user, &other, &setuid_like, &root}) ASSERT_GT(p->pid(), 0);
+  auto read = [](int pid) {
+    auto info = ReadProcess(pid, ProcReadOptions{.read_gpu_devices = false});
+    EXPECT_OK(info.status());
+    return info.ok() ? *info : ProcessInfo{};
+  };
+  const TreeIdentity alone = IdentifyTree(read(user.pid()), {user.pid()});
+  ASSERT_TRUE(alone.user.has_value());
+  EXPECT_EQ(alone.user->uid, 65534u);
+  EXPECT_EQ(alone.user->gid, 65534u);
+  EXPECT_EQ(alone.start_times.size(), 1u);
+  EXPECT_FALSE(IdentifyTree(read(user.pid()), {user.pid(), root.pid()}).user);
+  EXPECT_FALSE(IdentifyTree(read(root.pid()), {root.pid(), user.pid()}).user);
+  EXPECT_FALSE(IdentifyTree(read(user.pid()), {user.pid(), other.pid()}).user);
+  EXPECT_FALSE(IdentifyTree(read(setuid_like.pid()), {setuid_like.pid()}).user);
+  EXPECT_FALSE(IdentifyTree(read(root.pid()), {root.pid()}).user);
+}
+
 TEST(KillJournalTest, ResumeAllContinuesStoppedProcessesAndClears) {
   TempDir tmp;
   Sleeper child;
@@ -792,7 +859,12 @@ TEST_F(EngineTest, RestoreRejectsBadPaths) {
   for (const auto& path : paths) {
     SCOPED_TRACE("restore '" + path.substr(0, 60) + "'");
     for (const Caller& caller : {Root(), Nobody()}) {
-      EXPECT_CODE(Restore(path, caller), StatusCode::kInvalidArgument);
+      // Whose a directory is, is asked before what is in it: root's plain
+      // directory is refused to nobody for that.
+      const StatusCode expected = caller.uid != 0 && path == tmp_.Sub("plain")
+                                      ? StatusCode::kPermissionDenied
+                                      : StatusCode::kInvalidArgument;
+      EXPECT_CODE(Restore(path, caller), expected);
       const std::string result = engine_->RestoreResult(caller.uid);
       EXPECT_EQ(result.rfind("error: ", 0), 0u) << result;
       EXPECT_EQ(result.back(), '\n');

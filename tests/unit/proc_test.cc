@@ -497,7 +497,7 @@ TEST(MayCheckpointTest, RootMayCheckpointAnything) {
 TEST(MayCheckpointTest, NobodyRefusedOnRootProcess) {
   if (getuid() != 0) GTEST_SKIP() << "needs root";
   ASSERT_OK_AND_ASSIGN(ProcessInfo self, ReadProcess(getpid()));
-  Caller nobody{65534, 65534, 0, {}};
+  Caller nobody{.uid = 65534, .gid = 65534};
   Status s = MayCheckpoint(nobody, self);
   EXPECT_CODE(s, StatusCode::kPermissionDenied);
   EXPECT_NE(s.message().find(std::to_string(getpid())), std::string::npos) << s.ToString();
@@ -515,22 +515,24 @@ TEST(MayCheckpointTest, OwnProcessOnly) {
   EXPECT_EQ(OwnerOf(target).uid, 65534u);
   EXPECT_EQ(OwnerOf(target).gid, 65534u);
 
-  EXPECT_OK(MayCheckpoint(Caller{65534, 65534, 0, {}}, target));
+  EXPECT_OK(MayCheckpoint(Caller{.uid = 65534, .gid = 65534}, target));
   // The gid may come from the caller's supplementary groups.
-  EXPECT_OK(MayCheckpoint(Caller{65534, 100, 0, {65534}}, target));
-  Status other = MayCheckpoint(Caller{65535, 65535, 0, {}}, target);
+  EXPECT_OK(MayCheckpoint(Caller{.uid = 65534, .gid = 100, .groups = {65534}}, target));
+  Status other = MayCheckpoint(Caller{.uid = 65535, .gid = 65535}, target);
   EXPECT_CODE(other, StatusCode::kPermissionDenied);
   EXPECT_NE(other.message().find("owner uid 65534"), std::string::npos) << other.ToString();
-  EXPECT_CODE(MayCheckpoint(Caller{65534, 100, 0, {}}, target), StatusCode::kPermissionDenied);
+  EXPECT_CODE(MayCheckpoint(Caller{.uid = 65534, .gid = 100}, target),
+              StatusCode::kPermissionDenied);
 
   // Same uid but a saved uid of someone else: a setuid program.
   ProcessInfo setuid_like = target;
   setuid_like.creds.suid = 0;
-  EXPECT_CODE(MayCheckpoint(Caller{65534, 65534, 0, {}}, setuid_like),
+  EXPECT_CODE(MayCheckpoint(Caller{.uid = 65534, .gid = 65534}, setuid_like),
               StatusCode::kPermissionDenied);
   ProcessInfo with_caps = target;
   with_caps.creds.cap_permitted = 1ull << 13;
-  EXPECT_CODE(MayCheckpoint(Caller{65534, 65534, 0, {}}, with_caps), StatusCode::kPermissionDenied);
+  EXPECT_CODE(MayCheckpoint(Caller{.uid = 65534, .gid = 65534}, with_caps),
+              StatusCode::kPermissionDenied);
 }
 
 TEST(MayCheckpointTest, NonDumpableRefused) {
@@ -539,7 +541,7 @@ TEST(MayCheckpointTest, NonDumpableRefused) {
   ASSERT_OK_AND_ASSIGN(ProcessInfo target, ReadProcess(child->pid()));
   EXPECT_EQ(target.creds.euid, 65534u);
   EXPECT_FALSE(target.dumpable);
-  Status s = MayCheckpoint(Caller{65534, 65534, 0, {}}, target);
+  Status s = MayCheckpoint(Caller{.uid = 65534, .gid = 65534}, target);
   EXPECT_CODE(s, StatusCode::kPermissionDenied);
   EXPECT_NE(s.message().find("dumpable"), std::string::npos) << s.ToString();
   EXPECT_OK(MayCheckpoint(Caller{}, target));

@@ -298,9 +298,10 @@ void DeclareCheckpointOptions(CLI::App& app, EngineOptions* engine_options) {
                "reports as new then tells its user whether others' checkpoints hold the same "
                "bytes");
   app.add_option("--quota", engine_options->user_quota_bytes,
-                 "The most each user's checkpoints may add to the store (e.g. 100G; units of "
-                 "1024); a checkpoint or import that could go beyond it is refused (ENOSPC). "
-                 "Root is not limited. Default: none")
+                 "The most of the store each user's checkpoints may hold (e.g. 100G; units of "
+                 "1024), each chunk counted once; a checkpoint or import that could go beyond it, "
+                 "with the user's others in flight, is refused (ENOSPC). Root's requests are "
+                 "not limited. Default: none")
       ->transform(CLI::AsSizeValue(false))
       ->type_name("SIZE");
 }

@@ -1,0 +1,120 @@
+// QuotaLedger over a real Store: a user is charged what their checkpoints
+// hold (each distinct chunk once, however they got there), and every
+// operation in flight reserves its worst case, so that neither a second
+// copy of the same bytes nor operations side by side go beyond the quota.
+#include "core/engine/quota.h"
+
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "core/manifest/checkpoint_manifest.h"
+#include "gpuckpt/store.h"
+#include "tests/unit/test_util.h"
+
+namespace gpuckpt {
+namespace {
+
+using testing::TempDir;
+
+constexpr uint32_t kAlice = 1000;
+constexpr uint32_t kBob = 1001;
+
+Caller Ordinary(uint32_t uid) { return Caller{.uid = uid, .gid = uid}; }
+
+class QuotaTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_OK_AND_ASSIGN(store_, Store::Open(tmp_.Sub("store"), testing::TestOptions()));
+    src_ = tmp_.Sub("src");
+    testing::MakeDirs(src_);
+    // Incompressible: every byte of a first import is new and stored.
+    testing::WriteRandomFile(src_ + "/pages.img", 4u << 20, 7);
+  }
+
+  // Imports the source tree as `name`, a checkpoint owned by `owner` in
+  // their dedup domain.
+  SnapshotInfo ImportAs(const std::string& name, uint32_t owner) {
+    CheckpointManifest manifest;
+    manifest.owner = ManifestIds{owner, owner};
+    manifest.made_by = ManifestMaker{owner, owner, {}};
+    SnapshotSpec spec;
+    spec.name = name;
+    spec.extra_json = EncodeManifest(manifest);
+    spec.dedup_domain = owner;
+    auto info = store_->ImportDirectory(src_, spec);
+    EXPECT_OK(info.status());
+    return info.ok() ? *info : SnapshotInfo{};
+  }
+
+  TempDir tmp_;
+  std::unique_ptr<Store> store_;
+  std::string src_;
+};
+
+TEST_F(QuotaTest, HeldBytesCountEachChunkOnceAndStayAfterTheFirstCopyGoes) {
+  const SnapshotInfo first = ImportAs("a", kAlice);
+  const SnapshotInfo second = ImportAs("b", kAlice);
+  EXPECT_GT(first.stored_bytes, 4u << 20);
+  EXPECT_EQ(second.stored_bytes, 0u);  // nothing new: the same chunks
+  ASSERT_OK_AND_ASSIGN(uint64_t both, store_->HeldBytes({"a", "b"}));
+  EXPECT_EQ(both, first.stored_bytes);
+  // The second import holds every chunk once the first is gone, though it
+  // added nothing.
+  ASSERT_OK(store_->Remove("a"));
+  ASSERT_OK_AND_ASSIGN(uint64_t left, store_->HeldBytes({"a", "b"}));
+  EXPECT_EQ(left, first.stored_bytes);
+  ASSERT_OK_AND_ASSIGN(uint64_t none, store_->HeldBytes({"missing"}));
+  EXPECT_EQ(none, 0u);
+}
+
+TEST_F(QuotaTest, ASecondCopyOfTheSameBytesIsChargedOnceTheFirstIsRemoved) {
+  const uint64_t size = ImportAs("a", kAlice).stored_bytes;
+  ImportAs("b", kAlice);
+  QuotaLedger ledger(store_.get(), size + size / 2);
+  ASSERT_OK(store_->Remove("a"));
+  ledger.NoteStoreChanged();
+  // What b holds is charged: another copy's worth does not fit.
+  auto refused = ledger.Reserve(Ordinary(kAlice), kAlice, size, "an import");
+  EXPECT_EQ(refused.status().code(), StatusCode::kNoSpace) << refused.status().ToString();
+  ASSERT_OK_AND_ASSIGN(uint64_t remaining, ledger.Remaining(kAlice));
+  EXPECT_EQ(remaining, size / 2);
+  // Another owner is charged nothing of it.
+  EXPECT_OK(ledger.Reserve(Ordinary(kBob), kBob, size, "an import").status());
+}
+
+TEST_F(QuotaTest, OperationsInFlightReserveTheirWorstCase) {
+  QuotaLedger ledger(store_.get(), 100u << 20);
+  ASSERT_OK_AND_ASSIGN(auto first, ledger.Reserve(Ordinary(kAlice), kAlice, 60u << 20, "one"));
+  // Side by side, a second one that could take the user beyond it is
+  // refused, saying that an operation in flight holds part of it.
+  auto second = ledger.Reserve(Ordinary(kAlice), kAlice, 60u << 20, "two");
+  ASSERT_EQ(second.status().code(), StatusCode::kNoSpace);
+  EXPECT_NE(second.status().message().find("in flight"), std::string::npos)
+      << second.status().message();
+  first.reset();
+  EXPECT_OK(ledger.Reserve(Ordinary(kAlice), kAlice, 60u << 20, "two").status());
+}
+
+TEST_F(QuotaTest, RootsRequestsAreChargedToTheOwnerButNeverRefused) {
+  QuotaLedger ledger(store_.get(), 100u << 20);
+  ASSERT_OK_AND_ASSIGN(auto roots, ledger.Reserve(Caller{}, kAlice, 150u << 20, "root's"));
+  auto users = ledger.Reserve(Ordinary(kAlice), kAlice, 1, "the user's");
+  EXPECT_EQ(users.status().code(), StatusCode::kNoSpace);
+  ASSERT_OK_AND_ASSIGN(uint64_t remaining, ledger.Remaining(kAlice));
+  EXPECT_EQ(remaining, 0u);
+}
+
+TEST_F(QuotaTest, AStoredCheckpointBeyondTheQuotaIsReported) {
+  const uint64_t size = ImportAs("a", kAlice).stored_bytes;
+  QuotaLedger ledger(store_.get(), size - 1);
+  EXPECT_EQ(ledger.CheckHeld(Ordinary(kAlice), kAlice, "the import").code(), StatusCode::kNoSpace);
+  EXPECT_OK(ledger.CheckHeld(Caller{}, kAlice, "root's import"));
+  QuotaLedger unlimited(store_.get(), 0);
+  EXPECT_OK(unlimited.CheckHeld(Ordinary(kAlice), kAlice, "the import"));
+}
+
+}  // namespace
+}  // namespace gpuckpt
