@@ -30,7 +30,7 @@ Result<std::vector<MountEntry>> ReadMountTable(const std::string& path) {
   std::ifstream mountinfo(path);
   if (!mountinfo) return Status::IOError("cannot read " + path);
   std::vector<MountEntry> mounts;
-  // Fields: id parent major:minor root MOUNTPOINT options... - TYPE SOURCE ...
+  // Fields: id parent major:minor root MOUNTPOINT options... - TYPE SOURCE SUPER_OPTIONS
   for (std::string line; std::getline(mountinfo, line);) {
     std::istringstream fields(line);
     std::vector<std::string> before_dash;
@@ -43,7 +43,7 @@ Result<std::vector<MountEntry>> ReadMountTable(const std::string& path) {
     m.mountpoint = Unescape(before_dash[4]);
     m.options = before_dash[5];
     std::string source;
-    fields >> m.type >> source;
+    fields >> m.type >> source >> m.super_options;
     m.source = Unescape(source);
     mounts.push_back(std::move(m));
   }

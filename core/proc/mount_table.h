@@ -24,6 +24,9 @@ struct MountEntry {
   std::string options;     // this mount's own options, e.g. "rw,nosuid,relatime"
   std::string type;        // e.g. "fuse.gpuckpt"
   std::string source;      // unescaped
+  // The filesystem's own options, e.g. "rw,memory" (a cgroup v1 hierarchy
+  // names its controllers here).
+  std::string super_options;
 };
 
 // Every mount, in mountinfo's order (a mount stacked on an older one at the
