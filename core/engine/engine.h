@@ -332,12 +332,14 @@ class Engine {
     bool shell_job = false;
     std::string root_dir;
   };
-  // Restores as `as` (CRIU runs with their credentials unless root); the
-  // tree's root comes back as `root_pid` (1: in a new pid namespace, with a
-  // new pid here).
+  // Restores as `as` (CRIU runs with their credentials unless root), in
+  // cgroups below those of the process `restorer_pid` that asked for it
+  // (the request's Caller::pid; 0, unknown, is refused); the tree's root
+  // comes back as `root_pid` (1: in a new pid namespace, with a new pid
+  // here).
   Result<int> RestoreSnapshot(const std::string& id, const TreeSetup& setup,
-                              const CriuGpuSetup& gpu, const Caller& as, int root_pid,
-                              OperationBoard::Ticket* ticket, std::string* kept_log);
+                              const CriuGpuSetup& gpu, const Caller& as, int restorer_pid,
+                              int root_pid, OperationBoard::Ticket* ticket, std::string* kept_log);
   // Restore's steps (restore.cc): the checkpoint `request` names (*id;
   // *imported when it was imported for this restore), checked and restored.
   Result<int> ResolveAndRestore(const RestoreRequest& request, std::string* id, bool* imported,

@@ -605,8 +605,8 @@ Result<int> Engine::ResolveAndRestore(const RestoreRequest& request, std::string
   }
   // The last moment the caller can give up: CRIU has not run.
   GPUCKPT_RETURN_IF_ERROR(CheckNotCancelled(request.caller, "the restore of " + *id));
-  auto pid = RestoreSnapshot(*id, {shell_job, root_dir}, gpu, as, static_cast<int>(root->pid),
-                             ticket.get(), kept_log);
+  auto pid = RestoreSnapshot(*id, {shell_job, root_dir}, gpu, as, request.caller.pid,
+                             static_cast<int>(root->pid), ticket.get(), kept_log);
   ticket->SetCheckpoint(*id);
   if (pid.ok()) {
     ticket->SetResult(fmt::format("restore of {} ok as pid {}", *id, *pid));
@@ -639,8 +639,9 @@ void Engine::RecordRestoreEnd(const RestoreRequest& request, const std::string& 
 }
 
 Result<int> Engine::RestoreSnapshot(const std::string& id, const TreeSetup& setup,
-                                    const CriuGpuSetup& gpu, const Caller& as, int root_pid,
-                                    OperationBoard::Ticket* ticket, std::string* kept_log) {
+                                    const CriuGpuSetup& gpu, const Caller& as, int restorer_pid,
+                                    int root_pid, OperationBoard::Ticket* ticket,
+                                    std::string* kept_log) {
   const auto start = std::chrono::steady_clock::now();
   GPUCKPT_ASSIGN_OR_RETURN(auto files, store_->ListFiles(id));
   const std::set<std::string> images = ImageNames(files);
@@ -657,10 +658,11 @@ Result<int> Engine::RestoreSnapshot(const std::string& id, const TreeSetup& setu
   cmd.stderr_fd = criu_logs->stderr_fd();
 
   ticket->SetStage("restore");
-  // Cgroups of the tree's own, not the daemon's, so that stopping the
-  // daemon never kills it (cgroup_placement.h): CRIU joins them before it
-  // runs, and everything it restores starts there.
-  GPUCKPT_ASSIGN_OR_RETURN(auto cgroup, MakeRestoreCgroup(fmt::format("restore-{}", root_pid)));
+  // Cgroups of the tree's own below the restorer's, not the daemon's, so
+  // that stopping the daemon never kills it and the restorer's limits hold
+  // (cgroup_placement.h): CRIU joins them before it runs, and everything it
+  // restores starts there.
+  GPUCKPT_ASSIGN_OR_RETURN(auto cgroup, MakeRestoreCgroup(restorer_pid, root_pid));
   cmd.join_cgroup_fds = cgroup->procs_fds();
   auto criu = criu_.Start(cmd);
   if (!criu.ok()) return criu.status();

@@ -189,12 +189,15 @@ bool IsDescriptor(const std::string& line, const std::string& keyword, std::stri
   return ::testing::AssertionSuccess();
 }
 
-Caller Root() { return Caller{}; }
+// Root, asking from this process (as a FUSE request's pid says who asks):
+// restores go below its cgroups.
+Caller Root() { return Caller{0, 0, getpid(), {}}; }
 
 Caller Nobody() {
   Caller c;
   c.uid = 65534;
   c.gid = 65534;
+  c.pid = getpid();
   return c;
 }
 
