@@ -1,20 +1,28 @@
-"""Restored process trees live in cgroups of their own, not the daemon's.
+"""Restored process trees live in cgroups below the restorer's own, not
+the daemon's.
 
 CRIU is gpuckptfs's child, so what it restores would start in the daemon's
 cgroups; systemd stops (or restarts) a service by killing every process of
-its cgroup, and would kill the restored jobs with it. Through a real mount
-and real CRIU, with gpuckptfs started in a cgroup of its own (as systemd
-starts a service: in the v2 hierarchy where there is one, else in a v1
-one):
+its cgroup, and would kill the restored jobs with it. Placed beside the
+daemon's instead, a tree would escape the limits (memory, tasks, CPU) of
+whoever restored it. Through a real mount and real CRIU:
 
-- a process restored through the mount, by root and by an ordinary user,
-  is in none of the daemon's cgroups: in every hierarchy its cgroup is
-  <root>/gpuckpt/restore-<pid>-<n>, and it is not among the members of
-  the daemon's cgroup;
+- with gpuckptfs started in a cgroup of its own (as systemd starts a
+  service: in the v2 hierarchy where there is one, else in a v1 one), a
+  process restored through the mount, by root and by an ordinary user, is
+  in none of the daemon's cgroups: in every hierarchy its cgroup is
+  <the writer's cgroup>/gpuckpt-restore-<pid>-<n>, and it is not among the
+  members of the daemon's cgroup;
 - every process of the daemon's cgroup is killed (SIGKILL, what systemd's
   stop ends with): the daemon is gone, the restored processes run on and
   check their memory (PASS);
-- a tree's cgroups are removed once it has exited, at the next restore.
+- a tree's cgroups are removed once it has exited, at the next restore;
+- a restore written by a process confined to a cgroup limited to 64 MiB of
+  memory and 5 tasks (v1 memory and pids, and v2's where its controllers
+  can be used), by root and by an ordinary user, comes back in a cgroup
+  below that one in every hierarchy, under its memory limit; a tree of 9
+  tasks is not restored there at all (the task limit stops it), and is
+  once the limit allows it.
 
 Run by ctest under wl_reaper, like the other pytest tests (harness.py).
 Needs root, /dev/fuse, CRIU and a writable cgroup hierarchy; skipped,
@@ -22,11 +30,12 @@ saying why, where one is missing.
 """
 
 import os
+import shlex
 
 import pytest
 
 import harness
-from harness import Mount, Root, ctl, read, wait_for, why_not_runnable
+from harness import Mount, Root, User, ctl, read, wait_for, why_not_runnable
 
 pytestmark = pytest.mark.skipif(why_not_runnable("wl_memory") is not None,
                                 reason=str(why_not_runnable("wl_memory")))
@@ -129,6 +138,7 @@ def test_restored_trees_survive_the_daemons_cgroup_being_killed(daemon_cgroup, u
         assert daemons, "gpuckptfs should run in its cgroup"
         daemon = daemons[0]
         daemon_cgroups = cgroups_of(daemon)
+        writers = cgroups_of(os.getpid())
 
         restored = []
         for who in (Root(), users[0]):
@@ -146,7 +156,10 @@ def test_restored_trees_survive_the_daemons_cgroup_being_killed(daemon_cgroup, u
             assert theirs.keys() == daemon_cgroups.keys()
             for hierarchy, path in theirs.items():
                 assert path != daemon_cgroups[hierarchy], (hierarchy, path)
-                assert f"/gpuckpt/restore-{wl.pid}-" in path, (hierarchy, path)
+                # Below the writer's (this process's child: its cgroups).
+                parent, name = path.rsplit("/", 1)
+                assert (parent or "/") == writers[hierarchy], (hierarchy, path)
+                assert name.startswith(f"gpuckpt-restore-{wl.pid}-"), (hierarchy, path)
             assert wl.pid not in members(daemon_cgroup)
         places = [d for wl in restored for d in restored_cgroup_dirs(wl.pid)]
         assert all(d and os.path.isdir(d) for d in places), places
@@ -189,3 +202,164 @@ def test_restored_trees_survive_the_daemons_cgroup_being_killed(daemon_cgroup, u
         if os.path.exists(d):
             os.rmdir(d)
 
+
+# The limits of the restorer's cgroup in the tests below.
+MEMORY_LIMIT = 64 << 20
+TASK_LIMIT = 5
+
+
+def limit_files(cgroup):
+    """{file: value} of the memory and task limits that `cgroup` offers
+    (v1's memory and pids hierarchies; v2 where its parent enables those
+    controllers for it)."""
+    wanted = {"memory.limit_in_bytes": MEMORY_LIMIT, "memory.max": MEMORY_LIMIT,
+              "pids.max": TASK_LIMIT}
+    return {name: value for name, value in wanted.items()
+            if os.path.exists(os.path.join(cgroup, name))}
+
+
+def cgroup_tree(cgroup):
+    """`cgroup` and every cgroup below it, deepest first."""
+    return [root for root, _, _ in os.walk(cgroup, topdown=False)]
+
+
+def remove_cgroup_tree(cgroup):
+    """Kills every process of `cgroup` and below, then removes them all."""
+    def empty():
+        for d in cgroup_tree(cgroup):
+            for pid in members(d):
+                harness.kill_if_alive(pid)
+        return not any(members(d) for d in cgroup_tree(cgroup))
+    wait_for(empty, 30, f"the processes of {cgroup} to exit")
+
+    def removed():  # EBUSY until the last one is reaped
+        for d in cgroup_tree(cgroup):
+            try:
+                os.rmdir(d)
+            except OSError:
+                return False
+        return True
+    wait_for(removed, 10, f"{cgroup} to be removed")
+
+
+@pytest.fixture
+def limited():
+    """A cgroup below this process's own in every writable hierarchy (as a
+    batch system makes one for a job), limited to MEMORY_LIMIT of memory and
+    TASK_LIMIT tasks wherever the controllers are: {mount point: its
+    directory}. Removed after the test, with everything below it."""
+    mounts = cgroup_mounts()
+    if not mounts:
+        pytest.skip("no cgroup hierarchy is mounted read-write here")
+    dirs = {}
+    try:
+        seen = set()
+        for fstype, mountpoint, super_options in mounts:
+            if (fstype, super_options) in seen:  # one hierarchy mounted twice
+                continue
+            seen.add((fstype, super_options))
+            parent = cgroup_dir(fstype, mountpoint, super_options, os.getpid())
+            if parent is None:
+                pytest.skip(f"this process is in no cgroup of {mountpoint}")
+            cgroup = os.path.join(parent, f"gpuckpt-test-limited-{os.getpid()}")
+            os.mkdir(cgroup)
+            dirs[mountpoint] = cgroup
+            if os.path.exists(os.path.join(cgroup, "cpuset.cpus")):
+                for name in ("cpuset.cpus", "cpuset.mems"):
+                    with open(os.path.join(cgroup, name), "w") as f:
+                        f.write(read(os.path.join(parent, name)))
+            for name, value in limit_files(cgroup).items():
+                with open(os.path.join(cgroup, name), "w") as f:
+                    f.write(str(value))
+        limits = {name for d in dirs.values() for name in limit_files(d)}
+        if not limits & {"memory.limit_in_bytes", "memory.max"} or "pids.max" not in limits:
+            pytest.skip(f"no memory and pids controllers to limit a cgroup with here "
+                        f"(only {sorted(limits)})")
+        yield dirs
+    finally:
+        for cgroup in dirs.values():
+            remove_cgroup_tree(cgroup)
+
+
+class Confined(User):
+    """`who` (root or a User), with every command run in `cgroups` (the
+    directories of one cgroup per hierarchy), joined as root before `who`'s
+    credentials are taken: a writer confined as a job is."""
+
+    def __init__(self, who, cgroups):  # pylint: disable=super-init-not-called
+        self.who = who
+        self.name, self.uid, self.gid = who.name, who.uid, who.gid
+        self.cgroups = list(cgroups)
+
+    def prefix(self):
+        joins = "".join(f"echo $$ > {shlex.quote(os.path.join(d, 'cgroup.procs'))}; "
+                        for d in self.cgroups)
+        return ["sh", "-c", "set -e; " + joins + 'exec "$@"', "sh"] + self.who.prefix()
+
+
+def assert_below(pid, limited_dirs):
+    """PID's cgroup in every hierarchy of `limited_dirs` is a
+    gpuckpt-restore-<pid>-<n> right below the limited one."""
+    for fstype, mountpoint, super_options in cgroup_mounts():
+        if mountpoint not in limited_dirs:
+            continue
+        theirs = cgroup_dir(fstype, mountpoint, super_options, pid)
+        parent, name = os.path.split(theirs)
+        assert parent == limited_dirs[mountpoint], (mountpoint, theirs)
+        assert name.startswith(f"gpuckpt-restore-{pid}-"), (mountpoint, theirs)
+
+
+def memory_limit_of(pid, limited_dirs):
+    """The memory limit that applies to PID's memory cgroup, the least of it
+    and its ancestors' (v1's memory.stat says it: hierarchical_memory_limit;
+    v2: the least memory.max up to the limited cgroup); None if none seen."""
+    least = None
+    for fstype, mountpoint, super_options in cgroup_mounts():
+        if mountpoint not in limited_dirs:
+            continue
+        d = cgroup_dir(fstype, mountpoint, super_options, pid)
+        if os.path.exists(os.path.join(d, "memory.stat")) and fstype == "cgroup":
+            for line in read(os.path.join(d, "memory.stat")).splitlines():
+                key, value = line.split()
+                if key == "hierarchical_memory_limit":
+                    least = min(least or int(value), int(value))
+        while fstype == "cgroup2" and d.startswith(limited_dirs[mountpoint]):
+            if os.path.exists(os.path.join(d, "memory.max")):
+                value = read(os.path.join(d, "memory.max")).strip()
+                if value != "max":
+                    least = min(least or int(value), int(value))
+            d = os.path.dirname(d)
+    return least
+
+
+def test_a_restore_stays_within_the_writers_limits(limited, mount, users):
+    for who in (Root(), users[0]):
+        wl = mount.start("wl_memory", "--mib", "16", user=None if who.uid == 0 else who)
+        assert who.write(mount.path(str(wl.pid), "ctl"), "checkpoint --kill") == (True, "")
+        wait_for(lambda wl=wl: not wl.alive(), 10, "the process to be killed")
+        writer = Confined(who, limited.values())
+        ok, err, said = mount.try_restore(mount.path("checkpoints", f"{wl.pid}-1"), writer)
+        assert (ok, said) == (True, f"pid {wl.pid}"), (who.name, err, said)
+        assert_below(wl.pid, limited)
+        assert memory_limit_of(wl.pid, limited) == MEMORY_LIMIT, who.name
+        assert wl.verdict() == "PASS", who.name
+
+
+def test_a_tree_over_the_writers_task_limit_is_not_restored(limited, mount):
+    wl = mount.start("wl_threads")  # nine tasks: TASK_LIMIT is five
+    ctl(mount.path(str(wl.pid), "ctl"), "checkpoint --kill")
+    wait_for(lambda: not wl.alive(), 10, "the process to be killed")
+    writer = Confined(Root(), limited.values())
+    ok, err, said = mount.try_restore(mount.path("checkpoints", f"{wl.pid}-1"), writer)
+    assert not ok and said.startswith("error: "), (err, said)
+    wait_for(lambda: not wl.alive(), 10, "what was restored to be gone")
+
+    # The same tree is restored there once the limit allows it: the limit,
+    # nothing else, stopped it.
+    for cgroup in limited.values():
+        if os.path.exists(os.path.join(cgroup, "pids.max")):
+            with open(os.path.join(cgroup, "pids.max"), "w") as f:
+                f.write("64")
+    mount.restore(mount.path("checkpoints", f"{wl.pid}-1"), wl.pid, writer)
+    assert_below(wl.pid, limited)
+    assert wl.verdict() == "PASS"
