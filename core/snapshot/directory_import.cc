@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "core/base/unique_fd.h"
+#include "core/snapshot/fd_source.h"
 #include "core/snapshot/store_impl.h"
 
 namespace gpuckpt {
@@ -85,7 +86,8 @@ uint64_t TotalBytes(int dir_fd, const std::string& shown, int depth) {
 }
 
 struct Walk {
-  SnapshotWriter* writer;
+  SnapshotWriter* writer;  // null while measuring
+  DirectoryMeasure* measure;  // what the walk counts instead of adding
   const std::string& root;
   const ProgressFn& progress;
   uint64_t total;
@@ -97,6 +99,17 @@ struct Walk {
     if (!owner || st.st_uid == *owner) return Status::Ok();
     return Status::PermissionDenied(shown + " belongs to uid " + std::to_string(st.st_uid) +
                                     ", not to uid " + std::to_string(*owner));
+  }
+
+  // The tree's top directory `st`, under `dest_prefix` when there is one.
+  Status Top(int dir_fd, const struct stat& st, const std::string& prefix) {
+    GPUCKPT_RETURN_IF_ERROR(CheckOwner(root, st));
+    if (!prefix.empty()) {
+      FileEntry e = EntryFromStat(prefix, st);
+      e.type = FileType::kDirectory;
+      GPUCKPT_RETURN_IF_ERROR(Add(e));
+    }
+    return Dir(dir_fd, "", 0);
   }
 
   Status Dir(int dir_fd, const std::string& rel, int depth) {
@@ -115,7 +128,7 @@ struct Walk {
       FileEntry e = EntryFromStat(Join(dest_prefix, path), st);
       if (S_ISDIR(st.st_mode)) {
         e.type = FileType::kDirectory;
-        GPUCKPT_RETURN_IF_ERROR(writer->AddEntry(e));
+        GPUCKPT_RETURN_IF_ERROR(Add(e));
         UniqueFd sub(openat(dir_fd, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
         if (sub.get() < 0) return StatusFromErrno(errno, shown);
         GPUCKPT_RETURN_IF_ERROR(Dir(sub.get(), path, depth + 1));
@@ -128,7 +141,7 @@ struct Walk {
         e.type = FileType::kSymlink;
         e.size = 0;
         e.symlink_target.assign(target.data(), static_cast<size_t>(n));
-        GPUCKPT_RETURN_IF_ERROR(writer->AddEntry(e));
+        GPUCKPT_RETURN_IF_ERROR(Add(e));
       } else if (S_ISREG(st.st_mode)) {
         GPUCKPT_RETURN_IF_ERROR(File(dir_fd, name, shown, e, st));
       } else {
@@ -137,6 +150,26 @@ struct Walk {
                                        "snapshots hold only those");
       }
     }
+    return Status::Ok();
+  }
+
+  Status Add(const FileEntry& e) {
+    if (measure == nullptr) return writer->AddEntry(e);
+    ++measure->entries;
+    return Status::Ok();
+  }
+
+  // The bytes AddFile() would read of `fd`, without reading them.
+  Status Measure(int fd, const std::string& shown, const struct stat& st) {
+    FdSource source(fd, shown);
+    for (;;) {
+      GPUCKPT_ASSIGN_OR_RETURN(const SnapshotWriter::SparseSource::Run run, source.NextRun());
+      if (run.end) break;
+      GPUCKPT_ASSIGN_OR_RETURN(const uint64_t n, source.SkipRun());
+      measure->data_bytes += n;
+    }
+    ++measure->entries;
+    measure->logical_bytes += static_cast<uint64_t>(st.st_size);
     return Status::Ok();
   }
 
@@ -152,7 +185,9 @@ struct Walk {
     if (!S_ISREG(before.st_mode) || !SameVersion(before, walked)) {
       return Status::Aborted(shown + " changed during import; nothing was stored, try again");
     }
+    if (measure != nullptr) return Measure(fd.get(), shown, before);
     posix_fadvise(fd.get(), 0, 0, POSIX_FADV_SEQUENTIAL);
+    // Holes included: a sparse file's holes are taken without reading.
     const uint64_t read_before = writer->bytes_read();
     GPUCKPT_RETURN_IF_ERROR(writer->AddFile(e, fd.get()));
     struct stat after {};
@@ -194,19 +229,32 @@ Status AddDirectoryToSnapshot(SnapshotWriter* writer, int dir_fd, const std::str
   if (fstat(dir_fd, &st) != 0) return StatusFromErrno(errno, shown_root);
   if (!S_ISDIR(st.st_mode)) return Status::InvalidArgument(shown_root + " is not a directory");
   Walk walk{writer,
+            nullptr,
             shown_root,
             nullptr,
             0,
             options.dest_prefix,
             options.required_owner,
             options.include_top};
-  GPUCKPT_RETURN_IF_ERROR(walk.CheckOwner(shown_root, st));
-  if (!options.dest_prefix.empty()) {
-    FileEntry e = EntryFromStat(options.dest_prefix, st);
-    e.type = FileType::kDirectory;
-    GPUCKPT_RETURN_IF_ERROR(writer->AddEntry(e));
-  }
-  return walk.Dir(dir_fd, "", 0);
+  return walk.Top(dir_fd, st, options.dest_prefix);
+}
+
+Result<DirectoryMeasure> MeasureDirectory(int dir_fd, const std::string& shown_root,
+                                          const AddDirectoryOptions& options) {
+  struct stat st {};
+  if (fstat(dir_fd, &st) != 0) return StatusFromErrno(errno, shown_root);
+  if (!S_ISDIR(st.st_mode)) return Status::InvalidArgument(shown_root + " is not a directory");
+  DirectoryMeasure measure;
+  Walk walk{nullptr,
+            &measure,
+            shown_root,
+            nullptr,
+            0,
+            options.dest_prefix,
+            options.required_owner,
+            options.include_top};
+  GPUCKPT_RETURN_IF_ERROR(walk.Top(dir_fd, st, options.dest_prefix));
+  return measure;
 }
 
 Result<SnapshotInfo> StoreImpl::ImportDirectory(const std::string& src_dir,
@@ -229,7 +277,7 @@ Result<SnapshotInfo> StoreImpl::ImportDirectory(const std::string& src_dir,
   const uint64_t total = progress ? TotalBytes(root.get(), src_dir, 0) : 0;
   GPUCKPT_ASSIGN_OR_RETURN(auto writer, BeginSnapshot(spec));
   if (progress) writer->SetProgress(progress, total);
-  Walk walk{writer.get(), src_dir, progress, total, "", std::nullopt, nullptr};
+  Walk walk{writer.get(), nullptr, src_dir, progress, total, "", std::nullopt, nullptr};
   GPUCKPT_RETURN_IF_ERROR(walk.Dir(root.get(), "", 0));
   return writer->Commit();
 }

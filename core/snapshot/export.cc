@@ -152,16 +152,22 @@ class ContentWriter {
   Status Write(const SnapshotInfo& info, uint32_t index, const FileEntry& e, int fd,
                const std::string& path) {
     WorkQueue queue(options_.read_threads, options_.max_in_flight_bytes);
-    ExtentIndex extents(db_, ExtentIndex::Scope::File(info.key, index));
+    // The file is already its full size (ftruncate): holes stay holes, only
+    // the extents' bytes are written.
+    ExtentIndex extents(db_, ExtentIndex::Scope::File(info.key, index, e.holes));
     Status submit_status = SubmitExtents(info.id, e, &extents, &queue, fd, path);
     Status finish = queue.Finish();
     GPUCKPT_RETURN_IF_ERROR(FromRocks(extents.status(), "reading the extent index"));
     GPUCKPT_RETURN_IF_ERROR(submit_status);
     GPUCKPT_RETURN_IF_ERROR(finish);
-    if (extents.walked_to() != e.size) {
+    if (extents.covered_to() != e.size) {
       return Status::Corruption("snapshot '" + info.id + "' file '" + e.path + "': extents cover " +
-                                std::to_string(extents.walked_to()) + " of " +
+                                std::to_string(extents.covered_to()) + " of " +
                                 std::to_string(e.size) + " bytes");
+    }
+    if (!extents.crossed_every_hole()) {
+      return Status::Corruption("snapshot '" + info.id + "' file '" + e.path +
+                                "': a hole lies inside its extents");
     }
     return Status::Ok();
   }
@@ -178,7 +184,12 @@ class ContentWriter {
     for (;;) {
       GPUCKPT_ASSIGN_OR_RETURN(std::optional<ExtentIndex::Step> step, extents->NextInOrder());
       if (!step) break;
-      if (step->join != ExtentJoin::kContiguous) {
+      if (step->join == ExtentJoin::kAfterHole) {
+        // A run is written with one pwrite(): it ends where a hole begins.
+        GPUCKPT_RETURN_IF_ERROR(SubmitRun(std::move(run), run_bytes, queue, fd, path));
+        run = {};
+        run_bytes = 0;
+      } else if (step->join != ExtentJoin::kContiguous) {
         return Status::Corruption("snapshot '" + id + "' file '" + e.path +
                                   "': gap in the extent index at " +
                                   std::to_string(step->expected));

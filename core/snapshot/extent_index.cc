@@ -2,18 +2,21 @@
 
 #include <rocksdb/db.h>
 
+#include <algorithm>
 #include <utility>
 
 #include "core/store/keys.h"
 
 namespace gpuckpt {
 
-ExtentIndex::Scope ExtentIndex::Scope::File(uint64_t snapshot_key, uint32_t file_index) {
+ExtentIndex::Scope ExtentIndex::Scope::File(uint64_t snapshot_key, uint32_t file_index,
+                                            std::span<const FileHole> holes) {
   // From the file's bare prefix, not its extent at offset 0: a key of the
   // file too short to be an extent's is met, and reported as malformed.
   Scope scope;
   scope.lower = keys::FileKey(snapshot_key, file_index);
   scope.upper = keys::FileKey(snapshot_key, file_index + 1);
+  scope.holes = holes;
   return scope;
 }
 
@@ -47,6 +50,7 @@ void ExtentIndex::SeekToFirst() {
     it_->SeekToFirst();
   }
   walked_to_ = 0;
+  holes_crossed_ = 0;
   step_before_next_ = false;
   may_start_inside_ = false;
 }
@@ -62,8 +66,26 @@ void ExtentIndex::SeekTo(uint64_t offset) {
   keys::PutBigEndian(&target, offset, 8);
   it_->SeekForPrev(target);
   walked_to_ = offset;
+  holes_crossed_ = 0;
   step_before_next_ = false;
   may_start_inside_ = true;
+}
+
+const FileHole* ExtentIndex::HoleAt(uint64_t offset) const {
+  const auto& holes = scope_.holes;
+  auto it = std::lower_bound(holes.begin(), holes.end(), offset,
+                             [](const FileHole& h, uint64_t o) { return h.offset < o; });
+  return it != holes.end() && it->offset == offset ? &*it : nullptr;
+}
+
+bool ExtentIndex::crossed_every_hole() const {
+  const size_t last = HoleAt(walked_to_) != nullptr ? 1 : 0;
+  return holes_crossed_ + last == scope_.holes.size();
+}
+
+uint64_t ExtentIndex::covered_to() const {
+  const FileHole* hole = HoleAt(walked_to_);
+  return hole != nullptr ? hole->end() : walked_to_;
 }
 
 void ExtentIndex::Next() {
@@ -91,7 +113,9 @@ Result<std::optional<ExtentIndex::Step>> ExtentIndex::NextInOrder() {
   const uint64_t begin = step.extent.offset;
   const uint64_t end = begin + step.extent.length;
   if (begin > walked_to_) {
-    step.join = ExtentJoin::kGap;
+    const FileHole* hole = may_start_inside_ ? nullptr : HoleAt(walked_to_);
+    step.join = hole != nullptr && hole->end() == begin ? ExtentJoin::kAfterHole : ExtentJoin::kGap;
+    if (step.join == ExtentJoin::kAfterHole) ++holes_crossed_;
   } else if (may_start_inside_) {
     // The extent at or before the offset asked for: it must reach past it.
     if (end <= walked_to_) step.join = ExtentJoin::kGap;

@@ -8,11 +8,12 @@
 //   which take the records as they come;
 // - in offset order through one file (SeekToFirst() or SeekTo(), then
 //   NextInOrder()), which says how each extent joins the bytes before it:
-//   contiguous, past a gap, or overlapping. Readers, export and fsck judge
-//   a damaged index from that value instead of each re-deriving it.
+//   contiguous, past one of the file's recorded holes, past a gap, or
+//   overlapping. Readers, export and fsck judge a damaged index from that
+//   value instead of each re-deriving it.
 //
-// Borrows the StoreDb (and the RocksDB snapshot `view`, when given), which
-// must outlive it. Not thread-safe: one thread walks one ExtentIndex. Not
+// Borrows the StoreDb (and the RocksDB snapshot `view`, when given, and the
+// holes a file scope is given), which must outlive it. Not thread-safe: one thread walks one ExtentIndex. Not
 // copyable or movable (the iterator points into the bounds it owns).
 #ifndef GPUCKPT_CORE_SNAPSHOT_EXTENT_INDEX_H_
 #define GPUCKPT_CORE_SNAPSHOT_EXTENT_INDEX_H_
@@ -23,6 +24,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 
 #include "core/snapshot/records.h"
@@ -41,7 +43,10 @@ struct ExtentKeyParts {
 // How an extent met by NextInOrder() joins the bytes walked before it.
 enum class ExtentJoin {
   kContiguous,  // starts where they end (after SeekTo(): holds the offset asked for)
-  kGap,         // starts past where they end: bytes in between have no extent
+  // Starts where a recorded hole of the file (FileEntry::holes) that
+  // begins where they end ends: the bytes in between are zeros.
+  kAfterHole,
+  kGap,  // starts past where they end: bytes in between have no extent
   kOverlap,     // starts before where they end: bytes with two extents
 };
 
@@ -49,11 +54,15 @@ class ExtentIndex {
  public:
   // Which extents: those of one file, of one snapshot, or all of them.
   struct Scope {
-    static Scope File(uint64_t snapshot_key, uint32_t file_index);
+    // `holes`: the file's (FileEntry::holes, borrowed), which the walk in
+    // offset order steps over (kAfterHole); without them a hole is a gap.
+    static Scope File(uint64_t snapshot_key, uint32_t file_index,
+                      std::span<const FileHole> holes = {});
     static Scope Snapshot(uint64_t snapshot_key);
     static Scope Store() { return Scope(); }
 
     std::optional<std::string> lower, upper;  // none: unbounded
+    std::span<const FileHole> holes;          // in offset order
   };
   struct ReadOptions {
     const rocksdb::Snapshot* view = nullptr;  // none: the database as it is now
@@ -96,12 +105,25 @@ class ExtentIndex {
   // The end of the bytes the walk has covered: the end of the last extent
   // taken (after SeekTo(), the offset asked for until one is).
   uint64_t walked_to() const { return walked_to_; }
+  // walked_to(), or the end of the recorded hole that starts there: where
+  // the file's bytes are accounted for up to (its size, once a whole file
+  // is walked, also when it ends in a hole).
+  uint64_t covered_to() const;
+  // After a walk from SeekToFirst() to the end: whether it stepped over
+  // every recorded hole (kAfterHole, or the one covered_to() ends in). A
+  // hole it did not is not between extents: readers would return zeros
+  // over bytes an extent holds.
+  bool crossed_every_hole() const;
 
  private:
   Scope scope_;  // the bounds the iterator points into
   std::unique_ptr<rocksdb::Slice> lower_slice_, upper_slice_;
   std::unique_ptr<rocksdb::Iterator> it_;
+  // The recorded hole that starts at `offset`, if there is one.
+  const FileHole* HoleAt(uint64_t offset) const;
+
   uint64_t walked_to_ = 0;
+  size_t holes_crossed_ = 0;
   bool step_before_next_ = false;  // NextInOrder() took the record it is at
   bool may_start_inside_ = false;  // the first extent after SeekTo()
 };

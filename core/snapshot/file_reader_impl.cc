@@ -1,5 +1,6 @@
 #include "core/snapshot/file_reader_impl.h"
 
+#include <algorithm>
 #include <cstring>
 #include <memory>
 #include <vector>
@@ -19,43 +20,57 @@ Status FileReaderImpl::MissingExtent(uint64_t offset) const {
 Result<size_t> FileReaderImpl::Pread(uint64_t offset, size_t len, char* buf) {
   if (offset >= entry_.size || len == 0) return size_t{0};
   len = static_cast<size_t>(std::min<uint64_t>(len, entry_.size - offset));
+  const uint64_t end = offset + len;
 
-  ExtentIndex index(store_->db(), ExtentIndex::Scope::File(snapshot_key_, file_index_));
-  // One seek: the extent starting at or before `offset`.
-  index.SeekTo(offset);
+  // Holes read as zeros: the buffer is cleared, and only the extents' bytes
+  // are copied in. A read that starts in a hole looks up the extents after
+  // it, if it reaches them.
+  if (!entry_.holes.empty()) std::memset(buf, 0, len);
+  uint64_t pos = offset;
+  if (const FileHole* hole = HoleContaining(entry_.holes, offset)) pos = hole->end();
+  if (pos >= end) return len;
+
+  ExtentIndex index(store_->db(),
+                    ExtentIndex::Scope::File(snapshot_key_, file_index_, entry_.holes));
+  // One seek: the extent starting at or before `pos`.
+  index.SeekTo(pos);
 
   // First the extents the read covers, then their chunks in one batch (one
   // MultiGet, neighbouring records in one disk read), then the copy.
   std::vector<ChunkStore::ChunkRef> refs;
   std::vector<uint64_t> starts;  // file offset of each ref's chunk
-  while (index.walked_to() < offset + len) {
-    const uint64_t pos = index.walked_to();
+  while (index.covered_to() < end) {
+    const uint64_t at = index.walked_to();
     GPUCKPT_ASSIGN_OR_RETURN(std::optional<ExtentIndex::Step> step, index.NextInOrder());
     if (!step) {
       GPUCKPT_RETURN_IF_ERROR(FromRocks(index.status(), "reading the extent index"));
-      return MissingExtent(pos);
+      return MissingExtent(at);
     }
-    if (step->join != ExtentJoin::kContiguous) return MissingExtent(pos);
+    if (step->join != ExtentJoin::kContiguous && step->join != ExtentJoin::kAfterHole) {
+      return MissingExtent(at);
+    }
     const Extent& e = step->extent;
     // A chunk this read consumes whole is not cached: sequential readers
     // (cat, cp, CRIU) never come back for it, and the kernel keeps the
     // file's pages anyway. Chunks cut by the read's edges are, since the
     // next request reads their other part.
-    const bool whole = pos == e.offset && offset + len - pos >= e.length;
+    const bool whole = e.offset >= offset && end - e.offset >= e.length;
     refs.push_back(ChunkStore::ChunkRef{e.hash, e.seq, e.length, /*use_cache=*/!whole});
     starts.push_back(e.offset);
   }
   std::vector<std::shared_ptr<const std::string>> chunks;
   GPUCKPT_RETURN_IF_ERROR(
       store_->chunks().ReadMany(refs, domain_key_ ? &*domain_key_ : nullptr, &chunks));
-  size_t done = 0;
   for (size_t i = 0; i < chunks.size(); ++i) {
-    const size_t in_chunk = static_cast<size_t>(offset + done - starts[i]);
-    const size_t n = std::min<size_t>(len - done, chunks[i]->size() - in_chunk);
-    std::memcpy(buf + done, chunks[i]->data() + in_chunk, n);
-    done += n;
+    // Never a buffer with bytes nobody wrote into it.
+    if (chunks[i]->size() != refs[i].expected_len) return MissingExtent(starts[i]);
+    const uint64_t from = std::max(starts[i], offset);
+    const uint64_t to = std::min<uint64_t>(starts[i] + chunks[i]->size(), end);
+    if (from >= to) continue;
+    std::memcpy(buf + (from - offset), chunks[i]->data() + (from - starts[i]),
+                static_cast<size_t>(to - from));
   }
-  return done;
+  return len;
 }
 
 Result<std::string> ReadSmallStoredFile(Store& store, const std::string& id,

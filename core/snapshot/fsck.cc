@@ -251,11 +251,12 @@ class FileDamage {
 };
 
 // One regular file: its extents follow each other from offset 0 to its
-// size, and name good chunks of the lengths they say.
+// size, past its recorded holes only, and name good chunks of the lengths
+// they say.
 void CheckFileExtents(const StoreDb& db, const SnapshotInfo& snap, uint32_t index,
                       const FileEntry& entry, const CheckedChunks& chunks, FsckReport* report) {
   const std::string where = "snapshot '" + snap.id + "' file '" + entry.path + "'";
-  ExtentIndex extents(&db, ExtentIndex::Scope::File(snap.key, index));
+  ExtentIndex extents(&db, ExtentIndex::Scope::File(snap.key, index, entry.holes));
   FileDamage damage;
   bool broken = false;
   extents.SeekToFirst();
@@ -269,7 +270,8 @@ void CheckFileExtents(const StoreDb& db, const SnapshotInfo& snap, uint32_t inde
       broken = true;
       break;
     }
-    if ((*step)->join != ExtentJoin::kContiguous) {
+    const ExtentJoin join = (*step)->join;
+    if (join != ExtentJoin::kContiguous && join != ExtentJoin::kAfterHole) {
       damage.CountUnjudged();
       report->problems.push_back(where + ": extent at " + std::to_string((*step)->extent.offset) +
                                  ", expected " + std::to_string((*step)->expected));
@@ -286,9 +288,11 @@ void CheckFileExtents(const StoreDb& db, const SnapshotInfo& snap, uint32_t inde
     ++report->damaged_files;
     report->problems.push_back(damage.Line(where));
   }
-  if (!broken && extents.walked_to() != entry.size) {
-    report->problems.push_back(where + ": extents cover " + std::to_string(extents.walked_to()) +
+  if (!broken && extents.covered_to() != entry.size) {
+    report->problems.push_back(where + ": extents cover " + std::to_string(extents.covered_to()) +
                                " bytes, the file has " + std::to_string(entry.size));
+  } else if (!broken && !extents.crossed_every_hole()) {
+    report->problems.push_back(where + ": a recorded hole lies inside its extents");
   }
 }
 

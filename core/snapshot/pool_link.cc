@@ -87,21 +87,23 @@ Result<std::unordered_map<ChunkHash, pool::IndexEntry, ChunkHashHasher>> LookUpI
 // One regular file's extents in offset order, checked to cover it whole.
 Result<std::vector<Extent>> FileExtents(const StoreDb* db, uint64_t key, const FileEntry& file) {
   std::vector<Extent> out;
-  ExtentIndex index(db, ExtentIndex::Scope::File(key, file.index));
+  ExtentIndex index(db, ExtentIndex::Scope::File(key, file.index, file.holes));
   index.SeekToFirst();
   for (;;) {
     GPUCKPT_ASSIGN_OR_RETURN(auto step, index.NextInOrder());
     if (!step) break;
-    if (step->join != ExtentJoin::kContiguous) {
+    // The body leaves offsets out: a fetch places each extent after the
+    // one before, or after the recorded hole that starts there.
+    if (step->join != ExtentJoin::kContiguous && step->join != ExtentJoin::kAfterHole) {
       return Status::Corruption(
           fmt::format("the extents of '{}' do not cover it in order", file.path));
     }
     out.push_back(step->extent);
   }
   GPUCKPT_RETURN_IF_ERROR(FromRocks(index.status(), "reading the extents of '" + file.path + "'"));
-  if (index.walked_to() != file.size) {
+  if (index.covered_to() != file.size || !index.crossed_every_hole()) {
     return Status::Corruption(fmt::format("the extents of '{}' cover {} of its {} bytes", file.path,
-                                          index.walked_to(), file.size));
+                                          index.covered_to(), file.size));
   }
   return out;
 }
@@ -621,16 +623,27 @@ Status PoolLink::WriteFetchedRecords(const std::string& id,
     GPUCKPT_RETURN_IF_ERROR(ValidateEntryPath(file.path));
     GPUCKPT_RETURN_IF_ERROR(FromRocks(
         batch.Put(db_->files(), keys::FileKey(key, index), files[i].file_record), "batching"));
+    // Each extent follows the one before, or the recorded hole that starts
+    // where that one ends (FORMAT.md, "The shared pool"); a hole no extent
+    // steps over (but a last one) is not between extents.
     uint64_t offset = 0;
+    size_t holes_crossed = 0;
+    const auto past_hole = [&] {
+      if (file.holes.size() > holes_crossed && file.holes[holes_crossed].offset == offset)
+        offset = file.holes[holes_crossed++].end();
+    };
     for (const pool::BodyExtent& e : files[i].extents) {
+      past_hole();
       GPUCKPT_RETURN_IF_ERROR(
           FromRocks(batch.Put(db_->extents(), keys::ExtentKey(key, index, offset),
                               EncodeExtentRecord(e.hash, seqs.at(e.hash), e.length, e.fingerprint)),
                     "batching"));
       offset += e.length;
     }
+    past_hole();
     // A regular file's extents cover it exactly; anything else has none.
-    if (file.type == FileType::kRegular ? offset != file.size : offset != 0) {
+    if (holes_crossed != file.holes.size() ||
+        (file.type == FileType::kRegular ? offset != file.size : offset != 0)) {
       return Status::Corruption(fmt::format(
           "snapshot '{}' in pool {}: the extents of '{}' cover {} bytes of its {}", id,
           options_.pool, file.path, offset, file.type == FileType::kRegular ? file.size : 0));

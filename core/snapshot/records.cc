@@ -2,6 +2,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
+
 #include "core/base/display_text.h"
 #include "core/base/hex.h"
 #include "core/base/time_text.h"
@@ -56,6 +58,36 @@ std::string GetBytes(const json& j, const std::string& key) {
   std::optional<std::string> bytes = ParseLowerHex(hex);
   if (!bytes) throw json::other_error::create(501, key + "_hex is not lower-case hex", &j);
   return *bytes;
+}
+
+json HolesToJson(const std::vector<FileHole>& holes) {
+  json out = json::array();
+  for (const FileHole& h : holes) out.push_back(json::array({h.offset, h.length}));
+  return out;
+}
+
+// Holes as EncodeFileRecord() writes them: [offset, length] pairs in
+// order, apart from each other, inside the file, at most kMaxFileHoles. A
+// record that breaks this would make readers return zeros over data.
+Result<std::vector<FileHole>> HolesFromJson(const json& j, uint64_t size) {
+  if (!j.is_array() || j.size() > kMaxFileHoles)
+    return Status::Corruption("file record: holes is not a list of at most " +
+                              std::to_string(kMaxFileHoles));
+  std::vector<FileHole> holes;
+  uint64_t after = 0;  // a hole must start past the end of the one before
+  for (const json& pair : j) {
+    if (!pair.is_array() || pair.size() != 2 || !pair[0].is_number_unsigned() ||
+        !pair[1].is_number_unsigned())
+      return Status::Corruption("file record: a hole is not [offset, length]");
+    const FileHole h{pair[0].get<uint64_t>(), pair[1].get<uint64_t>()};
+    if (h.length == 0 || h.offset < after || h.offset > size || size - h.offset < h.length ||
+        (!holes.empty() && h.offset == after))
+      return Status::Corruption("file record: hole [" + std::to_string(h.offset) + ", +" +
+                                std::to_string(h.length) + ") is out of order or outside the file");
+    holes.push_back(h);
+    after = h.end();
+  }
+  return holes;
 }
 
 }  // namespace
@@ -213,6 +245,9 @@ std::string EncodeFileRecord(const FileEntry& e) {
             {"stored_bytes", e.stored_bytes}};
   PutBytes(j, "path", e.path);
   if (e.type == FileType::kSymlink) PutBytes(j, "target", e.symlink_target);
+  // Only when there are any: a file without holes is the record older
+  // builds wrote, and read.
+  if (e.type == FileType::kRegular && !e.holes.empty()) j["holes"] = HolesToJson(e.holes);
   std::string record(1, static_cast<char>(format::kFileRecordVersion));
   record += j.dump();
   return record;
@@ -246,11 +281,25 @@ Result<FileEntry> DecodeFileRecord(std::string_view record) {
     e.chunk_count = j.value("chunks", uint64_t{0});
     e.new_bytes = j.value("new_bytes", uint64_t{0});
     e.stored_bytes = j.value("stored_bytes", uint64_t{0});
+    if (auto holes = j.find("holes"); holes != j.end()) {
+      if (e.type != FileType::kRegular)
+        return Status::Corruption("file record: holes in a " + type + " record");
+      GPUCKPT_ASSIGN_OR_RETURN(e.holes, HolesFromJson(*holes, e.size));
+    }
     GPUCKPT_RETURN_IF_ERROR(ValidateEntryPath(e.path).WithContext("file record"));
     return e;
   } catch (const json::exception& ex) {
     return Status::Corruption(std::string("file record: ") + ex.what());
   }
+}
+
+const FileHole* HoleContaining(const std::vector<FileHole>& holes, uint64_t offset) {
+  // The last hole starting at or before `offset`.
+  auto it = std::upper_bound(holes.begin(), holes.end(), offset,
+                             [](uint64_t o, const FileHole& h) { return o < h.offset; });
+  if (it == holes.begin()) return nullptr;
+  --it;
+  return offset < it->end() ? &*it : nullptr;
 }
 
 std::string EncodeExtentRecord(const ChunkHash& hash, uint64_t seq, uint64_t length,

@@ -7,6 +7,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "core/store/chunk_fingerprint.h"
 #include "core/store/chunk_hash.h"
@@ -28,8 +29,13 @@ Result<SnapshotInfo> DecodeSnapshotRecord(std::string_view id, std::string_view 
 // The manifest as users see it (manifest.json, `gpuckpt ls --json`).
 std::string SnapshotInfoToJson(const SnapshotInfo& info, int indent = -1);
 
+// A regular file's holes are written only when it has any, and checked
+// when read (in order, apart, inside the file, at most kMaxFileHoles).
 std::string EncodeFileRecord(const FileEntry& entry);
 Result<FileEntry> DecodeFileRecord(std::string_view record);
+
+// The hole of `holes` (in offset order) that holds byte `offset`, if any.
+const FileHole* HoleContaining(const std::vector<FileHole>& holes, uint64_t offset);
 
 struct Extent {
   uint64_t offset = 0;

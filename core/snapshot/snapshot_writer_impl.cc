@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "core/base/time_text.h"
+#include "core/snapshot/fd_source.h"
 #include "core/snapshot/records.h"
 #include "core/store/keys.h"
 #include "gpuckpt/version.h"
@@ -100,6 +101,7 @@ bool SnapshotWriterImpl::IsPageImage(const std::string& path) const {
 }
 
 Result<uint32_t> SnapshotWriterImpl::AppendEntry(FileEntry entry) {
+  if (Status s = CheckCancelled(); !s.ok()) return Fail(s);
   GPUCKPT_RETURN_IF_ERROR(ValidateEntryPath(entry.path));
   MutexLock entries_lock(&entries_mu_);
   if (!failed_.ok()) return failed_;
@@ -125,51 +127,119 @@ Status SnapshotWriterImpl::AddEntry(const FileEntry& meta) {
   return AppendEntry(std::move(e)).status();
 }
 
+namespace {
+
+// AddStream()'s source: one run of data, from 0 to where `read` ends.
+class StreamSource final : public SnapshotWriter::SparseSource {
+ public:
+  explicit StreamSource(const SnapshotWriter::ReadFn& read) : read_(read) {}
+  Result<Run> NextRun() override {
+    const bool end = started_;
+    started_ = true;
+    return Run{given_, end};
+  }
+  Result<size_t> Read(char* buf, size_t len) override {
+    GPUCKPT_ASSIGN_OR_RETURN(const size_t n, read_(buf, len));
+    given_ += std::min(n, len);
+    return n;
+  }
+
+ private:
+  const SnapshotWriter::ReadFn& read_;
+  uint64_t given_ = 0;
+  bool started_ = false;
+};
+
+}  // namespace
+
+Status SnapshotWriterImpl::CheckCancelled() const {
+  if (cancelled_ && cancelled_()) return Status::Aborted("cancelled");
+  return Status::Ok();
+}
+
 Status SnapshotWriterImpl::AddFile(const FileEntry& meta, int fd) {
-  return AddStream(meta, [fd, &meta](char* buf, size_t len) -> Result<size_t> {
-    for (;;) {
-      const ssize_t n = read(fd, buf, len);
-      if (n >= 0) return static_cast<size_t>(n);
-      if (errno != EINTR) return StatusFromErrno(errno, "reading '" + meta.path + "'");
-    }
-  });
+  FdSource source(fd, meta.path);
+  return AddSparse(meta, &source);
 }
 
 Status SnapshotWriterImpl::AddStream(const FileEntry& meta, const ReadFn& read) {
+  StreamSource source(read);
+  return AddSparse(meta, &source);
+}
+
+Status SnapshotWriterImpl::AddSparse(const FileEntry& meta, SparseSource* source) {
   if (committed_) return Status::InvalidArgument("snapshot already committed");
   FileEntry e = meta;
   e.type = FileType::kRegular;
   e.size = 0;
   e.chunk_count = e.new_bytes = e.stored_bytes = 0;
+  e.holes.clear();
   GPUCKPT_ASSIGN_OR_RETURN(const uint32_t file_index, AppendEntry(e));
-  const Chunker& chunker = IsPageImage(e.path) ? pages_ : generic_;
   std::unique_ptr<BaseExtents::Cursor> base = base_ ? base_->Open(e.path) : nullptr;
+  SparseFile file{file_index, e.path, IsPageImage(e.path) ? pages_ : generic_, base.get(), {}, {}};
 
   // Data is read into shared blocks and handed to the workers as slices of
   // them, so a byte is copied once (by read()) on its way to the hash. The
   // uncut tail of a block (less than one max-size chunk) is carried into the
   // next block.
-  StreamBlock block;
-  block.data = blocks_->Get();
-  if (!block.data) return Fail(NoBlockFor(e.path));
+  file.block.data = blocks_->Get();
+  if (!file.block.data) return Fail(NoBlockFor(e.path));
   for (;;) {
-    if (!block.eof) {
-      if (Status s = ReadMore(read, e.path, &block); !s.ok()) return Fail(s);
-    }
-    if (Status s = CutAndSubmit(file_index, chunker, base.get(), &block); !s.ok()) return Fail(s);
-    if (block.eof && block.begin == block.end) break;
+    Result<SparseSource::Run> run = source->NextRun();
+    if (!run.ok()) return Fail(run.status());
+    if (Status s = StartRun(*run, &file); !s.ok()) return Fail(s);
+    if (run->end) break;
+    if (Status s = ReadRun(source, &file); !s.ok()) return Fail(s);
   }
   MutexLock lock(&entries_mu_);
-  entries_[file_index].size = block.offset;
+  entries_[file_index].size = file.block.offset;
+  entries_[file_index].holes = std::move(file.holes);
   return Status::Ok();
+}
+
+Status SnapshotWriterImpl::StartRun(const SparseSource::Run& run, SparseFile* file) {
+  StreamBlock& block = file->block;
+  const uint64_t at = block.read_to();
+  if (run.offset < at) {
+    return Status::InvalidArgument("the data of '" + file->path + "' went back to offset " +
+                                   std::to_string(run.offset) + " after " + std::to_string(at));
+  }
+  if (run.offset == at && !run.end) return Status::Ok();  // the data goes on
+  // The data read so far ends here: its last chunks are cut. (Extents
+  // follow each other but across a recorded hole.)
+  block.eof = true;
+  GPUCKPT_RETURN_IF_ERROR(CutAndSubmit(file->index, file->chunker, file->base, &block));
+  block.eof = false;
+  if (run.offset == at) return Status::Ok();
+  const uint64_t gap = run.offset - at;
+  if (!file->holes.empty() && file->holes.back().end() == at) {
+    file->holes.back().length += gap;  // an empty run between two holes
+  } else if (file->holes.size() == kMaxFileHoles) {
+    return Status::InvalidArgument("'" + file->path + "' has more than " +
+                                   std::to_string(kMaxFileHoles) + " holes");
+  } else {
+    file->holes.push_back(FileHole{at, gap});
+  }
+  block.offset = run.offset;
+  CountRead(gap);
+  return Status::Ok();
+}
+
+Status SnapshotWriterImpl::ReadRun(SparseSource* source, SparseFile* file) {
+  for (;;) {
+    GPUCKPT_RETURN_IF_ERROR(CheckCancelled());
+    GPUCKPT_ASSIGN_OR_RETURN(const size_t n, ReadMore(source, file->path, &file->block));
+    if (n == 0) return Status::Ok();
+    GPUCKPT_RETURN_IF_ERROR(CutAndSubmit(file->index, file->chunker, file->base, &file->block));
+  }
 }
 
 Status SnapshotWriterImpl::NoBlockFor(const std::string& path) {
   return Status::IOError("out of memory for a read block of '" + path + "'");
 }
 
-Status SnapshotWriterImpl::ReadMore(const ReadFn& read, const std::string& path,
-                                    StreamBlock* block) {
+Result<size_t> SnapshotWriterImpl::ReadMore(SparseSource* source, const std::string& path,
+                                            StreamBlock* block) {
   const size_t block_size = blocks_->block_size();
   if (block_size - block->end < kMinRead) {
     std::shared_ptr<uint8_t[]> next = blocks_->Get();
@@ -179,19 +249,17 @@ Status SnapshotWriterImpl::ReadMore(const ReadFn& read, const std::string& path,
     block->begin = 0;
     block->data = std::move(next);
   }
-  GPUCKPT_ASSIGN_OR_RETURN(
-      const size_t got,
-      read(reinterpret_cast<char*>(block->data.get()) + block->end, block_size - block->end));
+  GPUCKPT_ASSIGN_OR_RETURN(const size_t got,
+                           source->Read(reinterpret_cast<char*>(block->data.get()) + block->end,
+                                        block_size - block->end));
   const size_t n = std::min(got, block_size - block->end);
-  if (n == 0) block->eof = true;
   block->end += n;
   CountRead(n);
-  return Status::Ok();
+  return n;
 }
 
-void SnapshotWriterImpl::CountRead(size_t n) {
-  const uint64_t total_read =
-      bytes_read_.fetch_add(static_cast<uint64_t>(n)) + static_cast<uint64_t>(n);
+void SnapshotWriterImpl::CountRead(uint64_t n) {
+  const uint64_t total_read = bytes_read_.fetch_add(n) + n;
   uint64_t reported = progress_reported_.load(std::memory_order_relaxed);
   if (progress_ && total_read - reported >= (64u << 20) &&
       progress_reported_.compare_exchange_strong(reported, total_read)) {
@@ -299,6 +367,7 @@ Status SnapshotWriterImpl::WriteBatch(Batch* b) {
 Result<SnapshotInfo> SnapshotWriterImpl::Commit() {
   if (Status f = failed(); !f.ok()) return f;
   if (committed_) return Status::InvalidArgument("snapshot already committed");
+  if (Status s = CheckCancelled(); !s.ok()) return Fail(s);
   const auto commit_start = std::chrono::steady_clock::now();
   if (Status s = WriteExtents(); !s.ok()) return Fail(s);
   SnapshotInfo info = ManifestOfSpec();

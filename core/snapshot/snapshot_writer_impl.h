@@ -19,6 +19,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <set>
@@ -49,6 +50,7 @@ class SnapshotWriterImpl final : public SnapshotWriter {
 
   Status AddFile(const FileEntry& meta, int fd) override;
   Status AddStream(const FileEntry& meta, const ReadFn& read) override;
+  Status AddSparse(const FileEntry& meta, SparseSource* source) override;
   Status AddEntry(const FileEntry& meta) override;
   void SetExtraJson(std::string extra_json) override EXCLUDES(entries_mu_) {
     MutexLock lock(&entries_mu_);
@@ -63,6 +65,7 @@ class SnapshotWriterImpl final : public SnapshotWriter {
     progress_ = std::move(progress);
     progress_total_ = total;
   }
+  void SetCancel(std::function<bool()> cancelled) override { cancelled_ = std::move(cancelled); }
   Result<SnapshotInfo> Commit() override;
 
  private:
@@ -77,14 +80,25 @@ class SnapshotWriterImpl final : public SnapshotWriter {
     uint64_t base_chunks = 0;
   };
 
-  // A file AddStream() reads: its current read block, and how far it is
+  // A file AddSparse() reads: its current read block, and how far it is
   // read and cut.
   struct StreamBlock {
     std::shared_ptr<uint8_t[]> data;
     size_t begin = 0;     // first byte of `data` not yet cut
     size_t end = 0;       // one past the last byte read into `data`
     uint64_t offset = 0;  // file offset of data[begin]
-    bool eof = false;
+    bool eof = false;     // the bytes read end a run of data: cut them all
+    // Where the bytes read so far end in the file.
+    uint64_t read_to() const { return offset + (end - begin); }
+  };
+  // What one file being added holds while it is read.
+  struct SparseFile {
+    uint32_t index;
+    const std::string& path;
+    const Chunker& chunker;
+    BaseExtents::Cursor* base;
+    StreamBlock block;
+    std::vector<FileHole> holes;
   };
   // A chunk cut from a block, for ProcessChunk().
   struct Piece {
@@ -94,11 +108,16 @@ class SnapshotWriterImpl final : public SnapshotWriter {
     std::optional<Extent> base;
   };
 
-  // The steps of AddStream(): read into the block what it has room for (a
-  // fresh block, with the uncut tail, when little is left), count it for
+  // The steps of AddSparse(): where the source's next run begins (the
+  // data before it cut to its end, a hole recorded), then the run read
+  // block by block: read into the block what it has room for (a fresh
+  // block, with the uncut tail, when little is left), count it for
   // progress, cut the chunks it holds and hand them to the workers.
-  Status ReadMore(const ReadFn& read, const std::string& path, StreamBlock* block);
-  void CountRead(size_t n);
+  Status StartRun(const SparseSource::Run& run, SparseFile* file);
+  Status ReadRun(SparseSource* source, SparseFile* file);
+  Result<size_t> ReadMore(SparseSource* source, const std::string& path, StreamBlock* block);
+  void CountRead(uint64_t n);
+  Status CheckCancelled() const;
   Status CutAndSubmit(uint32_t file_index, const Chunker& chunker, BaseExtents::Cursor* base,
                       StreamBlock* block);
   Status SubmitPieces(uint32_t file_index, std::vector<Piece> pieces, size_t bytes,
@@ -156,6 +175,7 @@ class SnapshotWriterImpl final : public SnapshotWriter {
   std::atomic<uint64_t> bytes_read_{0};
   ProgressFn progress_;
   uint64_t progress_total_ = 0;
+  std::function<bool()> cancelled_;  // SetCancel(); empty: never
   std::atomic<uint64_t> progress_reported_{0};
   std::atomic<bool> committed_{false};
 };

@@ -253,9 +253,41 @@ struct AddDirectoryOptions {
 
 // Adds the tree under the directory `dir_fd` (regular files, directories,
 // symlinks, walked with O_NOFOLLOW) to `writer`. `shown_root` names the tree
-// in messages. A file that changes while it is read is kAborted.
+// in messages. A file that changes while it is read is kAborted; so is an
+// import the writer was told to cancel (SnapshotWriter::SetCancel()).
+// Sparse files keep their holes (SnapshotWriter::AddFile()).
 Status AddDirectoryToSnapshot(SnapshotWriter* writer, int dir_fd, const std::string& shown_root,
                               const AddDirectoryOptions& options);
+
+// What importing a tree would take, measured before anything is read:
+// MeasureDirectory().
+struct DirectoryMeasure {
+  // Directories, regular files and symlinks the import adds (with
+  // AddDirectoryOptions::dest_prefix, that directory too).
+  uint64_t entries = 0;
+  // The regular files' sizes, holes included: what the snapshot's files
+  // will say (SnapshotInfo::logical_bytes).
+  uint64_t logical_bytes = 0;
+  // Of that, the bytes the import reads, chunks and stores (before dedup
+  // and compression): the files' runs of data, as SnapshotWriter::AddFile()
+  // reads them (holes under 64 KiB, and those past kMaxFileHoles in one
+  // file, count as data). The most the import can add to the store.
+  uint64_t data_bytes = 0;
+};
+
+// Measures the tree under the directory `dir_fd` as AddDirectoryToSnapshot()
+// with `options` would import it, without reading any file's data: the
+// same walk and the same refusals (openat with O_NOFOLLOW, no open that can
+// block, a depth limit, required_owner and include_top as there), each
+// regular file's runs of data found with lseek's SEEK_DATA and SEEK_HOLE,
+// so a 200 GB sparse file costs a few system calls. For a caller that
+// refuses an import (a quota, the store's free space) before it starts.
+// The tree may change before the import; the import stores what it then
+// reads. `shown_root` names the tree in messages. Errors as the import's
+// would be: kPermissionDenied for an entry of another owner,
+// kInvalidArgument for what a snapshot cannot hold or a tree too deep.
+Result<DirectoryMeasure> MeasureDirectory(int dir_fd, const std::string& shown_root,
+                                          const AddDirectoryOptions& options);
 
 // The whole of a small stored file (a CRIU record image, a JSON file), for
 // parsing: kInvalidArgument when it is larger than `max_bytes`, so that a

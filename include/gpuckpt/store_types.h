@@ -141,6 +141,20 @@ struct SnapshotWriterOptions {
 
 enum class FileType { kRegular, kDirectory, kSymlink };
 
+// A range of a regular file that holds zeros and is stored as nothing (no
+// chunk, no extent): what a sparse file's holes become in a snapshot.
+struct FileHole {
+  uint64_t offset = 0;
+  uint64_t length = 0;  // > 0
+  uint64_t end() const { return offset + length; }
+  bool operator==(const FileHole&) const = default;
+};
+// The most holes one file record keeps. Each costs about 30 bytes of the
+// record, which every listing of the snapshot reads: 4096 keep a record
+// under 128 KiB. A source with more has its further holes stored as zeros
+// (SnapshotWriter::SparseSource).
+inline constexpr size_t kMaxFileHoles = 4096;
+
 struct FileEntry {
   std::string path;  // relative, '/'-separated, no "." or ".." components
   FileType type = FileType::kRegular;
@@ -153,6 +167,11 @@ struct FileEntry {
   uint64_t chunk_count = 0;
   uint64_t new_bytes = 0;     // raw bytes of chunks this file added to the store
   uint64_t stored_bytes = 0;  // compressed bytes of those chunks
+  // Regular files: the holes, in offset order, neither overlapping nor
+  // touching, inside [0, size); the rest of the file is covered by extents.
+  // Empty for a file without holes (and for every file of a store written
+  // before holes were kept). Set by the writer; ignored when adding a file.
+  std::vector<FileHole> holes;
   // Its number among its snapshot's file records (set by Store::ListFiles):
   // Store::OpenListedFile() finds the file with it, without a scan.
   uint32_t index = 0;
