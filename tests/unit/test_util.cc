@@ -703,6 +703,25 @@ Status SwapChunkRecords(const std::string& store_dir, const std::string& key_a,
   return s.ok() ? Status::Ok() : Status::IOError(s.ToString());
 }
 
+Status EditFileRecords(const std::string& store_dir,
+                       const std::function<std::string(const std::string& record)>& edit) {
+  RawDb raw;
+  GPUCKPT_RETURN_IF_ERROR(OpenRaw(store_dir, &raw));
+  rocksdb::ColumnFamilyHandle* files = raw.handles[4];
+  rocksdb::WriteBatch batch;
+  std::unique_ptr<rocksdb::Iterator> it(raw.db->NewIterator(rocksdb::ReadOptions(), files));
+  for (it->SeekToFirst(); it->Valid(); it->Next()) {
+    if (!batch.Put(files, it->key(), edit(it->value().ToString())).ok())
+      return Status::IOError("batch");
+  }
+  if (!it->status().ok()) return Status::IOError(it->status().ToString());
+  it.reset();
+  rocksdb::WriteOptions w;
+  w.sync = true;
+  rocksdb::Status s = raw.db->Write(w, &batch);
+  return s.ok() ? Status::Ok() : Status::IOError(s.ToString());
+}
+
 Status MakeVersion1Store(const std::string& store_dir) {
   {
     RawDb raw;

@@ -12,6 +12,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -192,6 +193,11 @@ Status DeleteChunkData(const std::string& store_dir, const std::string& hash_hex
 // each record intact, but under the wrong key.
 Status SwapChunkRecords(const std::string& store_dir, const std::string& key_a,
                         const std::string& key_b);
+
+// Replaces every file record of the closed store at `store_dir` with what
+// `edit` makes of it (the record's value, version byte included).
+Status EditFileRecords(const std::string& store_dir,
+                       const std::function<std::string(const std::string& record)>& edit);
 
 // Turns the closed store at `store_dir` into one as version 1 wrote it:
 // every chunk record moved from its pack into the chunks family, the packs
