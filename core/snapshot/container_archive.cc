@@ -174,9 +174,9 @@ class Importer {
   Status Expanded(uint64_t n) {
     expanded_ += n;
     if (options_.max_member_bytes != 0 && expanded_ > options_.max_member_bytes) {
-      return Status::NoSpace(shown_ + ": its members hold more than " +
-                             std::to_string(options_.max_member_bytes) +
-                             " bytes of data, more than this import may take; nothing was imported");
+      return Status::NoSpace(
+          shown_ + ": its members hold more than " + std::to_string(options_.max_member_bytes) +
+          " bytes of data, more than this import may take; nothing was imported");
     }
     if (options_.max_expansion == 0 || expanded_ <= kRatioFloorBytes ||
         archive_filter_code(archive_, 0) == ARCHIVE_FILTER_NONE) {
@@ -204,7 +204,6 @@ class Importer {
   }
 
  private:
-
   // The whole of a member that the import parses.
   Result<std::string> ReadWhole(const std::string& quoted) {
     std::string data;
@@ -300,7 +299,7 @@ class MemberSource final : public SnapshotWriter::SparseSource {
 };
 
 Status Importer::File(const std::string& name, const std::string& quoted, FileEntry e,
-                    uint64_t size) {
+                      uint64_t size) {
   if (name.compare(0, sizeof(kMountpointsPrefix) - 1, kMountpointsPrefix) == 0)
     result_.mount_namespace = true;
   const bool parsed = name == kPstreeName || name == kConfigName || e.path.empty();

@@ -86,7 +86,7 @@ uint64_t TotalBytes(int dir_fd, const std::string& shown, int depth) {
 }
 
 struct Walk {
-  SnapshotWriter* writer;  // null while measuring
+  SnapshotWriter* writer;     // null while measuring
   DirectoryMeasure* measure;  // what the walk counts instead of adding
   const std::string& root;
   const ProgressFn& progress;

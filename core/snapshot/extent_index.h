@@ -13,8 +13,8 @@
 //   value instead of each re-deriving it.
 //
 // Borrows the StoreDb (and the RocksDB snapshot `view`, when given, and the
-// holes a file scope is given), which must outlive it. Not thread-safe: one thread walks one ExtentIndex. Not
-// copyable or movable (the iterator points into the bounds it owns).
+// holes a file scope is given), which must outlive it. Not thread-safe: one thread walks one
+// ExtentIndex. Not copyable or movable (the iterator points into the bounds it owns).
 #ifndef GPUCKPT_CORE_SNAPSHOT_EXTENT_INDEX_H_
 #define GPUCKPT_CORE_SNAPSHOT_EXTENT_INDEX_H_
 
@@ -46,8 +46,8 @@ enum class ExtentJoin {
   // Starts where a recorded hole of the file (FileEntry::holes) that
   // begins where they end ends: the bytes in between are zeros.
   kAfterHole,
-  kGap,  // starts past where they end: bytes in between have no extent
-  kOverlap,     // starts before where they end: bytes with two extents
+  kGap,      // starts past where they end: bytes in between have no extent
+  kOverlap,  // starts before where they end: bytes with two extents
 };
 
 class ExtentIndex {

@@ -1,8 +1,7 @@
 #include "core/snapshot/records.h"
 
-#include <nlohmann/json.hpp>
-
 #include <algorithm>
+#include <nlohmann/json.hpp>
 
 #include "core/base/display_text.h"
 #include "core/base/hex.h"

@@ -1,7 +1,8 @@
 // FileReader: random reads of one regular file of a snapshot.
 //
 // A read costs one seek in the file's extent index plus the chunks it
-// touches; chunks come from the Store's shared cache or from disk, where
+// touches; the file's holes (FileEntry::holes) read as zeros and cost
+// nothing. Chunks come from the Store's shared cache or from disk, where
 // they are decompressed and (by default) re-hashed: a chunk whose bytes do
 // not match its name fails the read with kCorruption, never returns wrong
 // data.

@@ -154,8 +154,8 @@ TEST_F(SparseImportTest, TerabyteSparseFileCostsOnlyItsData) {
     }
     const uint64_t end = r.offset + r.bytes.size();
     if (end < kTerabyte) {
-      EXPECT_EQ(Pread(*reader, end - 10, 4096 + 10), r.bytes.substr(r.bytes.size() - 10) +
-                                                         std::string(4096, '\0'));
+      EXPECT_EQ(Pread(*reader, end - 10, 4096 + 10),
+                r.bytes.substr(r.bytes.size() - 10) + std::string(4096, '\0'));
     }
   }
   EXPECT_EQ(Pread(*reader, 77ull << 30, 1u << 20), std::string(1u << 20, '\0'));
@@ -224,7 +224,8 @@ TEST(SparseRecordTest, RecordsWithoutHolesReadAsBefore) {
   EXPECT_CODE(with_holes("[[10,0]]"), StatusCode::kCorruption);           // empty
   EXPECT_CODE(with_holes("[[10,-1]]"), StatusCode::kCorruption);
   std::string many = "[";
-  for (size_t i = 0; i <= kMaxFileHoles; ++i) many += (i ? ",[" : "[") + std::to_string(i * 2) + ",1]";
+  for (size_t i = 0; i <= kMaxFileHoles; ++i)
+    many += (i ? ",[" : "[") + std::to_string(i * 2) + ",1]";
   FileEntry large;
   large.path = "f";
   large.size = 100000;
@@ -280,7 +281,9 @@ TEST_F(SparseImportTest, GapThatIsNoHoleIsDamage) {
 
 // --- container archives ------------------------------------------------
 
-bool HaveTools() { return std::system("command -v tar >/dev/null && command -v zstd >/dev/null") == 0; }
+bool HaveTools() {
+  return std::system("command -v tar >/dev/null && command -v zstd >/dev/null") == 0;
+}
 
 int Shell(const std::string& command) {
   const int r = std::system(command.c_str());
