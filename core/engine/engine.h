@@ -316,6 +316,12 @@ class Engine {
   Result<std::string> CheckpointOfProcess(int pid, const std::string& which, const Caller& caller);
   Result<SnapshotInfo> ImportDirectory(int top_fd, const ImportSource& source);
   Result<SnapshotInfo> ImportContainerArchive(int fd, const ImportSource& source);
+  // Refuses an import whose data (`worst_case_bytes`, all of it new at
+  // worst) the store's disk or its owner's quota has no room for, before
+  // anything is read (kNoSpace); else reserves that much of the quota for
+  // it.
+  Result<std::unique_ptr<QuotaLedger::Reservation>> ReserveForImport(const ImportSource& source,
+                                                                     uint64_t worst_case_bytes);
   // The manifest of an import of the tree with root `pid`.
   CheckpointManifest ImportManifest(const ImportSource& source, int pid) const;
   // Adds an import's files to `writer`; may complete `manifest`.

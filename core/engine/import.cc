@@ -240,10 +240,6 @@ Result<SnapshotInfo> Engine::ImportFrom(const std::string& path, const std::stri
                                    "archive (tar, tar.gz, tar.zst)");
   GPUCKPT_ASSIGN_OR_RETURN(ImportSource source,
                            AttributeImport(top.get(), st.st_uid, path, name, caller));
-  // Charged to whose checkpoint it becomes; held until the store's change
-  // is noted (CommitImport).
-  GPUCKPT_ASSIGN_OR_RETURN(
-      auto reserved, quota_.Reserve(caller, source.owner.uid, 0, "the import of " + source.shown));
   // A directory's entries are checked as they are read, each its owner's.
   if (S_ISDIR(st.st_mode)) return ImportDirectory(top.get(), source);
   return ImportContainerArchive(top.get(), source);
@@ -341,13 +337,23 @@ Result<SnapshotInfo> Engine::ImportDirectory(int top_fd, const ImportSource& sou
   // files): a restore then asks for --root.
   if (HasMountpointsImage(images_fd.get()) && !manifest.mount_namespace)
     manifest.mount_namespace = ManifestMountNamespace{};
+  // Bounded before anything is read: at most its data (holes cost
+  // nothing) can be new.
+  const AddDirectoryOptions images{"images", owner, nullptr};
+  const AddDirectoryOptions rest{kContainerFilesDir, owner, IsContainerFile};
+  GPUCKPT_ASSIGN_OR_RETURN(DirectoryMeasure measure,
+                           MeasureDirectory(images_fd.get(), images_shown, images));
+  if (container) {
+    GPUCKPT_ASSIGN_OR_RETURN(DirectoryMeasure files, MeasureDirectory(top_fd, shown, rest));
+    measure.data_bytes += files.data_bytes;
+  }
+  GPUCKPT_ASSIGN_OR_RETURN(auto reserved, ReserveForImport(source, measure.data_bytes));
   const std::string auto_name = container ? NameFromPath(source.path) : "";
   return CommitImport(source, auto_name, pid, manifest,
                       [&](SnapshotWriter* writer, CheckpointManifest*) -> Status {
-                        GPUCKPT_RETURN_IF_ERROR(AddDirectoryToSnapshot(
-                            writer, images_fd.get(), images_shown, {"images", owner, nullptr}));
+                        GPUCKPT_RETURN_IF_ERROR(
+                            AddDirectoryToSnapshot(writer, images_fd.get(), images_shown, images));
                         if (!container) return Status::Ok();
-                        AddDirectoryOptions rest{kContainerFilesDir, owner, IsContainerFile};
                         return AddDirectoryToSnapshot(writer, top_fd, shown, rest);
                       });
 }
@@ -357,6 +363,20 @@ Result<SnapshotInfo> Engine::ImportContainerArchive(int fd, const ImportSource& 
   options.uid = source.owner.uid;
   options.gid = source.owner.gid;
   options.max_parsed_bytes = kMaxParsedImage;
+  // How much it expands to is known only as it is read: it may add what
+  // its owner's quota and the store's disk have room for (root's, what
+  // the disk has and the archive could expand to), and stops there.
+  struct stat st {};
+  if (fstat(fd, &st) != 0) return StatusFromErrno(errno, source.shown);
+  GPUCKPT_ASSIGN_OR_RETURN(uint64_t room, store_->FreeBytes());
+  if (source.caller.is_root()) {
+    room = std::min<uint64_t>(room, static_cast<uint64_t>(st.st_size) * options.max_expansion);
+  } else {
+    GPUCKPT_ASSIGN_OR_RETURN(const uint64_t quota, quota_.Remaining(source.owner.uid));
+    room = std::min(room, quota);
+  }
+  GPUCKPT_ASSIGN_OR_RETURN(auto reserved, ReserveForImport(source, room));
+  options.max_member_bytes = std::max<uint64_t>(room, 1);
   // The archive is read once, as it comes: its root task (for the
   // manifest) is known only once its pstree.img has gone by.
   return CommitImport(
@@ -379,6 +399,18 @@ Result<SnapshotInfo> Engine::ImportContainerArchive(int fd, const ImportSource& 
           manifest->mount_namespace = ManifestMountNamespace{};
         return Status::Ok();
       });
+}
+
+Result<std::unique_ptr<QuotaLedger::Reservation>> Engine::ReserveForImport(
+    const ImportSource& source, uint64_t worst_case_bytes) {
+  GPUCKPT_ASSIGN_OR_RETURN(const uint64_t free, store_->FreeBytes());
+  if (worst_case_bytes > free)
+    return Status::NoSpace(fmt::format(
+        "the import of {} holds up to {:.1f} MB of data, all of which may be new, and the "
+        "store's disk has {:.1f} MB free",
+        source.shown, worst_case_bytes / 1e6, free / 1e6));
+  return quota_.Reserve(source.caller, source.owner.uid, worst_case_bytes,
+                        "the import of " + source.shown);
 }
 
 CheckpointManifest Engine::ImportManifest(const ImportSource& source, int pid) const {
@@ -419,6 +451,11 @@ Result<SnapshotInfo> Engine::CommitImport(const ImportSource& source, const std:
         continue;
       return writer.status();
     }
+    // The caller may give up (interrupt their write): the writer then
+    // stops reading at once, and nothing is stored.
+    (*writer)->SetCancel([cancel = source.caller.interrupted] {
+      return cancel && cancel->load(std::memory_order_relaxed);
+    });
     GPUCKPT_RETURN_IF_ERROR(fill(writer->get(), &manifest));
     (*writer)->SetExtraJson(EncodeManifest(manifest));
     GPUCKPT_ASSIGN_OR_RETURN(SnapshotInfo info, (*writer)->Commit());

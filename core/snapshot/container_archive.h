@@ -86,7 +86,7 @@ struct ContainerImport {
 // messages. kInvalidArgument for what is not such an archive or breaks the
 // rules above, or expands more than options.max_expansion; kNoSpace for
 // members beyond options.max_member_bytes; the writer's own errors as
-// they are (kAborted "cancelled" once the writer is cancelled:
+// they are (kCancelled once the writer is cancelled:
 // SnapshotWriter::SetCancel()).
 Result<ContainerImport> AddContainerArchiveToSnapshot(SnapshotWriter* writer, int fd,
                                                       const std::string& shown,

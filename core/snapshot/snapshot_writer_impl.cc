@@ -153,7 +153,7 @@ class StreamSource final : public SnapshotWriter::SparseSource {
 }  // namespace
 
 Status SnapshotWriterImpl::CheckCancelled() const {
-  if (cancelled_ && cancelled_()) return Status::Aborted("cancelled");
+  if (cancelled_ && cancelled_()) return Status::Cancelled("cancelled");
   return Status::Ok();
 }
 

@@ -108,7 +108,7 @@ class SnapshotWriter {
   // a file's data (at most 4 MiB apart; a hole takes no reading), so a
   // cancellation takes effect within a read or two, in the middle of a
   // large file too. Once it returns true, the file being added, every
-  // later Add...() and Commit() fail with kAborted ("cancelled"); the
+  // later Add...() and Commit() fail with kCancelled; the
   // writer is then only destroyed, which leaves nothing visible. A source
   // blocked in a read is not interrupted: it takes effect when the read
   // returns. `cancelled` must be cheap and safe to call from any thread

@@ -436,7 +436,7 @@ TEST_F(SparseImportTest, CancelStopsAStreamWithinASecond) {
   const double late = std::chrono::duration<double>(returned - cancelled_at).count();
   std::printf("cancelled after %llu MiB, returned %.3f s after the flag\n",
               static_cast<unsigned long long>(given >> 20), late);
-  EXPECT_CODE(added, StatusCode::kAborted);
+  EXPECT_CODE(added, StatusCode::kCancelled);
   EXPECT_EQ(added.message(), "cancelled");
   EXPECT_LT(late, 1.0);
   EXPECT_LT(given, total);
@@ -444,8 +444,8 @@ TEST_F(SparseImportTest, CancelStopsAStreamWithinASecond) {
   FileEntry dir;
   dir.path = "d";
   dir.type = FileType::kDirectory;
-  EXPECT_CODE(writer->AddEntry(dir), StatusCode::kAborted);
-  EXPECT_CODE(writer->Commit(), StatusCode::kAborted);
+  EXPECT_CODE(writer->AddEntry(dir), StatusCode::kCancelled);
+  EXPECT_CODE(writer->Commit(), StatusCode::kCancelled);
   const auto destroy = Clock::now();
   writer.reset();
   EXPECT_LT(SecondsSince(destroy), 1.0);
@@ -465,7 +465,7 @@ TEST_F(SparseImportTest, CancelStopsADirectoryImportBetweenFiles) {
   // Cancelled at the third time it is asked: while the first files are added.
   writer->SetCancel([&asked] { return ++asked > 2; });
   Status s = AddDirectoryToSnapshot(writer.get(), dir.get(), src, {});
-  EXPECT_CODE(s, StatusCode::kAborted);
+  EXPECT_CODE(s, StatusCode::kCancelled);
   EXPECT_EQ(s.message(), "cancelled");
 }
 
