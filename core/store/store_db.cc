@@ -3,10 +3,12 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <rocksdb/cache.h>
+#include <rocksdb/convenience.h>
 #include <rocksdb/env.h>
 #include <rocksdb/file_system.h>
 #include <rocksdb/filter_policy.h>
 #include <rocksdb/listener.h>
+#include <rocksdb/metadata.h>
 #include <rocksdb/table.h>
 #include <sys/file.h>
 #include <sys/stat.h>
@@ -323,6 +325,155 @@ rocksdb::DBOptions HolderDbOptions(const std::string& db_dir, bool create_if_mis
   return db_options;
 }
 
+// What a column family holds, in the words of a damage report.
+std::string FamilyContents(const std::string& family) {
+  if (family == format::kMetaFamily) return "the store's own records (version, seed)";
+  if (family == format::kChunksFamily) return "where each chunk lies in the packs";
+  if (family == format::kChunkMetaFamily) return "the chunks' names";
+  if (family == format::kSnapshotsFamily) return "the snapshot records (what ls lists)";
+  if (family == format::kFilesFamily) return "the snapshots' file records";
+  if (family == format::kExtentsFamily) return "the snapshots' extent indexes";
+  return "column family " + family;
+}
+
+// A database opened by CheckIndexIsWhole(), closed when it goes.
+struct StrictReader {
+  ~StrictReader() {
+    if (!db) return;
+    for (auto* h : handles) db->DestroyColumnFamilyHandle(h);
+    db->Close().PermitUncheckedError();
+  }
+  std::unique_ptr<rocksdb::DB> db;
+  std::vector<rocksdb::ColumnFamilyHandle*> handles;
+};
+
+// Opens the database in `db_dir` as its holder would, in RocksDB's
+// read-only mode: the latest version the MANIFEST names, every table of it
+// opened (footer, index, filter and properties blocks checked), and any
+// that fails fails the open. A holder that compacts meanwhile removes
+// tables: one removed between the MANIFEST's reading and the table's
+// opening fails the open too, and RocksDB reports that as corruption like
+// real damage. So a failed open is tried again, after a pause growing from
+// 20 ms, five times in all: damage fails every one, the race with a
+// compaction hardly two in a row.
+rocksdb::Status OpenStrictly(const std::string& db_dir, const rocksdb::DBOptions& db_options,
+                             const std::vector<rocksdb::ColumnFamilyDescriptor>& families,
+                             StrictReader* out) {
+  rocksdb::Status s;
+  for (int attempt = 0; attempt < 5; ++attempt) {
+    if (attempt > 0) usleep(20000u << (attempt - 1));
+    rocksdb::DB* raw = nullptr;
+    out->handles.clear();
+    s = rocksdb::DB::OpenForReadOnly(db_options, db_dir, families, &out->handles, &raw);
+    if (s.ok()) {
+      out->db.reset(raw);
+      break;
+    }
+  }
+  return s;
+}
+
+// Reads every block of `table` against its checksum.
+rocksdb::Status VerifyTable(const rocksdb::LiveFileMetaData& table,
+                            const rocksdb::DBOptions& db_options,
+                            const std::vector<rocksdb::ColumnFamilyDescriptor>& families) {
+  rocksdb::ColumnFamilyOptions cf_options;
+  for (const auto& f : families) {
+    if (f.name == table.column_family_name) cf_options = f.options;
+  }
+  rocksdb::ReadOptions read;
+  read.verify_checksums = true;
+  read.fill_cache = false;
+  return rocksdb::VerifySstFileChecksum(rocksdb::Options(db_options, cf_options),
+                                        rocksdb::EnvOptions(), read, table.db_path + table.name,
+                                        table.largest_seqno);
+}
+
+// Reads every block of every table of `db` against its checksum: the data
+// blocks too, which no open reads, so that damage in a part a command does
+// not read (ls reads only the snapshot records) is found all the same.
+// kCorruption names every damaged table and what it holds.
+Status VerifyEveryTable(const std::string& dir, rocksdb::DB* db,
+                        const rocksdb::DBOptions& db_options,
+                        const std::vector<rocksdb::ColumnFamilyDescriptor>& families) {
+  std::vector<rocksdb::LiveFileMetaData> tables;
+  db->GetLiveFilesMetaData(&tables);
+  std::sort(tables.begin(), tables.end(),
+            [](const auto& a, const auto& b) { return a.file_number < b.file_number; });
+  std::string damaged, first_error;
+  for (const auto& table : tables) {
+    const rocksdb::Status s = VerifyTable(table, db_options, families);
+    // Gone: the holder compacted it away since the open. Not damage.
+    if (s.ok() || s.IsPathNotFound()) continue;
+    const std::string file = std::string(format::kDbDirName) + table.name;
+    if (!s.IsCorruption()) return FromRocks(s, "checking " + file + " of store " + dir);
+    damaged += damaged.empty() ? "" : ", ";
+    damaged += file + " (" + FamilyContents(table.column_family_name) + ")";
+    if (first_error.empty()) first_error = s.ToString();
+  }
+  if (damaged.empty()) return Status::Ok();
+  return Status::Corruption("store " + dir + " is damaged: tables of its index fail their " +
+                            "checksums: " + damaged + "; first error: " + first_error);
+}
+
+// The tables in `db_dir` that fail their checksums, named "db/N.sst": for
+// the report of an index that does not open whole, since RocksDB's message
+// does not always name the table ("properties unsorted"). On that path
+// only: on a healthy store nothing lists the directory. A table the holder
+// is writing at that moment would be listed too.
+std::string DamagedTables(const std::string& db_dir) {
+  std::vector<std::string> names;
+  if (DIR* d = opendir(db_dir.c_str())) {
+    while (dirent* e = readdir(d)) {
+      const std::string_view name = e->d_name;
+      if (name.size() > 4 && name.substr(name.size() - 4) == ".sst") names.emplace_back(name);
+    }
+    closedir(d);
+  }
+  std::sort(names.begin(), names.end());
+  std::string damaged;
+  for (const std::string& name : names) {
+    const rocksdb::Status s = rocksdb::VerifySstFileChecksum(
+        rocksdb::Options(), rocksdb::EnvOptions(), db_dir + "/" + name);
+    if (!s.IsCorruption()) continue;
+    damaged += damaged.empty() ? "" : ", ";
+    damaged += std::string(format::kDbDirName) + "/" + name;
+  }
+  return damaged;
+}
+
+// Whether the index of the store in `dir` is whole, before a reader shows
+// it. RocksDB's secondary mode, which readers use beside a holder, replays
+// the MANIFEST "point in time": a table that does not open is taken as
+// missing, and its column family silently shows its last version without
+// it, an older index or an empty one, which a reader would report as the
+// store ("0 snapshots", fsck "clean"), where the holder's own open refuses
+// the store. So the reader first opens the database as the holder would
+// (OpenStrictly) and reads every table whole (VerifyEveryTable); RocksDB's
+// info log of it goes to `log_dir`. kCorruption names what is damaged.
+Status CheckIndexIsWhole(const std::string& dir, const std::string& log_dir) {
+  const std::string db_dir = dir + "/" + format::kDbDirName;
+  rocksdb::DBOptions db_options;
+  db_options.paranoid_checks = true;
+  db_options.max_open_files = -1;  // every table opened, so checked, now
+  db_options.info_log = std::make_shared<InfoLog>(log_dir + "/LOG.check");
+  // A small cache of its own: the tables are read once, and not kept.
+  const auto families = Families(rocksdb::NewLRUCache(1u << 20));
+  StrictReader reader;
+  const rocksdb::Status s = OpenStrictly(db_dir, db_options, families, &reader);
+  // Damage, or a table the MANIFEST names gone for good (still missing
+  // after the retries).
+  if (s.IsCorruption() || s.IsPathNotFound()) {
+    const std::string damaged = DamagedTables(db_dir);
+    return Status::Corruption("store " + dir + " is damaged: its index (" + format::kDbDirName +
+                              "/) does not open whole" +
+                              (damaged.empty() ? "" : "; damaged tables: " + damaged) +
+                              "; first error: " + s.ToString());
+  }
+  if (!s.ok()) return FromRocks(s, "checking the index of store " + dir);
+  return VerifyEveryTable(dir, reader.db.get(), db_options, families);
+}
+
 }  // namespace
 
 Status FromRocks(const rocksdb::Status& s, std::string_view context) {
@@ -510,6 +661,7 @@ Result<std::unique_ptr<StoreDb>> StoreDb::OpenReadOnly(const std::string& dir,
   store->secondary_dir_ = secondary;
   GPUCKPT_ASSIGN_OR_RETURN(store->packs_,
                            ChunkPacks::OpenExisting(dir + "/" + format::kPacksDirName));
+  GPUCKPT_RETURN_IF_ERROR(CheckIndexIsWhole(dir, store->secondary_dir_));
 
   rocksdb::DBOptions db_options;
   db_options.max_open_files = -1;  // what secondary mode requires

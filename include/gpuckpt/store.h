@@ -70,7 +70,10 @@ struct StoreOptions {
   // holder collected (its snapshots removed) reads as kAborted. Fsck()
   // counts what it finds only if it is still there once this view has
   // caught up with the holder's. BeginSnapshot(), ImportDirectory(),
-  // Remove() and Gc() fail with kPermissionDenied. Default: false.
+  // Remove() and Gc() fail with kPermissionDenied. Open() first reads the
+  // whole index against its checksums and fails with kCorruption, naming
+  // what is damaged, rather than show a damaged store as an older or empty
+  // one. Default: false.
   bool read_only = false;
 
   // How data is cut into chunks; see ChunkingOptions. Default: as there.
