@@ -298,6 +298,15 @@ int RunFsck(Store& store) {
   return r->clean() ? 0 : kExitFsckProblems;
 }
 
+// fsck on a store that did not open because it is damaged (a table of its
+// index fails its checksums): a problem found, not a failure to look, so
+// it is reported as fsck reports problems.
+int ReportUnopenableStore(const Status& damage) {
+  std::printf("%s\n", damage.message().c_str());
+  std::fprintf(stderr, "the store is damaged and was not checked further: 1 problem\n");
+  return kExitFsckProblems;
+}
+
 int RunStats(Store& store, const CommandArgs& args) {
   auto r = store.Stats();
   if (!r.ok()) return Fail(r.status());
@@ -365,7 +374,12 @@ int Main(int argc, char** argv) {
     if (writable.ok() || writable.status().code() != StatusCode::kBusy)
       store_or = std::move(writable);
   }
-  if (!store_or.ok()) return Fail(store_or.status());
+  if (!store_or.ok()) {
+    if (commands.fsck->parsed() && store_or.status().code() == StatusCode::kCorruption) {
+      return ReportUnopenableStore(store_or.status());
+    }
+    return Fail(store_or.status());
+  }
   return RunCommand(commands, **store_or, args);
 }
 
