@@ -66,6 +66,10 @@ def copy_as(m, user, checkpoint_id, name):
     return dest
 
 
+def daemon_log(m):
+    return read(os.path.join(m.state_dir, "gpuckptfs.log"))
+
+
 def made_by(m, checkpoint_id):
     manifest = json.loads(read(m.path("checkpoints", checkpoint_id, "manifest.json")))
     return manifest["extra"]["made_by"]["uid"], manifest["extra"]["owner"]["uid"]
@@ -423,7 +427,7 @@ def test_ctrl_c_cancels_the_callers_own_import(mount, users):
     took = time.monotonic() - start
     assert "KeyboardInterrupt" in err, err
     assert took < 3, f"the interrupted write returned {took:.1f} s after Ctrl-C"
-    wait_for(lambda: "result=cancelled" in read(m.log_path), 30,
+    wait_for(lambda: "result=cancelled" in daemon_log(m), 30,
              "the daemon to log the cancelled import")
     assert set(m.ids()) == before, "the cancelled import was stored"
 
@@ -477,3 +481,68 @@ def test_checkpoints_side_by_side_never_go_beyond_the_quota_together(users):
         assert held <= 100e6, f"{len(made)} checkpoints side by side hold {held / 1e6:.1f} MB"
     finally:
         m.close()
+
+
+# --- 5. Every import is bounded before it reads -----------------------------------------
+
+def test_a_1tb_sparse_import_is_bounded_and_holds_nobody_up(mount, users):
+    m = mount
+    a, b = users
+    wl = m.start("wl_memory", "--mib", "4", user=a)
+    made = m.checkpoint(wl.pid, user=a)
+    copy = copy_as(m, a, made, "sparse")
+    extra = os.path.join(copy, "images", "extra.img")
+    with open(extra, "wb") as f:
+        f.truncate(1 << 40)
+        f.seek((1 << 40) - 4096)
+        f.write(b"end of a terabyte\n")
+    os.chown(extra, a.uid, a.gid)
+    results = {}
+
+    def run(who, user, path, text):
+        start = time.monotonic()
+        results[who] = user.write(m.path(path), text, timeout=120) + (time.monotonic() - start,)
+    watched = m.start("wl_memory", "--mib", "4", user=b)
+    threads = [threading.Thread(target=run, args=("import", a, "ctl", f"import {copy} tera")),
+               threading.Thread(target=run, args=("track", b, "ctl", f"track {watched.pid}")),
+               threading.Thread(target=run, args=("gc", Root(), "ctl", "gc"))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=150)
+    for who, (ok, err, took) in results.items():
+        assert ok, (who, err)
+        assert took < 30, f"{who} took {took:.1f} s"
+    manifest = json.loads(read(m.path("checkpoints", f"{a.uid}.tera", "manifest.json")))
+    assert manifest["logical_bytes"] > 1 << 40, manifest["logical_bytes"]
+    assert manifest["stored_bytes"] < 64 << 20, manifest["stored_bytes"]
+    # The hole reads as zeros, the end as written.
+    with open(m.path("checkpoints", f"{a.uid}.tera", "images", "extra.img"), "rb") as f:
+        assert f.read(4096) == bytes(4096)
+        f.seek((1 << 40) - 4096)
+        assert f.read(18) == b"end of a terabyte\n"
+
+
+def zeros_tar_zst(path, gib):
+    """A .tar.zst of a pstree and `gib` GiB of zeros (checkpoint/pages-1.img):
+    a few hundred KB that expand thousands of times."""
+    script = ('set -e; d=$(mktemp -d); mkdir "$d/checkpoint"; printf x > "$d/checkpoint/pstree.img"; '
+              f'truncate -s {gib}G "$d/checkpoint/pages-1.img"; '
+              f'tar -C "$d" -cf - checkpoint | zstd -q -T0 -f -o "{path}"; rm -rf "$d"')
+    subprocess.run(["sh", "-c", script], check=True, timeout=600)
+
+
+def test_an_archive_that_expands_a_thousand_times_is_refused_at_once(mount, users):
+    m = mount
+    a, _ = users
+    archive = os.path.join(home_of(m, a), "bomb.tar.zst")
+    zeros_tar_zst(archive, 4)
+    os.chown(archive, a.uid, a.gid)
+    assert os.path.getsize(archive) < 1 << 20
+    start = time.monotonic()
+    ok, err = a.write(m.path("ctl"), f"import {archive}", timeout=120)
+    took = time.monotonic() - start
+    assert not ok and err == os.strerror(22), err  # EINVAL
+    assert took < 20, f"the refusal took {took:.1f} s"
+    assert "expands more than" in daemon_log(m), "the import was not stopped by its expansion"
+    assert m.ids(a) == []
