@@ -317,9 +317,10 @@ class Engine {
   Result<SnapshotInfo> ImportDirectory(int top_fd, const ImportSource& source);
   Result<SnapshotInfo> ImportContainerArchive(int fd, const ImportSource& source);
   // Refuses an import whose data (`worst_case_bytes`, all of it new at
-  // worst) the store's disk or its owner's quota has no room for, before
-  // anything is read (kNoSpace); else reserves that much of the quota for
-  // it.
+  // worst) its owner's quota has no room for, before anything is read
+  // (kNoSpace); else reserves that much of the quota for it. (The store's
+  // disk is not asked: most of a copy is usually there already, and a disk
+  // that fills fails the import cleanly.)
   Result<std::unique_ptr<QuotaLedger::Reservation>> ReserveForImport(const ImportSource& source,
                                                                      uint64_t worst_case_bytes);
   // The manifest of an import of the tree with root `pid`.

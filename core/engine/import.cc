@@ -32,6 +32,7 @@
 #include <cerrno>
 #include <cstring>
 #include <initializer_list>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <optional>
 
@@ -363,20 +364,22 @@ Result<SnapshotInfo> Engine::ImportContainerArchive(int fd, const ImportSource& 
   options.uid = source.owner.uid;
   options.gid = source.owner.gid;
   options.max_parsed_bytes = kMaxParsedImage;
-  // How much it expands to is known only as it is read: it may add what
-  // its owner's quota and the store's disk have room for (root's, what
-  // the disk has and the archive could expand to), and stops there.
+  // How much it expands to is known only as it is read: an ordinary
+  // user's may add what their quota has room for, and stops there (root's,
+  // what the archive could expand to, for the owner's quota's sake).
   struct stat st {};
   if (fstat(fd, &st) != 0) return StatusFromErrno(errno, source.shown);
-  GPUCKPT_ASSIGN_OR_RETURN(uint64_t room, store_->FreeBytes());
-  if (source.caller.is_root()) {
-    room = std::min<uint64_t>(room, static_cast<uint64_t>(st.st_size) * options.max_expansion);
-  } else {
-    GPUCKPT_ASSIGN_OR_RETURN(const uint64_t quota, quota_.Remaining(source.owner.uid));
-    room = std::min(room, quota);
+  const uint64_t expands_to = static_cast<uint64_t>(st.st_size) * options.max_expansion;
+  uint64_t room = expands_to;
+  if (!source.caller.is_root()) {
+    GPUCKPT_ASSIGN_OR_RETURN(room, quota_.Remaining(source.owner.uid));
+    options.max_member_bytes = std::max<uint64_t>(room, 1);  // 0 would mean no limit
+    if (room == std::numeric_limits<uint64_t>::max()) {      // no quota
+      room = expands_to;
+      options.max_member_bytes = 0;
+    }
   }
   GPUCKPT_ASSIGN_OR_RETURN(auto reserved, ReserveForImport(source, room));
-  options.max_member_bytes = std::max<uint64_t>(room, 1);
   // The archive is read once, as it comes: its root task (for the
   // manifest) is known only once its pstree.img has gone by.
   return CommitImport(
@@ -403,12 +406,6 @@ Result<SnapshotInfo> Engine::ImportContainerArchive(int fd, const ImportSource& 
 
 Result<std::unique_ptr<QuotaLedger::Reservation>> Engine::ReserveForImport(
     const ImportSource& source, uint64_t worst_case_bytes) {
-  GPUCKPT_ASSIGN_OR_RETURN(const uint64_t free, store_->FreeBytes());
-  if (worst_case_bytes > free)
-    return Status::NoSpace(fmt::format(
-        "the import of {} holds up to {:.1f} MB of data, all of which may be new, and the "
-        "store's disk has {:.1f} MB free",
-        source.shown, worst_case_bytes / 1e6, free / 1e6));
   return quota_.Reserve(source.caller, source.owner.uid, worst_case_bytes,
                         "the import of " + source.shown);
 }

@@ -188,10 +188,15 @@ Result<Caller> RestoreIdentity(const Caller& requester, const CheckpointManifest
   const std::optional<uint32_t> user = SoleUserOf(threads);
   if (!user) return Caller{};
   if (manifest.IsOwnDump()) {
+    // Every gid the dumped threads held, as CRIU read them.
     Caller as{.uid = *user, .gid = threads.front().creds->gid};
-    for (const ThreadCreds& t : threads)
-      for (uint32_t g : t.creds->groups)
+    for (const ThreadCreds& t : threads) {
+      const CriuCreds& c = t.creds.value();
+      std::vector<uint32_t> held = c.groups;
+      held.insert(held.end(), {c.gid, c.egid, c.sgid, c.fsgid});
+      for (uint32_t g : held)
         if (!as.InGroup(g)) as.groups.push_back(g);
+    }
     return as;
   }
   auto as = UserCaller(*user);
