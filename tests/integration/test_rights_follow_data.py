@@ -221,16 +221,23 @@ def test_a_copy_of_two_owners_is_refused_to_root_too(mount, users):
     assert set(m.ids()) == before
 
 
+def planted_by(m, user, name):
+    """The user's job, checkpointed, killed, and a copy of its checkpoint
+    edited to claim root, which the user imported as `name`: (the job, the
+    import's id)."""
+    wl = m.start("wl_memory", "--mib", "4", user=user)
+    made = m.checkpoint(wl.pid, user=user)
+    copy = edited_to_claim_root(m, user, wl, made, name)
+    wl.kill()
+    ok, err = user.write(m.path("ctl"), f"import {copy} {name}")
+    assert ok, err
+    return wl, f"{user.uid}.{name}"
+
+
 def test_a_symlink_into_the_mount_is_that_checkpoint_with_its_maker(mount, users):
     m = mount
     a, _ = users
-    wl = m.start("wl_memory", "--mib", "4", user=a)
-    made = m.checkpoint(wl.pid, user=a)
-    copy = edited_to_claim_root(m, a, wl, made, "planted")
-    wl.kill()
-    ok, err = a.write(m.path("ctl"), f"import {copy} planted")
-    assert ok, err
-    planted = f"{a.uid}.planted"
+    wl, planted = planted_by(m, a, "planted")
     link = os.path.join(home_of(m, a), "job9")
     r = a.run(["ln", "-s", m.path("checkpoints", planted), link])
     assert r.returncode == 0, r.stderr
@@ -245,13 +252,8 @@ def test_a_symlink_into_the_mount_is_that_checkpoint_with_its_maker(mount, users
 def test_roots_import_of_a_users_archive_keeps_its_maker(mount, users):
     m = mount
     a, _ = users
-    wl = m.start("wl_memory", "--mib", "4", user=a)
-    made = m.checkpoint(wl.pid, user=a)
-    copy = edited_to_claim_root(m, a, wl, made, "to-archive")
-    wl.kill()
-    ok, err = a.write(m.path("ctl"), f"import {copy} archived")
-    assert ok, err
-    archive = m.path("archives", f"{a.uid}.archived.tar")
+    wl, archived = planted_by(m, a, "archived")
+    archive = m.path("archives", f"{archived}.tar")
     ctl(m.path("ctl"), f"import {archive} from-archive")
     assert made_by(m, f"{a.uid}.from-archive") == (a.uid, a.uid)
     assert_refused_as_root(m, m.path("checkpoints", f"{a.uid}.from-archive"), wl)
