@@ -67,24 +67,6 @@ bool SameVersion(const struct stat& a, const struct stat& b) {
          a.st_ctim.tv_sec == b.st_ctim.tv_sec && a.st_ctim.tv_nsec == b.st_ctim.tv_nsec;
 }
 
-// Sum of regular file sizes, for progress.
-uint64_t TotalBytes(int dir_fd, const std::string& shown, int depth) {
-  if (depth > 256) return 0;
-  auto names = ReadNames(dir_fd, shown);
-  if (!names.ok()) return 0;
-  uint64_t total = 0;
-  for (const auto& name : *names) {
-    struct stat st {};
-    if (fstatat(dir_fd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) continue;
-    if (S_ISREG(st.st_mode)) total += static_cast<uint64_t>(st.st_size);
-    if (S_ISDIR(st.st_mode)) {
-      UniqueFd sub(openat(dir_fd, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
-      if (sub.get() >= 0) total += TotalBytes(sub.get(), Join(shown, name), depth + 1);
-    }
-  }
-  return total;
-}
-
 struct Walk {
   SnapshotWriter* writer;     // null while measuring
   DirectoryMeasure* measure;  // what the walk counts instead of adding
@@ -274,7 +256,14 @@ Result<SnapshotInfo> StoreImpl::ImportDirectory(const std::string& src_dir,
     return Status::InvalidArgument("source " + src_dir + " and the store " + dir() + " overlap");
   }
   if (spec.source.empty()) spec.source = real_src;
-  const uint64_t total = progress ? TotalBytes(root.get(), src_dir, 0) : 0;
+  // The total for progress: what the files say, holes included, as the
+  // writer counts what it read. A tree that cannot be measured fails the
+  // walk below for the same reason.
+  uint64_t total = 0;
+  if (progress) {
+    auto measure = MeasureDirectory(root.get(), src_dir, AddDirectoryOptions{});
+    if (measure.ok()) total = measure->logical_bytes;
+  }
   GPUCKPT_ASSIGN_OR_RETURN(auto writer, BeginSnapshot(spec));
   if (progress) writer->SetProgress(progress, total);
   Walk walk{writer.get(), nullptr, src_dir, progress, total, "", std::nullopt, nullptr};

@@ -70,6 +70,15 @@ def daemon_log(m):
     return read(os.path.join(m.state_dir, "gpuckptfs.log"))
 
 
+def copied_job(m, user, name):
+    """`user` starts a small job, checkpoints it and copies the checkpoint
+    into a directory of theirs as `name`: (the job, the checkpoint's id, the
+    copy)."""
+    wl = m.start("wl_memory", "--mib", "4", user=user)
+    made = m.checkpoint(wl.pid, user=user)
+    return wl, made, copy_as(m, user, made, name)
+
+
 def made_by(m, checkpoint_id):
     manifest = json.loads(read(m.path("checkpoints", checkpoint_id, "manifest.json")))
     return manifest["extra"]["made_by"]["uid"], manifest["extra"]["owner"]["uid"]
@@ -211,9 +220,7 @@ def test_roots_import_of_a_users_copy_is_the_users(mount, users):
 def test_a_copy_of_two_owners_is_refused_to_root_too(mount, users):
     m = mount
     a, b = users
-    wl = m.start("wl_memory", "--mib", "4", user=a)
-    made = m.checkpoint(wl.pid, user=a)
-    copy = copy_as(m, a, made, "mixed")
+    wl, made, copy = copied_job(m, a, "mixed")
     os.chown(os.path.join(copy, "images", "pstree.img"), b.uid, b.gid)
     before = set(m.ids())
     with pytest.raises(PermissionError):
@@ -264,9 +271,7 @@ def test_roots_import_of_a_users_archive_keeps_its_maker(mount, users):
 def test_a_users_archive_names_no_mount_root_for_roots_import(mount, users):
     m = mount
     a, _ = users
-    wl = m.start("wl_memory", "--mib", "4", user=a)
-    made = m.checkpoint(wl.pid, user=a)
-    copy = copy_as(m, a, made, "claims-a-root")
+    wl, made, copy = copied_job(m, a, "claims-a-root")
     manifest_path = os.path.join(copy, "manifest.json")
     manifest = json.loads(read(manifest_path))
     manifest["extra"]["mount_namespace"] = {"root": "/etc"}
@@ -407,9 +412,7 @@ os.write(fd, os.fsencode(sys.argv[2]) + b"\\n")
 def test_ctrl_c_cancels_the_callers_own_import(mount, users):
     m = mount
     a, _ = users
-    wl = m.start("wl_memory", "--mib", "4", user=a)
-    made = m.checkpoint(wl.pid, user=a)
-    copy = copy_as(m, a, made, "big-copy")
+    wl, made, copy = copied_job(m, a, "big-copy")
     # 4 GiB of data (one random block over and over): seconds of reading.
     extra = os.path.join(copy, "images", "extra.img")
     block = os.urandom(64 << 20)
@@ -490,9 +493,7 @@ def test_checkpoints_side_by_side_never_go_beyond_the_quota_together(users):
 def test_a_1tb_sparse_import_is_bounded_and_holds_nobody_up(mount, users):
     m = mount
     a, b = users
-    wl = m.start("wl_memory", "--mib", "4", user=a)
-    made = m.checkpoint(wl.pid, user=a)
-    copy = copy_as(m, a, made, "sparse")
+    wl, made, copy = copied_job(m, a, "sparse")
     extra = os.path.join(copy, "images", "extra.img")
     with open(extra, "wb") as f:
         f.truncate(1 << 40)
