@@ -134,7 +134,8 @@ TEST_F(SparseImportTest, TerabyteSparseFileCostsOnlyItsData) {
   const double seconds = SecondsSince(start);
   std::printf("1 TB sparse file (%llu data bytes) imported in %.3f s\n",
               static_cast<unsigned long long>(data), seconds);
-  EXPECT_LT(seconds, 2.0) << "the holes were read";
+  // Reading a terabyte of holes would take minutes on any machine.
+  EXPECT_LT(seconds, 30.0) << "the holes were read";
   EXPECT_EQ(info.logical_bytes, kTerabyte + 10);
   EXPECT_LT(info.new_bytes, data + (1u << 20)) << "holes were stored";
 
@@ -385,10 +386,17 @@ TEST_F(ZeroBombTest, RefusedByItsRatioAtOnce) {
               static_cast<long long>(st.st_size), seconds);
   EXPECT_CODE(imported, StatusCode::kInvalidArgument);
   if (!imported.ok()) {
-    EXPECT_NE(imported.status().message().find("expands more than 2000 times"), std::string::npos)
-        << imported.status().message();
+    // Refused by what it had expanded so far, not after reading it all:
+    // the message names the bytes of data it read.
+    const std::string& message = imported.status().message();
+    EXPECT_NE(message.find("expands more than 2000 times"), std::string::npos) << message;
+    const size_t at = message.find(" bytes of data from");
+    ASSERT_NE(at, std::string::npos) << message;
+    const size_t from = message.rfind('(', at);
+    ASSERT_NE(from, std::string::npos) << message;
+    const uint64_t expanded = std::stoull(message.substr(from + 1, at - from - 1));
+    EXPECT_LT(expanded, 1ull << 30) << message;
   }
-  EXPECT_LT(seconds, 2.0);
   ASSERT_OK_AND_ASSIGN(auto list, store_->List());
   EXPECT_TRUE(list.empty());
 }
@@ -402,12 +410,11 @@ TEST_F(ZeroBombTest, MemberBytesLimitRefusesEarly) {
   const double seconds = SecondsSince(start);
   std::printf("4 GiB archive refused at 100 MiB of members in %.3f s\n", seconds);
   EXPECT_CODE(imported, StatusCode::kNoSpace);
-  EXPECT_LT(seconds, 2.0);
 }
 
 // --- cancellation --------------------------------------------------------
 
-TEST_F(SparseImportTest, CancelStopsAStreamWithinASecond) {
+TEST_F(SparseImportTest, CancelStopsAStreamLongBeforeItsEnd) {
   SnapshotSpec spec;
   spec.name = "cancelled";
   ASSERT_OK_AND_ASSIGN(auto writer, store_->BeginSnapshot(spec));
@@ -438,7 +445,9 @@ TEST_F(SparseImportTest, CancelStopsAStreamWithinASecond) {
               static_cast<unsigned long long>(given >> 20), late);
   EXPECT_CODE(added, StatusCode::kCancelled);
   EXPECT_EQ(added.message(), "cancelled");
-  EXPECT_LT(late, 1.0);
+  // 64 GiB hashed and compressed would take a minute or more; a busy
+  // sanitizer build still answers the flag within seconds.
+  EXPECT_LT(late, 10.0);
   EXPECT_LT(given, total);
   // Later additions and the commit fail too; destroying it leaves nothing.
   FileEntry dir;
@@ -448,7 +457,7 @@ TEST_F(SparseImportTest, CancelStopsAStreamWithinASecond) {
   EXPECT_CODE(writer->Commit(), StatusCode::kCancelled);
   const auto destroy = Clock::now();
   writer.reset();
-  EXPECT_LT(SecondsSince(destroy), 1.0);
+  EXPECT_LT(SecondsSince(destroy), 10.0);
   ASSERT_OK_AND_ASSIGN(auto list, store_->List());
   EXPECT_TRUE(list.empty());
 }
