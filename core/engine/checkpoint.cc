@@ -19,6 +19,7 @@
 #include <chrono>
 #include <optional>
 #include <set>
+#include <thread>
 
 #include "core/base/display_text.h"
 #include "core/base/log.h"
@@ -675,6 +676,27 @@ CheckpointManifest Engine::DescribeCheckpoint(const CheckpointRequest& request,
   return manifest;
 }
 
+bool Engine::ShouldSpool(const TreeFootprint& footprint, bool check_space) const {
+  switch (options_.spool) {
+    case EngineOptions::Spool::kAlways:
+      return true;
+    case EngineOptions::Spool::kNever:
+      return false;
+    case EngineOptions::Spool::kAuto:
+      break;
+  }
+  if (std::thread::hardware_concurrency() >= EngineOptions::kSpoolBelowCpus) return false;
+  // A caller who turned the space check off expects the checkpoint to fit
+  // only as a repeat of its parent: not spooled, which writes every byte.
+  if (!check_space) return false;
+  // Spooled, the image takes its whole size on the disk, and settling it
+  // as much again (its chunks are written before its spool files go): on a
+  // disk without room for both it is chunked as it comes instead.
+  const uint64_t image = footprint.rss_bytes + footprint.device_memory_bytes;
+  auto free = store_->FreeBytes();
+  return free.ok() && *free / 2 >= image;
+}
+
 Result<std::unique_ptr<SnapshotWriter>> Engine::BeginCheckpointSnapshot(
     const CheckpointRequest& request, const ProcessInfo& process, const TreeFootprint& footprint,
     CheckpointManifest* manifest) {
@@ -710,6 +732,15 @@ Result<std::unique_ptr<SnapshotWriter>> Engine::BeginCheckpointSnapshot(
   SnapshotWriterOptions writer_options;
   writer_options.staging_bytes = staging_->capacity();
   writer_options.shared_staging = staging_;
+  // Where hashing cannot keep pace with the disk, a checkpoint without a
+  // base to compare with is spooled: CRIU's pipes are spliced into spool
+  // files on the store's disk, as fast as it writes them, and nothing is
+  // staged. One with a base stages what CRIU writes and stores only what
+  // changed. The staging memory is faulted in only then (by the writer).
+  // One that is not spooled waits for its parent to be settled if need be.
+  writer_options.spool = ShouldSpool(footprint, request.check_space)
+                             ? SnapshotWriterOptions::Spool::kUnlessBase
+                             : SnapshotWriterOptions::Spool::kNever;
   writer_options.prefault_bytes = footprint.rss_bytes + manifest->device_memory_bytes.value_or(0);
   writer_options.background = true;
   return store_->BeginSnapshot(spec, writer_options);

@@ -92,6 +92,14 @@ struct EngineOptions {
   // of users' jobs and imports of users' copies are charged to those users)
   // are counted but never refused. 0: no limit. Default: 0.
   uint64_t user_quota_bytes = 0;
+  // Whether a checkpoint's images are made durable raw first and chunked
+  // behind (SnapshotWriterOptions::spool): kAlways, kNever, or kAuto, which
+  // spools on machines with fewer than kSpoolBelowCpus online CPUs, where
+  // hashing and compression cannot keep pace with a disk (measured in
+  // tests/bench/README.md). Ignored with a shared pool. Default: kAuto.
+  enum class Spool { kAuto, kAlways, kNever };
+  Spool spool = Spool::kAuto;
+  static constexpr unsigned kSpoolBelowCpus = 8;
 };
 
 // Makes EngineOptions::state_dir (one level: its parent must exist) owned by
@@ -255,6 +263,9 @@ class Engine {
                                         const GpuCheckpointOptions& gpu_options);
   // Names the checkpoint, finds the one it follows (manifest->parent, the
   // base of its chunks) and begins its snapshot, staged in the background.
+  // Whether a checkpoint of `footprint` may be spooled (EngineOptions::spool
+  // on this machine, and the room it needs).
+  bool ShouldSpool(const TreeFootprint& footprint, bool check_space) const;
   Result<std::unique_ptr<SnapshotWriter>> BeginCheckpointSnapshot(const CheckpointRequest& request,
                                                                   const ProcessInfo& process,
                                                                   const TreeFootprint& footprint,

@@ -194,6 +194,10 @@ std::string Metrics::Render(const CacheStats& cache, const std::optional<StoreSt
     Single(&out, "gpuckpt_store_disk_bytes", "gauge",
            "What the store's directory takes on disk (packs, index, garbage not yet collected).",
            store->disk_bytes);
+    Single(&out, "gpuckpt_store_spooled_bytes", "gauge",
+           "Bytes of checkpoints made durable raw and not yet deduplicated and compressed "
+           "(0 once the store has settled them).",
+           store->spooled_bytes);
   }
   if (pool) RenderPool(*pool, &out);
   Header(&out, "gpuckpt_chunk_cache_requests_total", "counter", "Chunk cache lookups by readers.");

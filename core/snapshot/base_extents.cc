@@ -25,6 +25,7 @@ Result<std::unique_ptr<BaseExtents>> BaseExtents::Load(StoreImpl* store, const s
   GPUCKPT_ASSIGN_OR_RETURN(auto files, store->ReadFileRecords(info.key, base->view_));
   for (auto& [index, entry] : files) {
     if (entry.type == FileType::kRegular) {
+      base->spooled_ = base->spooled_ || entry.spooled;
       base->file_index_by_path_.emplace(std::move(entry.path), index);
     }
   }

@@ -51,6 +51,9 @@ class BaseExtents {
   BaseExtents& operator=(const BaseExtents&) = delete;
 
   const std::string& id() const { return id_; }
+  // Whether some of its files are still spooled: they have no extents to
+  // compare with yet.
+  bool spooled() const { return spooled_; }
 
   // Walks one file's extents forward.
   class Cursor {
@@ -91,6 +94,7 @@ class BaseExtents {
 
   StoreDb* db_;
   const rocksdb::Snapshot* view_;  // owned: released by the destructor
+  bool spooled_ = false;
   std::string id_;
   uint64_t key_ = 0;
   std::unordered_map<std::string, uint32_t> file_index_by_path_;

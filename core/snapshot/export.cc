@@ -257,6 +257,24 @@ Status ExportRegularFile(ContentWriter* writer, const SnapshotInfo& info, uint32
   return SetFileAttributes(fd.get(), e, path, as_root);
 }
 
+// A file still spooled: copied through a reader of its spool file (which
+// falls back to its extents when it settled meanwhile).
+Status ExportThroughReader(FileReader& reader, const FileEntry& e, const std::string& tmp,
+                           bool as_root) {
+  const std::string path = tmp + "/" + e.path;
+  UniqueFd fd(open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600));
+  if (fd.get() < 0) return StatusFromErrno(errno, "creating " + path);
+  constexpr size_t kCopyBytes = 4u << 20;
+  std::unique_ptr<char[]> buf(new char[kCopyBytes]);
+  for (uint64_t at = 0; at < e.size;) {
+    GPUCKPT_ASSIGN_OR_RETURN(const size_t n, reader.Pread(at, kCopyBytes, buf.get()));
+    if (n == 0) return Status::Corruption("'" + e.path + "' ended before its size");
+    GPUCKPT_RETURN_IF_ERROR(PwriteFully(fd.get(), buf.get(), n, at, path));
+    at += n;
+  }
+  return SetFileAttributes(fd.get(), e, path, as_root);
+}
+
 uint64_t TotalBytes(const FileRecords& records) {
   uint64_t total = 0;
   for (const auto& [index, e] : records) total += e.size;
@@ -291,6 +309,11 @@ Status StoreImpl::Export(const std::string& id, const std::string& dest_dir_in,
                        progress, total);
   for (const auto& [index, e] : records) {
     if (e.type != FileType::kRegular) continue;
+    if (e.spooled) {
+      GPUCKPT_ASSIGN_OR_RETURN(auto reader, MakeReader(PinAgain(info.key), info, index, e));
+      GPUCKPT_RETURN_IF_ERROR(ExportThroughReader(*reader, e, tmp, as_root));
+      continue;
+    }
     GPUCKPT_RETURN_IF_ERROR(ExportRegularFile(&writer, info, index, e, tmp, as_root));
   }
   GPUCKPT_RETURN_IF_ERROR(SetDirectoryAttributes(tmp, records, as_root));

@@ -1,6 +1,9 @@
 #include "core/snapshot/file_reader_impl.h"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 #include <memory>
 #include <vector>
@@ -20,6 +23,7 @@ Status FileReaderImpl::MissingExtent(uint64_t offset) const {
 Result<size_t> FileReaderImpl::Pread(uint64_t offset, size_t len, char* buf) {
   if (offset >= entry_.size || len == 0) return size_t{0};
   len = static_cast<size_t>(std::min<uint64_t>(len, entry_.size - offset));
+  if (spool_file_.get() >= 0) return PreadSpooled(offset, len, buf);
   const uint64_t end = offset + len;
 
   // Holes read as zeros: the buffer is cleared, and only the extents' bytes
@@ -69,6 +73,23 @@ Result<size_t> FileReaderImpl::Pread(uint64_t offset, size_t len, char* buf) {
     if (from >= to) continue;
     std::memcpy(buf + (from - offset), chunks[i]->data() + (from - starts[i]),
                 static_cast<size_t>(to - from));
+  }
+  return len;
+}
+
+Result<size_t> FileReaderImpl::PreadSpooled(uint64_t offset, size_t len, char* buf) const {
+  size_t done = 0;
+  while (done < len) {
+    const ssize_t n = pread(spool_file_.get(), buf + done, len - done,
+                            static_cast<off_t>(offset + done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return StatusFromErrno(errno, "reading the spool file of '" + entry_.path + "'");
+    if (n == 0) {
+      return Status::Corruption("snapshot '" + snapshot_id_ + "' file '" + entry_.path +
+                                "': its spool file ends at " + std::to_string(offset + done) +
+                                ", before its size");
+    }
+    done += static_cast<size_t>(n);
   }
   return len;
 }

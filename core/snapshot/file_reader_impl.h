@@ -1,4 +1,6 @@
-// FileReaderImpl: FileReader on the extents column family. Holds no
+// FileReaderImpl: FileReader on the extents column family, or, for a file
+// still spooled, on its spool file (held open: settling removes the file's
+// name, not the bytes this reader reads). Holds no
 // iterator between calls (an open iterator pins RocksDB's files), so a
 // reader may be kept open indefinitely. Owns a SnapshotPin: the snapshot's
 // records and chunks stay, and reads return the same bytes, until the
@@ -10,6 +12,7 @@
 #include <optional>
 #include <string>
 
+#include "core/base/unique_fd.h"
 #include "core/snapshot/store_impl.h"
 #include "gpuckpt/file_reader.h"
 
@@ -20,20 +23,23 @@ class FileReaderImpl final : public FileReader {
   // `domain_key`: what the snapshot's chunks are named with (nullopt: the
   // shared domain), for ReadVerification::kFullHash.
   FileReaderImpl(StoreImpl* store, SnapshotPin pin, std::string snapshot_id, uint64_t snapshot_key,
-                 std::optional<ChunkDomainKey> domain_key, uint32_t file_index, FileEntry entry)
+                 std::optional<ChunkDomainKey> domain_key, uint32_t file_index, FileEntry entry,
+                 UniqueFd spool_file = UniqueFd())
       : store_(store),
         pin_(std::move(pin)),
         snapshot_id_(std::move(snapshot_id)),
         snapshot_key_(snapshot_key),
         domain_key_(domain_key),
         file_index_(file_index),
-        entry_(std::move(entry)) {}
+        entry_(std::move(entry)),
+        spool_file_(std::move(spool_file)) {}
 
   Result<size_t> Pread(uint64_t offset, size_t len, char* buf) override;
   const FileEntry& entry() const override { return entry_; }
 
  private:
   Status MissingExtent(uint64_t offset) const;
+  Result<size_t> PreadSpooled(uint64_t offset, size_t len, char* buf) const;
 
   StoreImpl* store_;
   const SnapshotPin pin_;
@@ -42,6 +48,7 @@ class FileReaderImpl final : public FileReader {
   const std::optional<ChunkDomainKey> domain_key_;
   const uint32_t file_index_;
   const FileEntry entry_;
+  const UniqueFd spool_file_;  // -1: the file is read from its extents
 };
 
 }  // namespace gpuckpt

@@ -5,6 +5,7 @@
 // fsck names everything it finds.
 #include <rocksdb/db.h>
 #include <rocksdb/iterator.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -296,6 +297,26 @@ void CheckFileExtents(const StoreDb& db, const SnapshotInfo& snap, uint32_t inde
   }
 }
 
+// A file still spooled: its spool file is there, a regular file of its
+// size. (Its bytes have no checksum until they are chunked.)
+void CheckSpooledFile(const Spool& spool, const SnapshotInfo& snap, uint32_t index,
+                      const FileEntry& entry, FsckReport* report) {
+  const std::string where = "snapshot '" + snap.id + "' file '" + entry.path + "'";
+  ++report->spooled_files;
+  Result<UniqueFd> fd = spool.OpenForReading(snap.key, index);
+  struct stat st {};
+  if (!fd.ok()) {
+    // Settled since the records were read, when it is gone: not damage.
+    if (fd.status().code() == StatusCode::kNotFound) return;
+    report->problems.push_back(where + ": its spool file: " + fd.status().ToString());
+  } else if (fstat(fd->get(), &st) != 0 || !S_ISREG(st.st_mode) ||
+             static_cast<uint64_t>(st.st_size) != entry.size) {
+    ++report->damaged_files;
+    report->problems.push_back(where + ": its spool file " + Spool::FileName(snap.key, index) +
+                               " is not a file of " + std::to_string(entry.size) + " bytes");
+  }
+}
+
 // One snapshot: its file records are as many as its manifest says, and
 // each regular file's extents are whole.
 void CheckSnapshot(StoreImpl* store, const SnapshotInfo& snap, const CheckedChunks& chunks,
@@ -312,7 +333,10 @@ void CheckSnapshot(StoreImpl* store, const SnapshotInfo& snap, const CheckedChun
                                std::to_string(snap.file_count));
   }
   for (const auto& [index, entry] : *files) {
-    if (entry.type == FileType::kRegular) {
+    if (entry.type != FileType::kRegular) continue;
+    if (entry.spooled) {
+      CheckSpooledFile(store->spool(), snap, index, entry, report);
+    } else {
       CheckFileExtents(*store->db(), snap, index, entry, chunks, report);
     }
   }

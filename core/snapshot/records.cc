@@ -247,13 +247,17 @@ std::string EncodeFileRecord(const FileEntry& e) {
   // Only when there are any: a file without holes is the record older
   // builds wrote, and read.
   if (e.type == FileType::kRegular && !e.holes.empty()) j["holes"] = HolesToJson(e.holes);
-  std::string record(1, static_cast<char>(format::kFileRecordVersion));
+  const bool spooled = e.type == FileType::kRegular && e.spooled;
+  if (spooled) j["spooled"] = true;
+  std::string record(
+      1, static_cast<char>(spooled ? format::kSpooledFileRecordVersion : format::kFileRecordVersion));
   record += j.dump();
   return record;
 }
 
 Result<FileEntry> DecodeFileRecord(std::string_view record) {
-  if (record.empty() || static_cast<uint8_t>(record[0]) != format::kFileRecordVersion) {
+  const uint8_t version = record.empty() ? 0 : static_cast<uint8_t>(record[0]);
+  if (version != format::kFileRecordVersion && version != format::kSpooledFileRecordVersion) {
     return Status::Corruption("file record with unknown version");
   }
   json j = json::parse(record.substr(1), nullptr, /*allow_exceptions=*/false);
@@ -284,6 +288,11 @@ Result<FileEntry> DecodeFileRecord(std::string_view record) {
       if (e.type != FileType::kRegular)
         return Status::Corruption("file record: holes in a " + type + " record");
       GPUCKPT_ASSIGN_OR_RETURN(e.holes, HolesFromJson(*holes, e.size));
+    }
+    e.spooled = j.value("spooled", false);
+    if (e.spooled != (version == format::kSpooledFileRecordVersion) ||
+        (e.spooled && e.type != FileType::kRegular)) {
+      return Status::Corruption("file record: 'spooled' does not match its version");
     }
     GPUCKPT_RETURN_IF_ERROR(ValidateEntryPath(e.path).WithContext("file record"));
     return e;

@@ -37,15 +37,20 @@ std::string BaseName(const std::string& path) {
 
 SnapshotWriterImpl::SnapshotWriterImpl(StoreImpl* store, SnapshotSpec spec, uint64_t key,
                                        Chunker generic, Chunker pages,
-                                       const SnapshotWriterOptions& options)
+                                       const SnapshotWriterOptions& options,
+                                       SharedMutexHold gc_guard)
     : store_(store),
-      gc_guard_(store->LockAgainstGc()),
+      gc_guard_(std::move(gc_guard)),
       spec_(std::move(spec)),
       key_(key),
       generic_(generic),
       pages_(pages),
       start_(std::chrono::steady_clock::now()),
-      domain_key_(store->db()->domain_key(spec_.dedup_domain)) {
+      domain_key_(store->db()->domain_key(spec_.dedup_domain)),
+      spool_mode_(store->has_pool() ? SnapshotWriterOptions::Spool::kNever : options.spool),
+      prefault_bytes_(std::min(options.prefault_bytes, options.staging_bytes != 0
+                                                            ? options.staging_bytes
+                                                            : store->options().max_in_flight_bytes)) {
   const uint64_t staging =
       options.staging_bytes != 0 ? options.staging_bytes : store->options().max_in_flight_bytes;
   // One block size for both chunkers, so that files read at the same time
@@ -58,10 +63,6 @@ SnapshotWriterImpl::SnapshotWriterImpl(StoreImpl* store, SnapshotSpec spec, uint
   constexpr size_t kFilesAtOnce = 8;
   const size_t staged_blocks = static_cast<size_t>(staging / block_size) + 1;
   blocks_ = std::make_unique<BlockPool>(block_size, staged_blocks + kFilesAtOnce);
-  if (options.prefault_bytes != 0) {
-    blocks_->Prefault(
-        static_cast<size_t>(std::min(options.prefault_bytes, staging) / blocks_->block_size()) + 1);
-  }
   queue_ =
       std::make_unique<WorkQueue>(store->options().worker_threads, staging, options.shared_staging);
   if (options.background) SetBackground(true);
@@ -70,18 +71,59 @@ SnapshotWriterImpl::SnapshotWriterImpl(StoreImpl* store, SnapshotSpec spec, uint
 
 SnapshotWriterImpl::~SnapshotWriterImpl() {
   if (queue_) queue_->Finish().PermitUnchecked();
-  if (!committed_) store_->ReleaseName(spec_.name, StoreImpl::NameFate::kAbandoned);
+  if (committed_ || settling_) return;
+  store_->ReleaseName(spec_.name, StoreImpl::NameFate::kAbandoned);
   // Records written under key_ by an uncommitted writer are invisible; Gc()
-  // removes them.
+  // removes them. Its spool files go now (Gc() would find them too).
+  MutexLock lock(&entries_mu_);
+  for (const auto& [index, fd] : spool_files_) store_->spool().Remove(key_, index).PermitUnchecked();
 }
 
 Status SnapshotWriterImpl::LoadBase() {
+  GPUCKPT_RETURN_IF_ERROR(FindBase());
+  spool_ = spool_mode_ == SnapshotWriterOptions::Spool::kAlways ||
+           (spool_mode_ == SnapshotWriterOptions::Spool::kUnlessBase && !base_);
+  if (spool_) {
+    // It compares nothing now: its files are chunked later, on the base
+    // it names (StoreImpl::Settle()).
+    if (base_) spool_base_ = base_->id();
+    base_.reset();
+  } else if (base_) {
+    // With a base, most chunks are the base's, found by fingerprint (a
+    // small fraction of a copy's cost) as fast as they come, if the
+    // workers run beside the source rather than on idle CPU only: blocks
+    // then go back to the pool at once, and few fresh ones, which the
+    // source would wait for, are faulted in.
+    SetBackground(false);
+  } else if (prefault_bytes_ != 0) {
+    // Without, the whole input may be staged: faulted in before the
+    // source starts.
+    blocks_->Prefault(static_cast<size_t>(prefault_bytes_ / blocks_->block_size()) + 1);
+  }
+  return Status::Ok();
+}
+
+Status SnapshotWriterImpl::FindBase() {
   if (spec_.base.empty()) return Status::Ok();
   // Under gc_guard_: whatever chunks the base names stay until this
   // snapshot, which will name them too, is published.
   if (!ValidateSnapshotName(spec_.base).ok()) return Status::Ok();  // no such snapshot
   // A base of another domain is ignored: its chunks' names are another
   // domain's, and taking them would share chunks across owners.
+  GPUCKPT_ASSIGN_OR_RETURN(base_, BaseExtents::Load(store_, spec_.base, spec_.dedup_domain));
+  // A base with spooled files has no extents for them yet: nothing to
+  // compare with there. The base is settled first, here, on this thread,
+  // so as to store only what changed: spooling this snapshot too would
+  // write every byte again beside the base's settling, which the disk's
+  // writeback then throttles while the tree is frozen. (Not when this
+  // writer is settling a snapshot itself: its base, queued before it, is
+  // settled already, or could not be.)
+  if (!base_ || !base_->spooled() || settling_ ||
+      spool_mode_ == SnapshotWriterOptions::Spool::kAlways) {
+    return Status::Ok();
+  }
+  base_.reset();
+  GPUCKPT_RETURN_IF_ERROR(store_->SettleHoldingGcGuard(spec_.base));
   GPUCKPT_ASSIGN_OR_RETURN(base_, BaseExtents::Load(store_, spec_.base, spec_.dedup_domain));
   return Status::Ok();
 }
@@ -158,8 +200,46 @@ Status SnapshotWriterImpl::CheckCancelled() const {
 }
 
 Status SnapshotWriterImpl::AddFile(const FileEntry& meta, int fd) {
+  if (spool_) return SpoolFile(meta, fd);
   FdSource source(fd, meta.path);
   return AddSparse(meta, &source);
+}
+
+Status SnapshotWriterImpl::SpoolFile(const FileEntry& meta, int fd) {
+  if (committed_) return Status::InvalidArgument("snapshot already committed");
+  FileEntry e = meta;
+  e.type = FileType::kRegular;
+  e.size = 0;
+  e.chunk_count = e.new_bytes = e.stored_bytes = 0;
+  e.holes.clear();
+  GPUCKPT_ASSIGN_OR_RETURN(const uint32_t file_index, AppendEntry(e));
+  Result<UniqueFd> file = store_->spool().Create(key_, file_index);
+  if (!file.ok()) return Fail(file.status());
+  {
+    // Listed before it is filled: an abandoned writer removes it.
+    MutexLock lock(&entries_mu_);
+    spool_files_.emplace_back(file_index, UniqueFd(dup(file->get())));
+  }
+  Result<uint64_t> moved = store_->spool().Receive(fd, file->get(), cancelled_);
+  if (!moved.ok()) return Fail(moved.status().WithContext("'" + e.path + "'"));
+  CountRead(*moved);
+  MutexLock lock(&entries_mu_);
+  entries_[file_index].size = *moved;
+  entries_[file_index].spooled = true;
+  MutexLock totals_lock(&totals_mu_);
+  totals_[file_index].new_bytes = *moved;
+  totals_[file_index].stored_bytes = *moved;
+  return Status::Ok();
+}
+
+Status SnapshotWriterImpl::SyncSpool() {
+  MutexLock lock(&entries_mu_);
+  if (spool_files_.empty()) return Status::Ok();
+  for (const auto& [index, fd] : spool_files_) {
+    if (fd.get() < 0) return Status::NoMemory("out of file descriptors for the spool");
+    GPUCKPT_RETURN_IF_ERROR(store_->spool().Sync(fd.get()));
+  }
+  return store_->spool().SyncDirectory();
 }
 
 Status SnapshotWriterImpl::AddStream(const FileEntry& meta, const ReadFn& read) {
@@ -175,15 +255,20 @@ Status SnapshotWriterImpl::AddSparse(const FileEntry& meta, SparseSource* source
   e.chunk_count = e.new_bytes = e.stored_bytes = 0;
   e.holes.clear();
   GPUCKPT_ASSIGN_OR_RETURN(const uint32_t file_index, AppendEntry(e));
-  std::unique_ptr<BaseExtents::Cursor> base = base_ ? base_->Open(e.path) : nullptr;
-  SparseFile file{file_index, e.path, IsPageImage(e.path) ? pages_ : generic_, base.get(), {}, {}};
+  return ReadSource(file_index, e.path, source);
+}
+
+Status SnapshotWriterImpl::ReadSource(uint32_t file_index, const std::string& path,
+                                      SparseSource* source) {
+  std::unique_ptr<BaseExtents::Cursor> base = base_ ? base_->Open(path) : nullptr;
+  SparseFile file{file_index, path, IsPageImage(path) ? pages_ : generic_, base.get(), {}, {}};
 
   // Data is read into shared blocks and handed to the workers as slices of
   // them, so a byte is copied once (by read()) on its way to the hash. The
   // uncut tail of a block (less than one max-size chunk) is carried into the
   // next block.
   file.block.data = blocks_->Get();
-  if (!file.block.data) return Fail(NoBlockFor(e.path));
+  if (!file.block.data) return Fail(NoBlockFor(path));
   for (;;) {
     Result<SparseSource::Run> run = source->NextRun();
     if (!run.ok()) return Fail(run.status());
@@ -370,6 +455,9 @@ Result<SnapshotInfo> SnapshotWriterImpl::Commit() {
   if (Status s = CheckCancelled(); !s.ok()) return Fail(s);
   const auto commit_start = std::chrono::steady_clock::now();
   if (Status s = WriteExtents(); !s.ok()) return Fail(s);
+  // Before anything names them: the spooled bytes durable.
+  const auto spool_sync_start = std::chrono::steady_clock::now();
+  if (Status s = SyncSpool(); !s.ok()) return Fail(s);
   SnapshotInfo info = ManifestOfSpec();
   rocksdb::WriteBatch files;
   if (Status s = TotalUpFiles(&info, &files); !s.ok()) return Fail(s);
@@ -378,7 +466,7 @@ Result<SnapshotInfo> SnapshotWriterImpl::Commit() {
   if (Status s = FromRocks(store_->db()->db()->Write(w, &files), "writing file records"); !s.ok())
     return Fail(s);
   // Everything the manifest will name must be on disk before it is.
-  const auto sync_start = std::chrono::steady_clock::now();
+  const auto sync_start = spool_ ? spool_sync_start : std::chrono::steady_clock::now();
   if (Status s = store_->db()->FlushAll(); !s.ok()) return Fail(s);
 
   info.created_ns = UnixNowNs();
@@ -393,6 +481,7 @@ Result<SnapshotInfo> SnapshotWriterImpl::Commit() {
   committed_ = true;
   store_->ReleaseName(spec_.name, StoreImpl::NameFate::kPublished);
   store_->AfterPublish(info);
+  if (HasSpooledFiles()) store_->QueueSettle(info.id, info.key);
   return info;
 }
 
@@ -409,6 +498,7 @@ SnapshotInfo SnapshotWriterImpl::ManifestOfSpec() const {
   info.source = spec_.source;
   info.chunking = store_->options().chunking;
   if (base_) info.base = base_->id();
+  if (!spool_base_.empty()) info.base = spool_base_;
   info.dedup_domain = spec_.dedup_domain;
   info.written_by = "gpuckpt " GPUCKPT_VERSION_STRING;
   return info;
@@ -440,6 +530,61 @@ Status SnapshotWriterImpl::TotalUpFiles(SnapshotInfo* info, rocksdb::WriteBatch*
   }
   info->file_count = entries_.size();
   return Status::Ok();
+}
+
+bool SnapshotWriterImpl::HasSpooledFiles() const {
+  MutexLock lock(&entries_mu_);
+  return !spool_files_.empty();
+}
+
+void SnapshotWriterImpl::PrepareToSettle(std::vector<std::pair<uint32_t, FileEntry>> records) {
+  settling_ = true;
+  MutexLock lock(&entries_mu_);
+  MutexLock totals_lock(&totals_mu_);
+  for (auto& [index, e] : records) {
+    if (entries_.size() <= index) {
+      entries_.resize(static_cast<size_t>(index) + 1);
+      totals_.resize(static_cast<size_t>(index) + 1);
+    }
+    entries_[index] = std::move(e);
+  }
+}
+
+Status SnapshotWriterImpl::SettleFile(uint32_t index, int fd) {
+  FileEntry e;
+  {
+    MutexLock lock(&entries_mu_);
+    if (!settling_ || index >= entries_.size() || !entries_[index].spooled)
+      return Status::Internal("file " + std::to_string(index) + " is not spooled");
+    e = entries_[index];
+  }
+  FdSource source(fd, e.path);
+  GPUCKPT_RETURN_IF_ERROR(ReadSource(index, e.path, &source));
+  MutexLock lock(&entries_mu_);
+  if (entries_[index].size != e.size) {
+    return Status::Corruption("the spool file of '" + e.path + "' holds " +
+                              std::to_string(entries_[index].size) + " bytes, not " +
+                              std::to_string(e.size));
+  }
+  settled_.push_back(index);
+  return Status::Ok();
+}
+
+Result<std::vector<std::pair<uint32_t, FileEntry>>> SnapshotWriterImpl::FinishSettling() {
+  GPUCKPT_RETURN_IF_ERROR(WriteExtents());
+  std::vector<std::pair<uint32_t, FileEntry>> records;
+  MutexLock lock(&entries_mu_);
+  MutexLock totals_lock(&totals_mu_);
+  for (uint32_t index : settled_) {
+    FileEntry e = entries_[index];
+    const FileTotals& t = totals_[index];
+    e.spooled = false;
+    e.chunk_count = t.chunks;
+    e.new_bytes = t.new_bytes;
+    e.stored_bytes = t.stored_bytes;
+    records.emplace_back(index, std::move(e));
+  }
+  return records;
 }
 
 }  // namespace gpuckpt

@@ -24,9 +24,11 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/base/block_pool.h"
+#include "core/base/unique_fd.h"
 #include "core/base/mutex.h"
 #include "core/base/work_queue.h"
 #include "core/snapshot/base_extents.h"
@@ -38,14 +40,18 @@ namespace gpuckpt {
 
 class SnapshotWriterImpl final : public SnapshotWriter {
  public:
-  // `name` has been validated and reserved; `key` allocated.
+  // `name` has been validated and reserved; `key` allocated. `gc_guard`:
+  // the hold against gc for the writer's life (empty where the caller
+  // already holds one for longer).
   SnapshotWriterImpl(StoreImpl* store, SnapshotSpec spec, uint64_t key, Chunker generic,
-                     Chunker pages, const SnapshotWriterOptions& options);
+                     Chunker pages, const SnapshotWriterOptions& options,
+                     SharedMutexHold gc_guard);
   ~SnapshotWriterImpl() override;
 
   // Finds the spec's base snapshot, if it names one that exists in the same
-  // dedup domain; called once, before the first AddFile(). Errors are the
-  // store's (reading its index).
+  // dedup domain, decides whether to spool, and faults in the staging
+  // memory asked for when it stages; called once, before the first
+  // AddFile(). Errors are the store's (reading its index).
   Status LoadBase();
 
   Status AddFile(const FileEntry& meta, int fd) override;
@@ -67,6 +73,19 @@ class SnapshotWriterImpl final : public SnapshotWriter {
   }
   void SetCancel(std::function<bool()> cancelled) override { cancelled_ = std::move(cancelled); }
   Result<SnapshotInfo> Commit() override;
+
+  // Settling (StoreImpl::Settle()): this writer, made for the published
+  // snapshot whose key it was given, chunks that snapshot's spooled files
+  // into extents of their own file numbers, instead of adding files. It
+  // publishes nothing. `records`: the snapshot's file records.
+  void PrepareToSettle(std::vector<std::pair<uint32_t, FileEntry>> records);
+  // Chunks file `index` from its spool file `fd`; the bytes must be as
+  // many as its record says.
+  Status SettleFile(uint32_t index, int fd);
+  // Waits for the workers and writes the extents (without the WAL: the
+  // caller flushes); returns the records of the files settled, no longer
+  // spooled, with their totals.
+  Result<std::vector<std::pair<uint32_t, FileEntry>>> FinishSettling();
 
  private:
   struct Batch {
@@ -113,6 +132,13 @@ class SnapshotWriterImpl final : public SnapshotWriter {
   // block by block: read into the block what it has room for (a fresh
   // block, with the uncut tail, when little is left), count it for
   // progress, cut the chunks it holds and hand them to the workers.
+  // The data of file `index` (its record appended) from `source`: its
+  // size and holes go into the record.
+  Status ReadSource(uint32_t index, const std::string& path, SparseSource* source);
+  // AddFile() of a spooling writer: the bytes into a spool file.
+  Status SpoolFile(const FileEntry& meta, int fd);
+  // Commit()'s first step for a spooling writer: the spool files durable.
+  Status SyncSpool() EXCLUDES(entries_mu_);
   Status StartRun(const SparseSource::Run& run, SparseFile* file);
   Status ReadRun(SparseSource* source, SparseFile* file);
   Result<size_t> ReadMore(SparseSource* source, const std::string& path, StreamBlock* block);
@@ -178,6 +204,22 @@ class SnapshotWriterImpl final : public SnapshotWriter {
   std::function<bool()> cancelled_;  // SetCancel(); empty: never
   std::atomic<uint64_t> progress_reported_{0};
   std::atomic<bool> committed_{false};
+  bool HasSpooledFiles() const EXCLUDES(entries_mu_);
+  // LoadBase()'s first step: base_, when the spec names a usable base.
+  Status FindBase();
+
+  // Whether AddFile() spools (SnapshotWriterOptions::spool, where the
+  // store can: no shared pool); decided by LoadBase().
+  bool spool_ = false;
+  const SnapshotWriterOptions::Spool spool_mode_;
+  const uint64_t prefault_bytes_;  // SnapshotWriterOptions::prefault_bytes
+  // A spooling writer's base, which it names and its settling compares with.
+  std::string spool_base_;
+  // The spool files written, by file index; closed at commit.
+  std::vector<std::pair<uint32_t, UniqueFd>> spool_files_ GUARDED_BY(entries_mu_);
+  // Made by PrepareToSettle(): chunks spooled files of a published snapshot.
+  bool settling_ = false;
+  std::vector<uint32_t> settled_ GUARDED_BY(entries_mu_);  // file indices settled
 };
 
 }  // namespace gpuckpt

@@ -102,6 +102,8 @@ Result<std::unique_ptr<Store>> OpenStoreWithEnv(const std::string& dir, const St
   auto cache = std::make_unique<ChunkCache>(options.chunk_cache_bytes);
   GPUCKPT_ASSIGN_OR_RETURN(auto chunks,
                            ChunkStore::Open(db.get(), cache.get(), options.verify_on_read));
+  GPUCKPT_ASSIGN_OR_RETURN(auto spool,
+                           Spool::Open(db->dir(), db->file_ops(), !options.read_only));
   std::unique_ptr<PoolLink> pool;
   if (options.pool) {
     std::unique_ptr<rocksdb::Iterator> it(
@@ -112,17 +114,20 @@ Result<std::unique_ptr<Store>> OpenStoreWithEnv(const std::string& dir, const St
     GPUCKPT_ASSIGN_OR_RETURN(
         pool, PoolLink::Open(*options.pool, db.get(), has_snapshots, options.read_only));
   }
-  return std::unique_ptr<Store>(
-      new StoreImpl(std::move(db), std::move(cache), std::move(chunks), std::move(pool), options));
+  auto store = std::unique_ptr<StoreImpl>(new StoreImpl(
+      std::move(db), std::move(cache), std::move(chunks), std::move(spool), std::move(pool), options));
+  if (!options.read_only) GPUCKPT_RETURN_IF_ERROR(store->ResumeSettling());
+  return std::unique_ptr<Store>(std::move(store));
 }
 
 StoreImpl::StoreImpl(std::unique_ptr<StoreDb> db, std::unique_ptr<ChunkCache> cache,
-                     std::unique_ptr<ChunkStore> chunks, std::unique_ptr<PoolLink> pool,
-                     const StoreOptions& options)
+                     std::unique_ptr<ChunkStore> chunks, std::unique_ptr<Spool> spool,
+                     std::unique_ptr<PoolLink> pool, const StoreOptions& options)
     : db_(std::move(db)),
       options_(options),
       cache_(std::move(cache)),
       chunk_store_(std::move(chunks)),
+      spool_(std::move(spool)),
       pool_(std::move(pool)) {
   if (pool_ && pool_->options().background) {
     // A pool back from a timeout (seen by any operation) wakes the pusher
@@ -133,6 +138,7 @@ StoreImpl::StoreImpl(std::unique_ptr<StoreDb> db, std::unique_ptr<ChunkCache> ca
 }
 
 StoreImpl::~StoreImpl() {
+  StopSettling();
   if (pusher_.joinable()) {
     {
       MutexLock lock(&pusher_mu_);
@@ -209,7 +215,7 @@ Result<std::unique_ptr<SnapshotWriter>> StoreImpl::BeginSnapshot(
     return !generic.ok() ? generic.status() : pages.status();
   }
   auto writer = std::make_unique<SnapshotWriterImpl>(this, std::move(spec), key, *generic, *pages,
-                                                     writer_options);
+                                                     writer_options, LockAgainstGc());
   GPUCKPT_RETURN_IF_ERROR(writer->LoadBase());
   return std::unique_ptr<SnapshotWriter>(std::move(writer));
 }
@@ -357,11 +363,44 @@ Result<std::unique_ptr<FileReader>> StoreImpl::OpenFile(const std::string& id,
       return Status::InvalidArgument("'" + path + "' in snapshot '" + id +
                                      "' is not a regular file");
     }
-    return std::unique_ptr<FileReader>(
-        new FileReaderImpl(this, std::move(pinned.second), id, info.key,
-                           db_->domain_key(info.dedup_domain), index, std::move(e)));
+    return MakeReader(std::move(pinned.second), info, index, std::move(e));
   }
   return Status::NotFound("no file '" + path + "' in snapshot '" + id + "'");
+}
+
+SnapshotPin StoreImpl::PinAgain(uint64_t key) {
+  MutexLock lock(&pins_->mu);
+  pins_->keys.insert(key);
+  return SnapshotPin(pins_, key);
+}
+
+Result<std::unique_ptr<FileReader>> StoreImpl::MakeReader(SnapshotPin pin, const SnapshotInfo& info,
+                                                          uint32_t index, FileEntry entry) {
+  UniqueFd spool_file;
+  if (entry.spooled) {
+    Result<UniqueFd> opened = spool_->OpenForReading(info.key, index);
+    if (opened.ok()) {
+      spool_file = std::move(*opened);
+    } else if (opened.status().code() == StatusCode::kNotFound) {
+      // Settled since the record was read: its extents are durable now.
+      std::string record;
+      GPUCKPT_RETURN_IF_ERROR(FromRocks(db_->db()->Get(rocksdb::ReadOptions(), db_->files(),
+                                                       keys::FileKey(info.key, index), &record),
+                                        "reading a file record of '" + info.id + "'"));
+      GPUCKPT_ASSIGN_OR_RETURN(FileEntry settled, DecodeFileRecord(record));
+      if (settled.spooled || settled.path != entry.path) {
+        return Status::Corruption("snapshot '" + info.id + "' file '" + entry.path +
+                                  "': its spool file is missing");
+      }
+      settled.index = entry.index;
+      entry = std::move(settled);
+    } else {
+      return opened.status();
+    }
+  }
+  return std::unique_ptr<FileReader>(new FileReaderImpl(this, std::move(pin), info.id, info.key,
+                                                        db_->domain_key(info.dedup_domain), index,
+                                                        std::move(entry), std::move(spool_file)));
 }
 
 Result<std::unique_ptr<FileReader>> StoreImpl::OpenListedFile(const std::string& id, uint64_t key,
@@ -384,9 +423,7 @@ Result<std::unique_ptr<FileReader>> StoreImpl::OpenListedFile(const std::string&
     return Status::InvalidArgument("'" + entry.path + "' in snapshot '" + id +
                                    "' is not a regular file");
   e.index = entry.index;
-  return std::unique_ptr<FileReader>(new FileReaderImpl(this, std::move(pinned.second), id, key,
-                                                        db_->domain_key(info.dedup_domain),
-                                                        entry.index, std::move(e)));
+  return MakeReader(std::move(pinned.second), info, entry.index, std::move(e));
 }
 
 Status StoreImpl::RemoveLocal(const std::string& id) {
@@ -580,6 +617,9 @@ Result<GcReport> StoreImpl::GcLocked() {
   rocksdb::WriteOptions w;
   w.sync = options_.sync;
   GPUCKPT_RETURN_IF_ERROR(FromRocks(db_->db()->Write(w, &batch), "deleting chunks"));
+  // No writer runs now: a spool file of a key gone from the listing is a
+  // removed snapshot's, or one that was never published.
+  GPUCKPT_RETURN_IF_ERROR(RemoveOrphanSpoolFiles(live_keys));
   if (report.chunks_deleted > 0) GPUCKPT_RETURN_IF_ERROR(CompactChunkTables(db_.get()));
   // Also when nothing was deleted now: packs left by a crash, or by a gc
   // that failed half-way, hold only garbage.
@@ -604,6 +644,11 @@ Result<uint64_t> StoreImpl::HeldBytes(const std::vector<std::string>& ids) {
     auto info = Get(id);
     if (!info.ok() && info.status().code() == StatusCode::kNotFound) continue;
     if (!info.ok()) return info.status();
+    // Spooled files hold their whole size on the disk until they settle.
+    GPUCKPT_ASSIGN_OR_RETURN(auto records, ReadFileRecords(info->key));
+    for (const auto& [index, e] : records) {
+      if (e.spooled) held += e.size;
+    }
     ExtentIndex extents(db_.get(), ExtentIndex::Scope::Snapshot(info->key),
                         ExtentIndex::ReadOptions{.fill_cache = false});
     extents.SeekToFirst();
@@ -633,6 +678,7 @@ Result<StoreStats> StoreImpl::Stats() {
   }
   GPUCKPT_RETURN_IF_ERROR(FromRocks(it->status(), "scanning chunk meta records"));
   stats.disk_bytes = DiskUsage(dir());
+  GPUCKPT_ASSIGN_OR_RETURN(stats.spooled_bytes, spool_->Bytes());
   return stats;
 }
 

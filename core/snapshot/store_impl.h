@@ -26,9 +26,11 @@
 #include <set>
 #include <string>
 #include <thread>
+#include <unordered_set>
 #include <utility>
 
 #include "core/base/mutex.h"
+#include "core/snapshot/spool.h"
 #include "core/store/chunk_cache.h"
 #include "core/store/chunk_store.h"
 #include "core/store/store_db.h"
@@ -82,8 +84,8 @@ class StoreImpl final : public Store {
  public:
   // `pool`: the shared pool's link, or null (StoreOptions::pool).
   StoreImpl(std::unique_ptr<StoreDb> db, std::unique_ptr<ChunkCache> cache,
-            std::unique_ptr<ChunkStore> chunks, std::unique_ptr<PoolLink> pool,
-            const StoreOptions& options);
+            std::unique_ptr<ChunkStore> chunks, std::unique_ptr<Spool> spool,
+            std::unique_ptr<PoolLink> pool, const StoreOptions& options);
   ~StoreImpl() override;
 
   using Store::BeginSnapshot;
@@ -116,6 +118,29 @@ class StoreImpl final : public Store {
   StoreDb* db() const { return db_.get(); }
   ChunkStore& chunks() const { return *chunk_store_; }
   const StoreOptions& options() const { return options_; }
+  const Spool& spool() const { return *spool_; }
+  bool has_pool() const { return pool_ != nullptr; }
+
+  // Settling spooled snapshots (settle.cc): chunking the files a spooling
+  // writer made durable raw (SnapshotWriterOptions::spool), in the
+  // background, oldest first. A settled file's extents and record are
+  // flushed before its spool file goes, so a crash at any point leaves the
+  // file readable from one or the other; ResumeSettling() (at open) queues
+  // what a stopped store left spooled and removes spool files nothing
+  // needs.
+  // Queues published snapshot `id` (key `key`), which has spooled files.
+  void QueueSettle(const std::string& id, uint64_t key) EXCLUDES(settle_mu_);
+  // Settles snapshot `id` now, on this thread, unless it is settled or
+  // gone. The settler thread calls it; so may tests.
+  Status Settle(const std::string& id) EXCLUDES(settle_mu_);
+  // Settle(), for a caller that holds LockAgainstGc() already (a writer
+  // settling its base first).
+  Status SettleHoldingGcGuard(const std::string& id) EXCLUDES(settle_mu_);
+  // Waits until nothing queued is left to settle (tests, benchmarks).
+  void WaitSettled() EXCLUDES(settle_mu_);
+  // At open: queues the snapshots a stopped store left spooled, and removes
+  // spool files no published snapshot has.
+  Status ResumeSettling() EXCLUDES(settle_mu_);
   // Publishes a committed writer's manifest under the name BeginSnapshot()
   // reserved for it (info.id), which the writer still holds: no one else
   // publishes that name meanwhile. Fails if a snapshot of that name exists.
@@ -156,6 +181,28 @@ class StoreImpl final : public Store {
   Status ReserveUnusedName(const std::string& name) EXCLUDES(names_mu_);
   Status ReserveLocalName(const std::string& name) EXCLUDES(names_mu_);
   Result<SnapshotInfo> LocalGet(const std::string& id);
+  // Another pin of snapshot `key`, which the caller has pinned already.
+  SnapshotPin PinAgain(uint64_t key) EXCLUDES(pins_->mu);
+  // A reader of file `index` of snapshot `info`, from its spool file while
+  // it has one.
+  Result<std::unique_ptr<FileReader>> MakeReader(SnapshotPin pin, const SnapshotInfo& info,
+                                                 uint32_t index, FileEntry entry);
+
+  // Settling (settle.cc).
+  void StopSettling() EXCLUDES(settle_mu_);
+  void SettleInBackground() EXCLUDES(settle_mu_);
+  // Settle()'s work, with the hold against gc and settle_one_mu_ taken; in
+  // the background (on idle CPU, and given up, kCancelled, when a writer
+  // takes over), or at the caller's priority.
+  Status SettleLocked(const std::string& id, bool in_background);
+  // Writes the settled records of snapshot `info` unless it was removed
+  // meanwhile; returns whether it wrote them.
+  Result<bool> RecordSettled(const SnapshotInfo& info,
+                             const std::vector<std::pair<uint32_t, FileEntry>>& settled)
+      EXCLUDES(pins_->mu);
+  // Removes the spool files of snapshots that are neither listed nor
+  // pinned (gc).
+  Status RemoveOrphanSpoolFiles(const std::unordered_set<uint64_t>& live_or_pinned);
 
   // The shared pool (store_pool.cc).
   // Reserves a name pool-wide; with background pushes a pool that cannot
@@ -192,6 +239,7 @@ class StoreImpl final : public Store {
   StoreOptions options_;
   std::unique_ptr<ChunkCache> cache_;
   std::unique_ptr<ChunkStore> chunk_store_;  // borrows db_ and cache_
+  std::unique_ptr<Spool> spool_;            // borrows db_'s file ops
 
   SharedMutex gc_mu_ ACQUIRED_BEFORE(names_mu_);
   Mutex names_mu_;
@@ -216,6 +264,18 @@ class StoreImpl final : public Store {
   std::deque<std::string> push_queue_ GUARDED_BY(pusher_mu_);
   bool stopping_ GUARDED_BY(pusher_mu_) = false;
   std::thread pusher_;
+  // The settler: ids queued, the one being settled, and its thread
+  // (started by the first QueueSettle()).
+  Mutex settle_mu_;
+  CondVar settle_cv_;
+  std::deque<std::string> settle_queue_ GUARDED_BY(settle_mu_);
+  int settling_now_ GUARDED_BY(settle_mu_) = 0;
+  bool settle_stopping_ GUARDED_BY(settle_mu_) = false;
+  std::thread settler_ GUARDED_BY(settle_mu_);
+  // One settle at a time, by the settler or a caller of Settle().
+  Mutex settle_one_mu_;
+  // Writers waiting to settle a snapshot themselves: the settler gives up.
+  std::atomic<int> settle_takeovers_{0};
 };
 
 }  // namespace gpuckpt

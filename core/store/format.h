@@ -36,6 +36,10 @@ inline constexpr char kMetaFingerprintSeedKey[] = "fingerprint_seed";
 inline constexpr uint8_t kChunkRecordVersion = 1;
 inline constexpr uint8_t kSnapshotRecordVersion = 1;
 inline constexpr uint8_t kFileRecordVersion = 1;
+// A file record whose bytes still lie in the spool (not yet chunked): a
+// version of its own, so that builds that know no spool refuse it rather
+// than read a file without extents.
+inline constexpr uint8_t kSpooledFileRecordVersion = 2;
 inline constexpr uint8_t kExtentRecordVersion = 1;
 inline constexpr uint8_t kChunkMetaRecordVersion = 1;
 // First byte of a value in the chunks family that says where the record lies

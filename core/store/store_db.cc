@@ -672,6 +672,11 @@ Result<std::unique_ptr<StoreDb>> StoreDb::OpenReadOnly(const std::string& dir,
       &store->handles_, &raw);
   if (!s.ok()) return FromRocks(s, "opening the database of store " + dir + " for reading");
   store->db_.reset(raw);
+  // Once more to the holder's latest: a flush of the holder's (a commit's,
+  // a settle's) between the reading of its MANIFEST and of its WAL leaves
+  // the open view without what that WAL held, which is in a table now.
+  s = raw->TryCatchUpWithPrimary();
+  if (!s.ok()) return FromRocks(s, "catching up with store " + dir);
 
   std::string version;
   s = raw->Get(rocksdb::ReadOptions(), store->meta(), format::kMetaStoreVersionKey, &version);

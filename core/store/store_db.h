@@ -93,6 +93,11 @@ class StoreDb {
   const std::vector<rocksdb::ColumnFamilyHandle*>& all_families() const { return handles_; }
 
   ChunkPacks& packs() const { return *packs_; }
+  // Where the store's own files outside RocksDB are written (the packs',
+  // and whatever else keeps data beside them): `env`'s, or the system's.
+  StoreFileOps* file_ops() const {
+    return env_.files ? env_.files.get() : StoreFileOps::System();
+  }
 
   // The key of this store's chunk fingerprints (its seed is made the first
   // time a store is opened without one).

@@ -16,6 +16,11 @@ ssize_t StoreFileOps::Pwrite(int fd, const void* data, size_t len, off_t offset)
   return pwrite(fd, data, len, offset);
 }
 
+ssize_t StoreFileOps::SpliceFromPipe(int pipe_fd, int fd, off_t offset, size_t len) {
+  loff_t out = offset;
+  return splice(pipe_fd, nullptr, fd, &out, len, SPLICE_F_MOVE | SPLICE_F_MORE);
+}
+
 int StoreFileOps::Fdatasync(int fd) { return fdatasync(fd); }
 
 int StoreFileOps::FsyncDirectory(int dir_fd) { return fsync(dir_fd); }

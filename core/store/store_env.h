@@ -37,6 +37,10 @@ class StoreFileOps {
   // it exists. Returns the descriptor.
   virtual int CreateExclusive(int dir_fd, const char* name, mode_t mode);
   virtual ssize_t Pwrite(int fd, const void* data, size_t len, off_t offset);
+  // Moves up to `len` bytes from the pipe `pipe_fd` into `fd` at `offset`
+  // (splice(2): no copy through user memory); returns the bytes moved, 0
+  // at the pipe's end. A test's override may read and Pwrite() instead.
+  virtual ssize_t SpliceFromPipe(int pipe_fd, int fd, off_t offset, size_t len);
   virtual int Fdatasync(int fd);
   // fsync() of a directory: makes the names created, renamed or removed in
   // it durable.

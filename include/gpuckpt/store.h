@@ -134,6 +134,12 @@ struct StoreOptions {
   // is kPermissionDenied. Default: none.
   std::optional<PoolOptions> pool;
 
+  // Settle spooled snapshots (SnapshotWriterOptions::spool) on a thread of
+  // the store's own, on idle CPU, as soon as they are committed and when
+  // the store is opened. false: only Settle() of the implementation does
+  // (tests). Default: true.
+  bool settle_in_background = true;
+
   // fsync (RocksDB WAL sync) before a snapshot becomes visible, and on
   // delete. Without it a power loss can lose a snapshot that was reported
   // done. Default: true.

@@ -137,6 +137,23 @@ struct SnapshotWriterOptions {
   // otherwise idle CPU only, until SnapshotWriter::SetBackground(false);
   // see there. Default: false.
   bool background = false;
+
+  // Make each file given to AddFile() durable raw first: its bytes go as
+  // they come into a spool file on the store's disk (spliced from a pipe,
+  // no copy through user memory; no staging memory, no hashing, no
+  // compression), are synced before Commit() returns, and are chunked,
+  // deduplicated and compressed afterwards by the store, on idle CPU,
+  // without changing what any reader sees. For few cores, where hashing
+  // and compression cannot keep pace with the disk. kUnlessBase spools
+  // unless the spec's base is a snapshot of the same domain whose files
+  // are all chunked: a snapshot that mostly repeats its base then writes
+  // only what changed (prefault_bytes applies only then). A writer whose
+  // base is still spooled settles the base first (at BeginSnapshot(), on
+  // the caller's thread), unless it is kAlways. Ignored by
+  // a store with a shared pool (what it publishes there must be chunked
+  // first) and by AddStream()/AddSparse(). Default: kNever.
+  enum class Spool { kNever, kAlways, kUnlessBase };
+  Spool spool = Spool::kNever;
 };
 
 enum class FileType { kRegular, kDirectory, kSymlink };
@@ -172,6 +189,10 @@ struct FileEntry {
   // Empty for a file without holes (and for every file of a store written
   // before holes were kept). Set by the writer; ignored when adding a file.
   std::vector<FileHole> holes;
+  // Regular files: its bytes were made durable raw, in the store's spool,
+  // and are still to be chunked (SnapshotWriterOptions::spool); it reads
+  // the same either way. Set by the store; ignored when adding a file.
+  bool spooled = false;
   // Its number among its snapshot's file records (set by Store::ListFiles):
   // Store::OpenListedFile() finds the file with it, without a scan.
   uint32_t index = 0;
@@ -271,6 +292,7 @@ struct FsckReport {
   std::vector<std::string> problems;
   uint64_t damaged_chunks = 0;  // chunks whose record is unreadable or wrong
   uint64_t damaged_files = 0;   // files of snapshots that cannot be read back whole
+  uint64_t spooled_files = 0;   // files still spooled, not yet chunked (checked for size only)
   bool clean() const { return problems.empty(); }
 };
 
@@ -288,6 +310,9 @@ struct StoreStats {
   uint64_t unique_bytes = 0;   // raw bytes of those chunks
   uint64_t stored_bytes = 0;   // their compressed size
   uint64_t disk_bytes = 0;     // what the store directory takes on disk
+  // Bytes of spooled files not yet chunked (in disk_bytes, not in the
+  // chunks' counts); 0 once everything is settled.
+  uint64_t spooled_bytes = 0;
 };
 
 }  // namespace gpuckpt

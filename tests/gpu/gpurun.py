@@ -490,8 +490,9 @@ class Daemon:
     """gpuckptfs in the foreground, a child of this process, with the
     bundle's libraries, mounting `mnt` on a store at `store`."""
 
-    def __init__(self, bundle, store, mnt, log, prog):
+    def __init__(self, bundle, store, mnt, log, prog, extra_args=()):
         self.bundle, self.store, self.mnt, self.log, self.prog = bundle, store, mnt, log, prog
+        self.extra_args = list(extra_args)  # more gpuckptfs options
         self.pid = None
         self.proc = None
 
@@ -503,7 +504,8 @@ class Daemon:
         with open(self.log, "ab") as log:
             self.proc = subprocess.Popen(
                 [b.gpuckptfs, "--store", self.store, "--criu", b.criu, "--criu-plugin-dir",
-                 b.criu_plugins, "--lock-timeout", "30000", "--foreground", self.mnt],
+                 b.criu_plugins, "--lock-timeout", "30000", *self.extra_args, "--foreground",
+                 self.mnt],
                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=b.env())
         self.pid = self.proc.pid
         for _ in range(600):

@@ -78,7 +78,9 @@ class Traced:
 
 @pytest.fixture
 def mount():
-    m = Mount("gpuckpt-operations-test.")
+    # Chunked at once (not spooled, as on few cores by default): the
+    # store's chunk counts then agree with the manifest's right away.
+    m = Mount("gpuckpt-operations-test.", "--spool", "never")
     try:
         yield m
     finally:
@@ -227,6 +229,7 @@ def test_operations_logged_counted_and_shown(mount, traced):
     assert metric(after, "gpuckpt_store_logical_bytes") == manifest["logical_bytes"]
     assert metric(after, "gpuckpt_store_stored_bytes") >= manifest["stored_bytes"]
     assert metric(after, "gpuckpt_store_chunks") == manifest["new_chunks"]
+    assert metric(after, "gpuckpt_store_spooled_bytes") == 0
 
     # Generated files carry the time of their content, not 1970.
     now = time.time()

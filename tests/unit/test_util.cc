@@ -18,6 +18,7 @@
 #include <functional>
 #include <memory>
 
+#include "core/base/unique_fd.h"
 #include "core/store/chunk_codec.h"
 #include "core/store/chunk_packs.h"
 #include "core/store/format.h"
@@ -502,6 +503,31 @@ Result<SnapshotInfo> Import(Store& store, const std::string& src, const std::str
   SnapshotSpec spec;
   spec.name = name;
   return store.ImportDirectory(src, spec);
+}
+
+Result<SnapshotInfo> WriteFlatTree(Store& store, const std::string& src, const std::string& name,
+                                   SnapshotWriterOptions::Spool spool, const std::string& base) {
+  SnapshotSpec spec;
+  spec.name = name;
+  spec.base = base;
+  SnapshotWriterOptions options;
+  options.spool = spool;
+  GPUCKPT_ASSIGN_OR_RETURN(auto writer, store.BeginSnapshot(spec, options));
+  for (const std::string& file : SortedNames(src)) {
+    const std::string path = src + "/" + file;
+    UniqueFd fd(open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
+    struct stat st {};
+    if (fd.get() < 0 || fstat(fd.get(), &st) != 0) return StatusFromErrno(errno, path);
+    if (!S_ISREG(st.st_mode)) continue;
+    FileEntry e;
+    e.path = file;
+    e.mode = st.st_mode & 07777;
+    e.uid = st.st_uid;
+    e.gid = st.st_gid;
+    e.mtime_ns = int64_t{st.st_mtim.tv_sec} * 1000000000 + st.st_mtim.tv_nsec;
+    GPUCKPT_RETURN_IF_ERROR(writer->AddFile(e, fd.get()));
+  }
+  return writer->Commit();
 }
 
 ::testing::AssertionResult ExportMatches(Store& store, const std::string& id,

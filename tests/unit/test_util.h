@@ -145,6 +145,13 @@ void MakeCheckpointTree(const std::string& dir, uint64_t seed, uint64_t approx_b
 // Imports `src` as snapshot `name`, expecting success.
 Result<SnapshotInfo> Import(Store& store, const std::string& src, const std::string& name);
 
+// Writes the regular files at the top of `src` (in name order, with their
+// modes, owners and times) as snapshot `name` through a writer told to
+// spool as `spool` says, `base` its base; returns what Commit() returns.
+Result<SnapshotInfo> WriteFlatTree(Store& store, const std::string& src, const std::string& name,
+                                   SnapshotWriterOptions::Spool spool,
+                                   const std::string& base = "");
+
 // Exports `id` into a fresh directory under `scratch` and compares it with
 // `src`; the export is removed afterwards.
 ::testing::AssertionResult ExportMatches(Store& store, const std::string& id,

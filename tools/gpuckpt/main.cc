@@ -291,10 +291,16 @@ int RunFsck(Store& store) {
               std::to_string(r->damaged_chunks) + " damaged chunks, " +
               std::to_string(r->damaged_files) + " files that cannot be read back whole)";
   }
-  std::fprintf(stderr, "checked %llu chunks, %llu snapshots, %llu extents: %s\n",
+  // Spooled files are not chunked yet: only their size could be checked.
+  const std::string spooled =
+      r->spooled_files == 0
+          ? ""
+          : ", " + std::to_string(r->spooled_files) + " spooled files (size checked only)";
+  std::fprintf(stderr, "checked %llu chunks, %llu snapshots, %llu extents%s: %s\n",
                static_cast<unsigned long long>(r->chunks_checked),
                static_cast<unsigned long long>(r->snapshots_checked),
-               static_cast<unsigned long long>(r->extents_checked), verdict.c_str());
+               static_cast<unsigned long long>(r->extents_checked), spooled.c_str(),
+               verdict.c_str());
   return r->clean() ? 0 : kExitFsckProblems;
 }
 
@@ -313,7 +319,8 @@ int RunStats(Store& store, const CommandArgs& args) {
   if (args.as_json) {
     json out = {{"snapshot_count", r->snapshot_count}, {"logical_bytes", r->logical_bytes},
                 {"chunk_count", r->chunk_count},       {"unique_bytes", r->unique_bytes},
-                {"stored_bytes", r->stored_bytes},     {"disk_bytes", r->disk_bytes}};
+                {"stored_bytes", r->stored_bytes},     {"disk_bytes", r->disk_bytes},
+                {"spooled_bytes", r->spooled_bytes}};
     std::cout << out.dump(2) << "\n";
   } else {
     std::printf("snapshots     %llu\n", static_cast<unsigned long long>(r->snapshot_count));
@@ -322,6 +329,11 @@ int RunStats(Store& store, const CommandArgs& args) {
     std::printf("unique        %s\n", HumanBytes(r->unique_bytes).c_str());
     std::printf("stored        %s\n", HumanBytes(r->stored_bytes).c_str());
     std::printf("on disk       %s\n", HumanBytes(r->disk_bytes).c_str());
+    if (r->spooled_bytes != 0) {
+      // Durable raw, not yet chunked: counted in "on disk" only.
+      std::printf("spooled       %s (not yet deduplicated and compressed)\n",
+                  HumanBytes(r->spooled_bytes).c_str());
+    }
   }
   return 0;
 }

@@ -23,6 +23,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <optional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -297,6 +298,18 @@ void DeclareCheckpointOptions(CLI::App& app, EngineOptions* engine_options) {
                "less space where users run the same code and data, but what a checkpoint "
                "reports as new then tells its user whether others' checkpoints hold the same "
                "bytes");
+  const std::map<std::string, EngineOptions::Spool> spool_modes{
+      {"auto", EngineOptions::Spool::kAuto},
+      {"always", EngineOptions::Spool::kAlways},
+      {"never", EngineOptions::Spool::kNever}};
+  app.add_option("--spool", engine_options->spool,
+                 "Make a checkpoint's images durable raw as CRIU writes them, and deduplicate "
+                 "and compress them afterwards on idle CPU: always, never, or auto (when this "
+                 "machine has fewer than " +
+                     std::to_string(EngineOptions::kSpoolBelowCpus) +
+                     " CPUs, where hashing cannot keep pace with a disk). Ignored with --pool")
+      ->transform(CLI::CheckedTransformer(spool_modes, CLI::ignore_case))
+      ->default_str("auto");
   app.add_option("--quota", engine_options->user_quota_bytes,
                  "The most of the store each user's checkpoints may hold (e.g. 100G; units of "
                  "1024), each chunk counted once; a checkpoint or import that could go beyond it, "
