@@ -93,10 +93,13 @@ struct EngineOptions {
   // are counted but never refused. 0: no limit. Default: 0.
   uint64_t user_quota_bytes = 0;
   // Whether a checkpoint's images are made durable raw first and chunked
-  // behind (SnapshotWriterOptions::spool): kAlways, kNever, or kAuto, which
+  // behind (SnapshotWriterOptions::spool; only a process's first
+  // checkpoint, or any with kAlways): kAlways, kNever, or kAuto, which
   // spools on machines with fewer than kSpoolBelowCpus online CPUs, where
   // hashing and compression cannot keep pace with a disk (measured in
-  // tests/bench/README.md). Ignored with a shared pool. Default: kAuto.
+  // tests/bench/README.md), when the store's disk has room for twice the
+  // image and the request checks space. Ignored with a shared pool.
+  // Default: kAuto.
   enum class Spool { kAuto, kAlways, kNever };
   Spool spool = Spool::kAuto;
   static constexpr unsigned kSpoolBelowCpus = 8;
