@@ -38,7 +38,8 @@ void StoreImpl::SettleInBackground() {
     std::string id;
     {
       MutexLock lock(&settle_mu_);
-      while (!settle_stopping_ && settle_queue_.empty()) settle_cv_.Wait(settle_mu_);
+      while (!settle_stopping_ && (settle_queue_.empty() || settle_pauses_ > 0))
+        settle_cv_.Wait(settle_mu_);
       if (settle_stopping_) return;
       id = settle_queue_.front();
       settle_queue_.pop_front();
@@ -61,10 +62,22 @@ void StoreImpl::SettleInBackground() {
   }
 }
 
+StoreImpl::SettlePause StoreImpl::PauseSettling() {
+  MutexLock lock(&settle_mu_);
+  ++settle_pauses_;
+  return SettlePause(this);
+}
+
+void StoreImpl::EndSettlePause() {
+  MutexLock lock(&settle_mu_);
+  --settle_pauses_;
+  settle_cv_.NotifyAll();
+}
+
 void StoreImpl::WaitSettled() {
   MutexLock lock(&settle_mu_);
   while (!settle_stopping_ && settler_.joinable() &&
-         (!settle_queue_.empty() || settling_now_ > 0)) {
+         (!settle_queue_.empty() || settling_now_ > 0 || settle_pauses_ > 0)) {
     settle_cv_.Wait(settle_mu_);
   }
 }
@@ -151,7 +164,11 @@ Status StoreImpl::SettleLocked(const std::string& id, bool in_background) {
   SnapshotWriterImpl writer(this, spec, info->key, generic, pages, writer_options,
                             SharedMutexHold());
   if (in_background) {
-    writer.SetCancel([this] { return settle_takeovers_.load(std::memory_order_relaxed) > 0; });
+    writer.SetCancel([this] {
+      if (settle_takeovers_.load(std::memory_order_relaxed) > 0) return true;
+      MutexLock lock(&settle_mu_);
+      return settle_pauses_ > 0;
+    });
   }
   writer.PrepareToSettle(records);
   GPUCKPT_RETURN_IF_ERROR(writer.LoadBase());

@@ -85,16 +85,18 @@ Status SnapshotWriterImpl::LoadBase() {
            (spool_mode_ == SnapshotWriterOptions::Spool::kUnlessBase && !base_);
   if (spool_) {
     // It compares nothing now: its files are chunked later, on the base
-    // it names (StoreImpl::Settle()).
+    // it names (StoreImpl::Settle()). Meanwhile nothing is settled.
     if (base_) spool_base_ = base_->id();
     base_.reset();
+    settle_pause_.emplace(store_->PauseSettling());
   } else if (base_) {
     // With a base, most chunks are the base's, found by fingerprint (a
     // small fraction of a copy's cost) as fast as they come, if the
     // workers run beside the source rather than on idle CPU only: blocks
     // then go back to the pool at once, and few fresh ones, which the
-    // source would wait for, are faulted in.
-    SetBackground(false);
+    // source would wait for, are faulted in. (A settling writer stays on
+    // idle CPU: nothing waits for it.)
+    if (!settling_) SetBackground(false);
   } else if (prefault_bytes_ != 0) {
     // Without, the whole input may be staged: faulted in before the
     // source starts.
@@ -113,13 +115,16 @@ Status SnapshotWriterImpl::FindBase() {
   GPUCKPT_ASSIGN_OR_RETURN(base_, BaseExtents::Load(store_, spec_.base, spec_.dedup_domain));
   // A base with spooled files has no extents for them yet: nothing to
   // compare with there. The base is settled first, here, on this thread,
-  // so as to store only what changed: spooling this snapshot too would
-  // write every byte again beside the base's settling, which the disk's
-  // writeback then throttles while the tree is frozen. (Not when this
-  // writer is settling a snapshot itself: its base, queued before it, is
-  // settled already, or could not be.)
-  if (!base_ || !base_->spooled() || settling_ ||
-      spool_mode_ == SnapshotWriterOptions::Spool::kAlways) {
+  // so as to store only what changed. Spooling this snapshot too was
+  // measured to freeze the tree several times longer (tests/bench/
+  // README.md): its spool files then reach the disk beside what the
+  // base's settling wrote. Only a kAlways writer spools. (Nothing is
+  // settled when this writer is settling a snapshot itself: its base,
+  // queued before it, is settled already, or could not be.)
+  if (!base_ || !base_->spooled() || settling_) return Status::Ok();
+  if (spool_mode_ == SnapshotWriterOptions::Spool::kAlways) {
+    spool_base_ = base_->id();
+    base_.reset();
     return Status::Ok();
   }
   base_.reset();
@@ -482,6 +487,7 @@ Result<SnapshotInfo> SnapshotWriterImpl::Commit() {
   store_->ReleaseName(spec_.name, StoreImpl::NameFate::kPublished);
   store_->AfterPublish(info);
   if (HasSpooledFiles()) store_->QueueSettle(info.id, info.key);
+  settle_pause_.reset();
   return info;
 }
 

@@ -215,6 +215,8 @@ class SnapshotWriterImpl final : public SnapshotWriter {
   const uint64_t prefault_bytes_;  // SnapshotWriterOptions::prefault_bytes
   // A spooling writer's base, which it names and its settling compares with.
   std::string spool_base_;
+  // Held by a spooling writer until it commits or is abandoned.
+  std::optional<StoreImpl::SettlePause> settle_pause_;
   // The spool files written, by file index; closed at commit.
   std::vector<std::pair<uint32_t, UniqueFd>> spool_files_ GUARDED_BY(entries_mu_);
   // Made by PrepareToSettle(): chunks spooled files of a published snapshot.

@@ -63,9 +63,8 @@ Result<UniqueFd> Spool::Create(uint64_t key, uint32_t index) const {
 }
 
 Result<uint64_t> Spool::Receive(int src, int dst, const std::function<bool()>& cancelled) const {
-  const bool pipe = IsPipe(src);
+  bool pipe = IsPipe(src);
   std::unique_ptr<char[]> buf;
-  if (!pipe) buf = std::make_unique<char[]>(kMoveBytes);
   uint64_t at = 0;
   uint64_t written_back = 0;
   for (;;) {
@@ -74,8 +73,13 @@ Result<uint64_t> Spool::Receive(int src, int dst, const std::function<bool()>& c
     if (pipe) {
       n = ops_->SpliceFromPipe(src, dst, static_cast<off_t>(at), kMoveBytes);
       if (n < 0 && errno == EINTR) continue;
+      if (n < 0 && errno == EINVAL && at == 0) {
+        pipe = false;  // a filesystem that takes no splice: read and write
+        continue;
+      }
       if (n < 0) return OnStoreDisk(StatusFromErrno(errno, "spooling"));
     } else {
+      if (!buf) buf = std::make_unique<char[]>(kMoveBytes);
       n = read(src, buf.get(), kMoveBytes);
       if (n < 0 && errno == EINTR) continue;
       if (n < 0) return StatusFromErrno(errno, "reading a file to spool");

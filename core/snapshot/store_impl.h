@@ -136,6 +136,25 @@ class StoreImpl final : public Store {
   // Settle(), for a caller that holds LockAgainstGc() already (a writer
   // settling its base first).
   Status SettleHoldingGcGuard(const std::string& id) EXCLUDES(settle_mu_);
+  // Stops the settler (what it is settling is given up, and settled again
+  // later) until the pause is destroyed: a spooling writer holds one, so
+  // that its spool files reach the disk without the settler's writes
+  // beside them, which the kernel's writeback would make the frozen tree
+  // wait for. Move-only; destroy it before the store.
+  class SettlePause {
+   public:
+    SettlePause(SettlePause&& other) noexcept : store_(std::exchange(other.store_, nullptr)) {}
+    SettlePause& operator=(SettlePause&&) = delete;
+    ~SettlePause() {
+      if (store_ != nullptr) store_->EndSettlePause();
+    }
+
+   private:
+    friend class StoreImpl;
+    explicit SettlePause(StoreImpl* store) : store_(store) {}
+    StoreImpl* store_;
+  };
+  SettlePause PauseSettling() EXCLUDES(settle_mu_);
   // Waits until nothing queued is left to settle (tests, benchmarks).
   void WaitSettled() EXCLUDES(settle_mu_);
   // At open: queues the snapshots a stopped store left spooled, and removes
@@ -189,6 +208,7 @@ class StoreImpl final : public Store {
                                                  uint32_t index, FileEntry entry);
 
   // Settling (settle.cc).
+  void EndSettlePause() EXCLUDES(settle_mu_);
   void StopSettling() EXCLUDES(settle_mu_);
   void SettleInBackground() EXCLUDES(settle_mu_);
   // Settle()'s work, with the hold against gc and settle_one_mu_ taken; in
@@ -271,6 +291,7 @@ class StoreImpl final : public Store {
   std::deque<std::string> settle_queue_ GUARDED_BY(settle_mu_);
   int settling_now_ GUARDED_BY(settle_mu_) = 0;
   bool settle_stopping_ GUARDED_BY(settle_mu_) = false;
+  int settle_pauses_ GUARDED_BY(settle_mu_) = 0;  // SettlePause objects alive
   std::thread settler_ GUARDED_BY(settle_mu_);
   // One settle at a time, by the settler or a caller of Settle().
   Mutex settle_one_mu_;

@@ -149,7 +149,8 @@ struct SnapshotWriterOptions {
   // are all chunked: a snapshot that mostly repeats its base then writes
   // only what changed (prefault_bytes applies only then). A writer whose
   // base is still spooled settles the base first (at BeginSnapshot(), on
-  // the caller's thread), unless it is kAlways. Ignored by
+  // the caller's thread), unless it is kAlways. While a writer spools, the
+  // store settles nothing. Ignored by
   // a store with a shared pool (what it publishes there must be chunked
   // first) and by AddStream()/AddSparse(). Default: kNever.
   enum class Spool { kNever, kAlways, kUnlessBase };

@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <filesystem>
 #include <string>
 #include <thread>
@@ -213,7 +214,7 @@ TEST_F(SpoolTest, AReopenSettlesWhatWasLeftAndRemovesWhatNothingNeeds) {
   ExpectFsckClean();
 }
 
-TEST_F(SpoolTest, AWriterOnASpooledBaseSettlesItFirstUnlessItAlwaysSpools) {
+TEST_F(SpoolTest, OnASpooledBaseAWriterSettlesItFirstUnlessItAlwaysSpools) {
   ASSERT_OK(WriteFlatTree(*store_, src_, "first", Spooling::kUnlessBase).status());
   EXPECT_TRUE(AllSpooled("first", true)) << "no base: spooled";
   // kAlways on a spooled base: spooled too, naming its base, and settled
@@ -222,9 +223,9 @@ TEST_F(SpoolTest, AWriterOnASpooledBaseSettlesItFirstUnlessItAlwaysSpools) {
                        WriteFlatTree(*store_, src_, "always", Spooling::kAlways, "first"));
   EXPECT_TRUE(AllSpooled("always", true));
   EXPECT_EQ(always.base, "first");
-  EXPECT_TRUE(AllSpooled("first", true)) << "a kAlways writer settles nothing";
-  // kUnlessBase on a spooled base: the base is settled first, on the
-  // writer's thread, and only what changed is stored, at once.
+  EXPECT_TRUE(AllSpooled("first", true)) << "a spooling writer settles nothing";
+  // kUnlessBase (and kNever) on a spooled base: the base is settled first,
+  // on the writer's thread, and only what changed is stored, at once.
   ASSERT_OK_AND_ASSIGN(SnapshotInfo second,
                        WriteFlatTree(*store_, src_, "second", Spooling::kUnlessBase, "first"));
   EXPECT_TRUE(AllSpooled("first", false));
@@ -247,7 +248,7 @@ TEST_F(SpoolTest, AWriterTakesTheSettlingOfItsBaseOverFromTheSettler) {
   ASSERT_OK(WriteFlatTree(*store_, src_, "first", Spooling::kAlways).status());
   OpenStore(/*settle_in_background=*/true);  // the reopen queues "first"
   ASSERT_OK_AND_ASSIGN(SnapshotInfo second,
-                       WriteFlatTree(*store_, src_, "second", Spooling::kUnlessBase, "first"));
+                       WriteFlatTree(*store_, src_, "second", Spooling::kNever, "first"));
   EXPECT_TRUE(AllSpooled("first", false));
   EXPECT_TRUE(AllSpooled("second", false));
   EXPECT_EQ(second.new_bytes, 0u);
@@ -256,6 +257,27 @@ TEST_F(SpoolTest, AWriterTakesTheSettlingOfItsBaseOverFromTheSettler) {
   for (const char* id : {"first", "second"})
     EXPECT_TRUE(ExportMatches(*store_, id, src_, tmp_.path())) << id;
   ExpectFsckClean();
+}
+
+TEST_F(SpoolTest, NothingIsSettledWhileAWriterSpools) {
+  OpenStore(/*settle_in_background=*/true);
+  {
+    SnapshotSpec spec;
+    spec.name = "spooling";
+    SnapshotWriterOptions options;
+    options.spool = Spooling::kAlways;
+    ASSERT_OK_AND_ASSIGN(auto writer, store_->BeginSnapshot(spec, options));
+    // Committed and queued while the writer above spools: the settler
+    // waits for it.
+    ASSERT_OK(WriteFlatTree(*store_, src_, "first", Spooling::kAlways).status());
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    EXPECT_TRUE(AllSpooled("first", true));
+    EXPECT_EQ(SpoolFiles().size(), 3u);
+  }
+  // The writer gone, the settler goes on.
+  impl().WaitSettled();
+  EXPECT_TRUE(AllSpooled("first", false));
+  EXPECT_TRUE(SpoolFiles().empty());
 }
 
 TEST_F(SpoolTest, FsckFindsAMissingOrShortSpoolFile) {
