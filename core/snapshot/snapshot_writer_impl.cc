@@ -210,14 +210,20 @@ Status SnapshotWriterImpl::AddFile(const FileEntry& meta, int fd) {
   return AddSparse(meta, &source);
 }
 
-Status SnapshotWriterImpl::SpoolFile(const FileEntry& meta, int fd) {
+Result<uint32_t> SnapshotWriterImpl::AppendRegularFile(const FileEntry& meta) {
   if (committed_) return Status::InvalidArgument("snapshot already committed");
+  // What the data read decides, never what the caller says.
   FileEntry e = meta;
   e.type = FileType::kRegular;
   e.size = 0;
   e.chunk_count = e.new_bytes = e.stored_bytes = 0;
   e.holes.clear();
-  GPUCKPT_ASSIGN_OR_RETURN(const uint32_t file_index, AppendEntry(e));
+  e.spooled = false;
+  return AppendEntry(std::move(e));
+}
+
+Status SnapshotWriterImpl::SpoolFile(const FileEntry& meta, int fd) {
+  GPUCKPT_ASSIGN_OR_RETURN(const uint32_t file_index, AppendRegularFile(meta));
   Result<UniqueFd> file = store_->spool().Create(key_, file_index);
   if (!file.ok()) return Fail(file.status());
   {
@@ -226,7 +232,7 @@ Status SnapshotWriterImpl::SpoolFile(const FileEntry& meta, int fd) {
     spool_files_.emplace_back(file_index, UniqueFd(dup(file->get())));
   }
   Result<uint64_t> moved = store_->spool().Receive(fd, file->get(), cancelled_);
-  if (!moved.ok()) return Fail(moved.status().WithContext("'" + e.path + "'"));
+  if (!moved.ok()) return Fail(moved.status().WithContext("'" + meta.path + "'"));
   CountRead(*moved);
   MutexLock lock(&entries_mu_);
   entries_[file_index].size = *moved;
@@ -253,14 +259,8 @@ Status SnapshotWriterImpl::AddStream(const FileEntry& meta, const ReadFn& read) 
 }
 
 Status SnapshotWriterImpl::AddSparse(const FileEntry& meta, SparseSource* source) {
-  if (committed_) return Status::InvalidArgument("snapshot already committed");
-  FileEntry e = meta;
-  e.type = FileType::kRegular;
-  e.size = 0;
-  e.chunk_count = e.new_bytes = e.stored_bytes = 0;
-  e.holes.clear();
-  GPUCKPT_ASSIGN_OR_RETURN(const uint32_t file_index, AppendEntry(e));
-  return ReadSource(file_index, e.path, source);
+  GPUCKPT_ASSIGN_OR_RETURN(const uint32_t file_index, AppendRegularFile(meta));
+  return ReadSource(file_index, meta.path, source);
 }
 
 Status SnapshotWriterImpl::ReadSource(uint32_t file_index, const std::string& path,

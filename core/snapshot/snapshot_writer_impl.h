@@ -135,6 +135,9 @@ class SnapshotWriterImpl final : public SnapshotWriter {
   // The data of file `index` (its record appended) from `source`: its
   // size and holes go into the record.
   Status ReadSource(uint32_t index, const std::string& path, SparseSource* source);
+  // The record of a regular file about to be read, from the caller's
+  // metadata; its new index.
+  Result<uint32_t> AppendRegularFile(const FileEntry& meta);
   // AddFile() of a spooling writer: the bytes into a spool file.
   Status SpoolFile(const FileEntry& meta, int fd);
   // Commit()'s first step for a spooling writer: the spool files durable.
