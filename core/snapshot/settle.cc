@@ -17,7 +17,7 @@
 
 namespace gpuckpt {
 
-void StoreImpl::QueueSettle(const std::string& id, uint64_t /*key*/) {
+void StoreImpl::QueueSettle(const std::string& id) {
   MutexLock lock(&settle_mu_);
   if (settle_stopping_) return;  // the next open resumes it
   settle_queue_.push_back(id);
@@ -109,7 +109,7 @@ Status StoreImpl::ResumeSettling() {
       continue;
     }
     // Settle() removes what turns out settled already.
-    if (key != last_key) QueueSettle(it->second->id, key);
+    if (key != last_key) QueueSettle(it->second->id);
     last_key = key;
   }
   return Status::Ok();

@@ -486,7 +486,7 @@ Result<SnapshotInfo> SnapshotWriterImpl::Commit() {
   committed_ = true;
   store_->ReleaseName(spec_.name, StoreImpl::NameFate::kPublished);
   store_->AfterPublish(info);
-  if (HasSpooledFiles()) store_->QueueSettle(info.id, info.key);
+  if (HasSpooledFiles()) store_->QueueSettle(info.id);
   settle_pause_.reset();
   return info;
 }

@@ -128,8 +128,8 @@ class StoreImpl final : public Store {
   // file readable from one or the other; ResumeSettling() (at open) queues
   // what a stopped store left spooled and removes spool files nothing
   // needs.
-  // Queues published snapshot `id` (key `key`), which has spooled files.
-  void QueueSettle(const std::string& id, uint64_t key) EXCLUDES(settle_mu_);
+  // Queues published snapshot `id`, which has spooled files.
+  void QueueSettle(const std::string& id) EXCLUDES(settle_mu_);
   // Settles snapshot `id` now, on this thread, unless it is settled or
   // gone. The settler thread calls it; so may tests.
   Status Settle(const std::string& id) EXCLUDES(settle_mu_);

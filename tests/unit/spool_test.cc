@@ -317,16 +317,7 @@ TEST_F(SpoolTest, PipesAreSplicedWhole) {
   const RandomStream stream(5);
   int fds[2];
   ASSERT_EQ(pipe(fds), 0);
-  std::thread feeder([&] {
-    std::vector<char> buf(65536 + 3);
-    for (uint64_t off = 0; off < size;) {
-      const size_t n = static_cast<size_t>(std::min<uint64_t>(buf.size(), size - off));
-      stream.Fill(off, buf.data(), n);
-      if (write(fds[1], buf.data(), n) != static_cast<ssize_t>(n)) break;
-      off += n;
-    }
-    close(fds[1]);
-  });
+  std::thread feeder = testing::FeedPipe(fds[1], stream, size, 65536 + 3);
   SnapshotSpec spec;
   spec.name = "piped";
   SnapshotWriterOptions options;

@@ -505,6 +505,19 @@ Result<SnapshotInfo> Import(Store& store, const std::string& src, const std::str
   return store.ImportDirectory(src, spec);
 }
 
+std::thread FeedPipe(int fd, const RandomStream& stream, uint64_t size, size_t write_size) {
+  return std::thread([fd, &stream, size, write_size] {
+    std::vector<char> buf(write_size);
+    for (uint64_t off = 0; off < size;) {
+      const size_t n = static_cast<size_t>(std::min<uint64_t>(buf.size(), size - off));
+      stream.Fill(off, buf.data(), n);
+      if (write(fd, buf.data(), n) != static_cast<ssize_t>(n)) break;
+      off += n;
+    }
+    close(fd);
+  });
+}
+
 Result<SnapshotInfo> WriteFlatTree(Store& store, const std::string& src, const std::string& name,
                                    SnapshotWriterOptions::Spool spool, const std::string& base) {
   SnapshotSpec spec;

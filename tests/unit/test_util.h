@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "gpuckpt/status.h"
@@ -144,6 +145,10 @@ void MakeCheckpointTree(const std::string& dir, uint64_t seed, uint64_t approx_b
 
 // Imports `src` as snapshot `name`, expecting success.
 Result<SnapshotInfo> Import(Store& store, const std::string& src, const std::string& name);
+
+// A thread that writes `size` bytes of `stream` into pipe end `fd` in
+// writes of `write_size` bytes (the last shorter), then closes `fd`.
+std::thread FeedPipe(int fd, const RandomStream& stream, uint64_t size, size_t write_size);
 
 // Writes the regular files at the top of `src` (in name order, with their
 // modes, owners and times) as snapshot `name` through a writer told to
