@@ -37,10 +37,37 @@ struct ChunkMetas {
   std::vector<std::pair<ChunkHash, ChunkMeta>> records;
 };
 
-ChunkMetas ReadChunkMetas(const StoreDb& db, FsckReport* report) {
+// Fsck reads every table as of one RocksDB snapshot: a writer committing
+// or the settler settling meanwhile (they hold off gc, not fsck) would
+// otherwise show fsck file records whose chunks its earlier pass over the
+// chunk records did not see. A read-only secondary's view moves only when
+// it catches up (Fsck() does that between passes): it reads as it is.
+class FsckView {
+ public:
+  explicit FsckView(const StoreDb& db)
+      : db_(db), view_(db.read_only() ? nullptr : db.db()->GetSnapshot()) {}
+  ~FsckView() {
+    if (view_ != nullptr) db_.db()->ReleaseSnapshot(view_);
+  }
+  FsckView(const FsckView&) = delete;
+  FsckView& operator=(const FsckView&) = delete;
+
+  const rocksdb::Snapshot* get() const { return view_; }
+  rocksdb::ReadOptions Read() const {
+    rocksdb::ReadOptions r;
+    r.snapshot = view_;
+    r.fill_cache = false;  // one pass over records nobody reads again soon
+    return r;
+  }
+
+ private:
+  const StoreDb& db_;
+  const rocksdb::Snapshot* view_;  // owned
+};
+
+ChunkMetas ReadChunkMetas(const StoreDb& db, const FsckView& view, FsckReport* report) {
   ChunkMetas metas;
-  std::unique_ptr<rocksdb::Iterator> it(
-      db.db()->NewIterator(rocksdb::ReadOptions(), db.chunk_meta()));
+  std::unique_ptr<rocksdb::Iterator> it(db.db()->NewIterator(view.Read(), db.chunk_meta()));
   for (it->SeekToFirst(); it->Valid(); it->Next()) {
     auto hash = ChunkHash::FromBytes(it->key().ToStringView());
     auto meta = DecodeChunkMeta(it->value().ToStringView());
@@ -64,12 +91,13 @@ ChunkMetas ReadChunkMetas(const StoreDb& db, FsckReport* report) {
 // catches accidental damage as well), never reported for its name.
 class ChunkDomains {
  public:
-  void Learn(const StoreDb& db, const std::vector<SnapshotInfo>& snapshots, FsckReport* report) {
+  void Learn(const StoreDb& db, const FsckView& view, const std::vector<SnapshotInfo>& snapshots,
+             FsckReport* report) {
     std::map<std::optional<uint32_t>, uint32_t> slots;  // domain -> slot
     for (const auto& snap : snapshots) {
       auto [slot, added] = slots.try_emplace(snap.dedup_domain, keys_.size());
       if (added) keys_.push_back(db.domain_key(snap.dedup_domain));
-      LearnFrom(db, snap, slot->second, report);
+      LearnFrom(db, view, snap, slot->second, report);
     }
   }
 
@@ -90,9 +118,10 @@ class ChunkDomains {
   }
 
  private:
-  void LearnFrom(const StoreDb& db, const SnapshotInfo& snap, uint32_t slot, FsckReport* report) {
+  void LearnFrom(const StoreDb& db, const FsckView& view, const SnapshotInfo& snap, uint32_t slot,
+                 FsckReport* report) {
     ExtentIndex extents(&db, ExtentIndex::Scope::Snapshot(snap.key),
-                        ExtentIndex::ReadOptions{.fill_cache = false});
+                        ExtentIndex::ReadOptions{.view = view.get(), .fill_cache = false});
     for (extents.SeekToFirst(); extents.Valid(); extents.Next()) {
       auto e = extents.Decode();
       if (!e.ok()) continue;  // reported by CheckFileExtents()
@@ -140,11 +169,11 @@ std::string WhereChunkLies(uint64_t seq, std::string_view value) {
 // Every chunk record: decodes, and its bytes hash to the name it carries.
 // A damaged chunk is one line, however many extents name it; the files
 // that use it are named by CheckFileExtents(), once each.
-CheckedChunks CheckChunkRecords(const StoreDb& db, const ChunkStore& chunk_store,
-                                const ChunkMetas& metas, const ChunkDomains& domains,
-                                FsckReport* report) {
+CheckedChunks CheckChunkRecords(const StoreDb& db, const FsckView& view,
+                                const ChunkStore& chunk_store, const ChunkMetas& metas,
+                                const ChunkDomains& domains, FsckReport* report) {
   CheckedChunks chunks;
-  std::unique_ptr<rocksdb::Iterator> it(db.db()->NewIterator(rocksdb::ReadOptions(), db.chunks()));
+  std::unique_ptr<rocksdb::Iterator> it(db.db()->NewIterator(view.Read(), db.chunks()));
   for (it->SeekToFirst(); it->Valid(); it->Next()) {
     ++report->chunks_checked;
     if (it->key().size() != 8) {
@@ -254,10 +283,12 @@ class FileDamage {
 // One regular file: its extents follow each other from offset 0 to its
 // size, past its recorded holes only, and name good chunks of the lengths
 // they say.
-void CheckFileExtents(const StoreDb& db, const SnapshotInfo& snap, uint32_t index,
-                      const FileEntry& entry, const CheckedChunks& chunks, FsckReport* report) {
+void CheckFileExtents(const StoreDb& db, const FsckView& view, const SnapshotInfo& snap,
+                      uint32_t index, const FileEntry& entry, const CheckedChunks& chunks,
+                      FsckReport* report) {
   const std::string where = "snapshot '" + snap.id + "' file '" + entry.path + "'";
-  ExtentIndex extents(&db, ExtentIndex::Scope::File(snap.key, index, entry.holes));
+  ExtentIndex extents(&db, ExtentIndex::Scope::File(snap.key, index, entry.holes),
+                      ExtentIndex::ReadOptions{.view = view.get(), .fill_cache = false});
   FileDamage damage;
   bool broken = false;
   extents.SeekToFirst();
@@ -319,10 +350,10 @@ void CheckSpooledFile(const Spool& spool, const SnapshotInfo& snap, uint32_t ind
 
 // One snapshot: its file records are as many as its manifest says, and
 // each regular file's extents are whole.
-void CheckSnapshot(StoreImpl* store, const SnapshotInfo& snap, const CheckedChunks& chunks,
-                   FsckReport* report) {
+void CheckSnapshot(StoreImpl* store, const FsckView& view, const SnapshotInfo& snap,
+                   const CheckedChunks& chunks, FsckReport* report) {
   ++report->snapshots_checked;
-  auto files = store->ReadFileRecords(snap.key);
+  auto files = store->ReadFileRecords(snap.key, view.get());
   if (!files.ok()) {
     report->problems.push_back("snapshot '" + snap.id + "': " + files.status().message());
     return;
@@ -337,7 +368,7 @@ void CheckSnapshot(StoreImpl* store, const SnapshotInfo& snap, const CheckedChun
     if (entry.spooled) {
       CheckSpooledFile(store->spool(), snap, index, entry, report);
     } else {
-      CheckFileExtents(*store->db(), snap, index, entry, chunks, report);
+      CheckFileExtents(*store->db(), view, snap, index, entry, chunks, report);
     }
   }
 }
@@ -345,14 +376,19 @@ void CheckSnapshot(StoreImpl* store, const SnapshotInfo& snap, const CheckedChun
 }  // namespace
 
 Result<FsckReport> StoreImpl::FsckOnce() {
+  // Gc moves chunks between packs and punches them out: not while fsck
+  // reads them. Writers and the settler run on; fsck's view is from before.
+  SharedMutexHold gc_guard = LockAgainstGc();
+  const FsckView view(*db_);
   FsckReport report;
-  const ChunkMetas metas = ReadChunkMetas(*db_, &report);
-  GPUCKPT_ASSIGN_OR_RETURN(const std::vector<SnapshotInfo> snapshots, LocalList());
+  const ChunkMetas metas = ReadChunkMetas(*db_, view, &report);
+  GPUCKPT_ASSIGN_OR_RETURN(const std::vector<SnapshotInfo> snapshots, LocalList(view.get()));
   ChunkDomains domains;
-  domains.Learn(*db_, snapshots, &report);
-  const CheckedChunks chunks = CheckChunkRecords(*db_, *chunk_store_, metas, domains, &report);
+  domains.Learn(*db_, view, snapshots, &report);
+  const CheckedChunks chunks =
+      CheckChunkRecords(*db_, view, *chunk_store_, metas, domains, &report);
   CheckMetaRecords(metas, chunks, &report);
-  for (const auto& snap : snapshots) CheckSnapshot(this, snap, chunks, &report);
+  for (const auto& snap : snapshots) CheckSnapshot(this, view, snap, chunks, &report);
   return report;
 }
 

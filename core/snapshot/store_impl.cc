@@ -277,10 +277,11 @@ Status StoreImpl::Publish(const SnapshotInfo& info) {
                    "publishing snapshot '" + info.id + "'");
 }
 
-Result<std::vector<SnapshotInfo>> StoreImpl::LocalList() {
+Result<std::vector<SnapshotInfo>> StoreImpl::LocalList(const rocksdb::Snapshot* view) {
   std::vector<SnapshotInfo> out;
-  std::unique_ptr<rocksdb::Iterator> it(
-      db_->db()->NewIterator(rocksdb::ReadOptions(), db_->snapshots()));
+  rocksdb::ReadOptions r;
+  r.snapshot = view;
+  std::unique_ptr<rocksdb::Iterator> it(db_->db()->NewIterator(r, db_->snapshots()));
   for (it->SeekToFirst(); it->Valid(); it->Next()) {
     GPUCKPT_ASSIGN_OR_RETURN(SnapshotInfo info, DecodeSnapshotRecord(it->key().ToStringView(),
                                                                      it->value().ToStringView()));

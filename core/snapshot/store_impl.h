@@ -104,7 +104,7 @@ class StoreImpl final : public Store {
                                                      const FileEntry& entry) override;
   Status Remove(const std::string& id) override;
   Result<GcReport> Gc() override EXCLUDES(gc_mu_);
-  Result<FsckReport> Fsck() override;
+  Result<FsckReport> Fsck() override EXCLUDES(gc_mu_);
   Result<StoreStats> Stats() override;
   Result<uint64_t> HeldBytes(const std::vector<std::string>& ids) override;
   Result<uint64_t> FreeBytes() override { return db_->FreeBytesForIngest(); }
@@ -177,8 +177,9 @@ class StoreImpl final : public Store {
   Status PushBeforePublish(SnapshotInfo* info);
   void AfterPublish(const SnapshotInfo& info) EXCLUDES(pusher_mu_);
 
-  // This store's own snapshots, oldest first (List() adds the pool's).
-  Result<std::vector<SnapshotInfo>> LocalList();
+  // This store's own snapshots, oldest first (List() adds the pool's); as
+  // of `view` when given (a RocksDB snapshot of db()), else as of now.
+  Result<std::vector<SnapshotInfo>> LocalList(const rocksdb::Snapshot* view = nullptr);
 
   // Held by a writer for its whole life: Gc waits for it.
   SharedMutexHold LockAgainstGc() { return SharedMutexHold(&gc_mu_); }
@@ -252,8 +253,9 @@ class StoreImpl final : public Store {
   // Remove() of this store's copy only.
   Status RemoveLocal(const std::string& id);
   Result<GcReport> GcLocked() REQUIRES(gc_mu_) EXCLUDES(pins_->mu);
-  // One pass of Fsck() over the database as this Store sees it now.
-  Result<FsckReport> FsckOnce();
+  // One pass of Fsck() over the database as this Store sees it now: one
+  // RocksDB snapshot of it, with gc held off.
+  Result<FsckReport> FsckOnce() EXCLUDES(gc_mu_);
 
   std::unique_ptr<StoreDb> db_;
   StoreOptions options_;

@@ -221,7 +221,9 @@ class Store {
   // the dedup domain of the snapshots that name it; one that no snapshot
   // names (garbage for Gc(), or an import's still running) has only its
   // checksum checked, as its domain is unknown. Reports findings (a damaged
-  // chunk once, each file using it once); repairs nothing.
+  // chunk once, each file using it once); repairs nothing. Checks the store
+  // as it was when it began: writers and settling go on meanwhile, Gc()
+  // waits for it.
   virtual Result<FsckReport> Fsck() = 0;
 
   virtual Result<StoreStats> Stats() = 0;
