@@ -15,9 +15,12 @@ SIGUSR1 it checks that every layer still holds the weights it was built
 with (the sum of each layer's 16-bit words as integers, taken at start) and
 that a forward pass gives, bit for bit, the output it gave at start, writes
 "PASS" or "FAIL: why" to RESULT and exits. --stall: on SIGUSR2 it writes
-RESULT.stall, the longest stall since the previous SIGUSR2 (train.py's
-meter: a 1 ms thread for CPU freezes, and the gap between forward passes,
-less the pause, for the driver's lock).
+RESULT.stall, the longest stall since the previous SIGUSR2 (the meter of
+stall_meter.py, as train.py: a 1 ms thread for CPU freezes, and the gap
+between forward passes, less the pause, for the driver's lock), once a
+forward pass has ended after the signal (at most 10 s later): a pass held
+up by the driver's lock counts even when it ends after the SIGUSR2 that
+follows the unlock.
 """
 
 import argparse
@@ -33,7 +36,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 # before torch starts; SIGUSR1 is blocked here too, and taken by the main
 # loop between passes.
 signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR1})
-from train import StallMeter, silence_output, write_atomically  # noqa: E402
+from train import silence_output, write_atomically  # noqa: E402
+from stall_meter import StallMeter  # noqa: E402
 
 import torch  # noqa: E402
 
@@ -84,7 +88,7 @@ def main():
 
     meter = None
     if a.stall:
-        meter = StallMeter(a.result + ".stall", a.step_ms / 1000.0)
+        meter = StallMeter(a.result + ".stall", a.step_ms / 1000.0, write_atomically)
         threading.Thread(target=meter.run, name="stall-meter", daemon=True).start()
     silence_output()
     write_atomically(a.result + ".ready", "%d\n" % os.getpid())

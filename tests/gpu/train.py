@@ -18,18 +18,21 @@ float.hex() (exact), then exits 0. An exception after ready ends the log
 with an "error: ..." line and exit 1.
 
 --stall measures how long the run was stalled, from its own point of view,
-with the protocol of tests/workloads/workload.h: on SIGUSR2 it writes
-FILE.stall (temp + rename), the longest stall in seconds since the previous
-SIGUSR2 ("0.934512\n"). Two clocks, the larger counts: a thread that wakes
-every 1 ms keeps the longest gap between two wake-ups (a CPU freeze: CRIU
-stops every thread; GIL hand-offs add up to a few ms), and the main loop
-keeps the longest time between two completed steps less the fixed pause
-(a GPU block: loss.item() waits for the step's kernels, and the driver's
-lock holds them; resolution about one step, --step-ms). SIGUSR2 is blocked
-in every thread (before torch starts any) and taken only by that thread;
-without --stall it stays pending and does nothing. Read it across
-leave-running checkpoints only: across a kill and restore the gap is the
-time the process did not exist.
+with the protocol of tests/workloads/workload.h and the meter of
+stall_meter.py: on SIGUSR2 it writes FILE.stall (temp + rename), the
+longest stall in seconds since the previous SIGUSR2 ("0.934512\n"). Two
+clocks, the larger counts: a thread that wakes every 1 ms keeps the longest
+gap between two wake-ups (a CPU freeze: CRIU stops every thread; GIL
+hand-offs add up to a few ms), and the main loop keeps the longest time
+between two completed steps less the fixed pause (a GPU block: loss.item()
+waits for the step's kernels, and the driver's lock holds them; resolution
+about one step, --step-ms). A GPU block shows only when the step it held
+up ends, which may be after the SIGUSR2 sent right after the unlock: so the
+answer waits until a step has ended after the signal (at most 10 s, then it
+answers with what it has). SIGUSR2 is blocked in every thread (before torch
+starts any) and taken only by that thread; without --stall it stays pending
+and does nothing. Read it across leave-running checkpoints only: across a
+kill and restore the gap is the time the process did not exist.
 
 Why the log is written at the end, from memory, and never held open:
 
@@ -83,41 +86,6 @@ def write_atomically(path, text, sync=True):
     os.rename(tmp, path)
 
 
-class StallMeter:
-    """--stall: the longest stall since the last SIGUSR2 (see the top)."""
-
-    def __init__(self, path, pause_s):
-        self.path = path
-        self.pause_s = pause_s
-        self.lock = threading.Lock()
-        self.longest = 0.0
-        self.last_step = None
-
-    def step_done(self):
-        """Main loop, after each step's loss.item()."""
-        now = time.monotonic()
-        with self.lock:
-            if self.last_step is not None:
-                self.longest = max(self.longest, now - self.last_step - self.pause_s)
-            self.last_step = now
-
-    def run(self):
-        last = time.monotonic()
-        while True:
-            time.sleep(0.001)
-            now = time.monotonic()
-            with self.lock:
-                self.longest = max(self.longest, now - last)
-                last = now
-                if signal.sigtimedwait([signal.SIGUSR2], 0) is None:
-                    continue
-                longest, self.longest = self.longest, 0.0
-            # No fsync: it is read on this machine. Written outside the lock
-            # (the main loop must not wait for it); its time counts in the
-            # next gap.
-            write_atomically(self.path, "%.6f\n" % longest, sync=False)
-
-
 def silence_output():
     sys.stdout.flush()
     sys.stderr.flush()
@@ -146,7 +114,10 @@ def main():
 
     meter = None
     if a.stall:
-        meter = StallMeter(a.log + ".stall", a.step_ms / 1000.0)
+        # Imported only here: the suite runs a copy of this file alone,
+        # without --stall.
+        from stall_meter import StallMeter
+        meter = StallMeter(a.log + ".stall", a.step_ms / 1000.0, write_atomically)
         threading.Thread(target=meter.run, name="stall-meter", daemon=True).start()
 
     torch.manual_seed(a.seed)
