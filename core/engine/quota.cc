@@ -21,11 +21,15 @@ QuotaLedger::Reservation::~Reservation() { ledger_->Release(owner_, bytes_); }
 
 Result<uint64_t> QuotaLedger::Held(uint32_t owner, uint64_t* epoch) {
   const uint64_t at = epoch_.load(std::memory_order_acquire);
+  // Read before measuring: a snapshot settled meanwhile is measured again
+  // next time.
+  const uint64_t settled = store_->settled_snapshots();
   *epoch = at;
   {
     MutexLock lock(&mu_);
     auto it = held_.find(owner);
-    if (it != held_.end() && it->second.epoch == at) return it->second.bytes;
+    if (it != held_.end() && it->second.epoch == at && it->second.settled == settled)
+      return it->second.bytes;
   }
   GPUCKPT_ASSIGN_OR_RETURN(auto all, store_->List());
   std::vector<std::string> ids;
@@ -33,7 +37,7 @@ Result<uint64_t> QuotaLedger::Held(uint32_t owner, uint64_t* epoch) {
     if (OwnerOf(s).uid == owner) ids.push_back(s.id);
   GPUCKPT_ASSIGN_OR_RETURN(const uint64_t bytes, store_->HeldBytes(ids));
   MutexLock lock(&mu_);
-  held_[owner] = Measured{at, bytes};
+  held_[owner] = Measured{at, settled, bytes};
   return bytes;
 }
 

@@ -78,7 +78,9 @@ class QuotaLedger {
  private:
   void Release(uint32_t owner, uint64_t bytes) EXCLUDES(mu_);
   // What `owner`'s checkpoints hold now, measured again only after the
-  // store changed. *epoch: the store's change count it was measured at.
+  // store changed or settled a snapshot (a spooled file is charged its
+  // whole size until then). *epoch: the store's change count it was
+  // measured at.
   Result<uint64_t> Held(uint32_t owner, uint64_t* epoch) EXCLUDES(mu_);
   Status Refusal(uint32_t owner, uint64_t held, uint64_t reserved, uint64_t worst_case,
                  const std::string& what) const;
@@ -88,6 +90,7 @@ class QuotaLedger {
   std::atomic<uint64_t> epoch_{0};
   struct Measured {
     uint64_t epoch = 0;
+    uint64_t settled = 0;  // Store::settled_snapshots() then
     uint64_t bytes = 0;
   };
   Mutex mu_;

@@ -199,6 +199,7 @@ Status StoreImpl::SettleLocked(const std::string& id, bool in_background) {
   if (!recorded) return Status::Ok();  // removed meanwhile: gc's
   // The extents and records durable, then the spool files may go.
   GPUCKPT_RETURN_IF_ERROR(db_->FlushAll());
+  settled_snapshots_.fetch_add(1, std::memory_order_acq_rel);
   for (uint32_t index : spooled) GPUCKPT_RETURN_IF_ERROR(spool_->Remove(info->key, index));
   spdlog::info("settle snapshot={} result=ok files={} total_s={:.3f}", LogValue(id), spooled.size(),
                std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());

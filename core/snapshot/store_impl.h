@@ -105,6 +105,9 @@ class StoreImpl final : public Store {
   Status Remove(const std::string& id) override;
   Result<GcReport> Gc() override EXCLUDES(gc_mu_);
   Result<FsckReport> Fsck() override EXCLUDES(gc_mu_);
+  uint64_t settled_snapshots() const override {
+    return settled_snapshots_.load(std::memory_order_acquire);
+  }
   Result<StoreStats> Stats() override;
   Result<uint64_t> HeldBytes(const std::vector<std::string>& ids) override;
   Result<uint64_t> FreeBytes() override { return db_->FreeBytesForIngest(); }
@@ -299,6 +302,7 @@ class StoreImpl final : public Store {
   Mutex settle_one_mu_;
   // Writers waiting to settle a snapshot themselves: the settler gives up.
   std::atomic<int> settle_takeovers_{0};
+  std::atomic<uint64_t> settled_snapshots_{0};  // see settled_snapshots()
 };
 
 }  // namespace gpuckpt

@@ -10,7 +10,11 @@
 #include <optional>
 #include <string>
 
+#include <fcntl.h>
+
+#include "core/base/unique_fd.h"
 #include "core/manifest/checkpoint_manifest.h"
+#include "core/snapshot/store_impl.h"
 #include "gpuckpt/store.h"
 #include "tests/unit/test_util.h"
 
@@ -114,6 +118,47 @@ TEST_F(QuotaTest, AStoredCheckpointBeyondTheQuotaIsReported) {
   EXPECT_OK(ledger.CheckHeld(Caller{}, kAlice, "root's import"));
   QuotaLedger unlimited(store_.get(), 0);
   EXPECT_OK(unlimited.CheckHeld(Ordinary(kAlice), kAlice, "the import"));
+}
+
+TEST_F(QuotaTest, ASpooledCheckpointIsChargedWhatItsChunksHoldOnceItSettles) {
+  // Settled by this test, not behind it.
+  StoreOptions options = testing::TestOptions();
+  options.settle_in_background = false;
+  store_.reset();
+  ASSERT_OK_AND_ASSIGN(store_, Store::Open(tmp_.Sub("spooling"), options));
+  const uint64_t size = 8u << 20;
+  testing::WriteFile(src_ + "/zeros.img", std::string(size, '\0'));  // compresses to little
+  CheckpointManifest manifest;
+  manifest.owner = ManifestIds{kAlice, kAlice};
+  manifest.made_by = ManifestMaker{kAlice, kAlice, {}};
+  SnapshotSpec spec;
+  spec.name = "s";
+  spec.extra_json = EncodeManifest(manifest);
+  spec.dedup_domain = kAlice;
+  SnapshotWriterOptions spooled;
+  spooled.spool = SnapshotWriterOptions::Spool::kAlways;
+  ASSERT_OK_AND_ASSIGN(auto writer, store_->BeginSnapshot(spec, spooled));
+  UniqueFd fd(open((src_ + "/zeros.img").c_str(), O_RDONLY | O_CLOEXEC));
+  ASSERT_GE(fd.get(), 0);
+  FileEntry e;
+  e.path = "zeros.img";
+  e.mode = 0600;
+  ASSERT_OK(writer->AddFile(e, fd.get()));
+  ASSERT_OK(writer->Commit().status());
+
+  // Spooled, it holds its whole size: a quota of half of it is spent.
+  QuotaLedger ledger(store_.get(), size / 2);
+  ASSERT_OK_AND_ASSIGN(uint64_t remaining, ledger.Remaining(kAlice));
+  EXPECT_EQ(remaining, 0u);
+  // Settled, with no other change of the store noted, it holds what its
+  // chunks take, and the quota has room again.
+  const uint64_t settled_before = store_->settled_snapshots();
+  ASSERT_OK(static_cast<StoreImpl&>(*store_).Settle("s"));
+  EXPECT_EQ(store_->settled_snapshots(), settled_before + 1);
+  ASSERT_OK_AND_ASSIGN(const uint64_t held, store_->HeldBytes({"s"}));
+  ASSERT_LT(held, size / 4);
+  ASSERT_OK_AND_ASSIGN(remaining, ledger.Remaining(kAlice));
+  EXPECT_EQ(remaining, size / 2 - held);
 }
 
 }  // namespace
