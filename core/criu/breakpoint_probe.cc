@@ -34,11 +34,10 @@ bool Probe() {
     return true;
   }
   // As CRIU's compel does: address in DR0, DR0 enabled locally in DR7.
-  const bool set =
-      ptrace(PTRACE_POKEUSER, child, offsetof(struct user, u_debugreg[0]),
-             reinterpret_cast<void*>(&BreakpointTarget)) == 0 &&
-      ptrace(PTRACE_POKEUSER, child, offsetof(struct user, u_debugreg[7]),
-             reinterpret_cast<void*>(1)) == 0;
+  const bool set = ptrace(PTRACE_POKEUSER, child, offsetof(struct user, u_debugreg[0]),
+                          reinterpret_cast<void*>(&BreakpointTarget)) == 0 &&
+                   ptrace(PTRACE_POKEUSER, child, offsetof(struct user, u_debugreg[7]),
+                          reinterpret_cast<void*>(1)) == 0;
   if (!set || ptrace(PTRACE_CONT, child, nullptr, nullptr) != 0) {
     kill(child, SIGKILL);
     waitpid(child, &status, 0);

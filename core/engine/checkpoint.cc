@@ -739,11 +739,10 @@ Result<std::unique_ptr<SnapshotWriter>> Engine::BeginCheckpointSnapshot(
   // changed. The staging memory is faulted in only then (by the writer).
   // One that is not spooled waits for its parent to be settled if need be.
   // (--spool always: every checkpoint, whatever its parent.)
-  writer_options.spool = !ShouldSpool(footprint, request.check_space)
-                             ? SnapshotWriterOptions::Spool::kNever
-                         : options_.spool == EngineOptions::Spool::kAlways
-                             ? SnapshotWriterOptions::Spool::kAlways
-                             : SnapshotWriterOptions::Spool::kUnlessBase;
+  writer_options.spool =
+      !ShouldSpool(footprint, request.check_space)      ? SnapshotWriterOptions::Spool::kNever
+      : options_.spool == EngineOptions::Spool::kAlways ? SnapshotWriterOptions::Spool::kAlways
+                                                        : SnapshotWriterOptions::Spool::kUnlessBase;
   writer_options.prefault_bytes = footprint.rss_bytes + manifest->device_memory_bytes.value_or(0);
   writer_options.background = true;
   return store_->BeginSnapshot(spec, writer_options);

@@ -252,7 +252,8 @@ Status AddCudaRangeFiles(Store* store, const SnapshotInfo& info, const SnapshotO
 
 bool HasDeviceState(const SnapshotInfo& info) {
   const CheckpointManifest m = ManifestOrEmpty(info.extra_json);
-  return !m.cuda_host_ranges.empty() || m.gpu_backend.value_or(GpuStacks::kNone) != GpuStacks::kNone;
+  return !m.cuda_host_ranges.empty() ||
+         m.gpu_backend.value_or(GpuStacks::kNone) != GpuStacks::kNone;
 }
 
 bool IsStoredDevicePath(const std::string& path) {

@@ -7,8 +7,8 @@
 // its state; they are stored behind, and the snapshot becomes visible only
 // when complete and durable. Restore: the images are
 // served to `criu restore --stream` from the store. Every request carries
-// its Caller, and the engine enforces who may do what (see CheckAccess
-// notes in engine.cc): a user checkpoints only processes that are wholly
+// its Caller, and the engine enforces who may do what ("Who may do what"
+// in restore.cc; checkpoint.cc for checkpoints): a user checkpoints only processes that are wholly
 // theirs, reads and restores only their own checkpoints, and an image
 // handed in from outside is read only from files they own.
 //

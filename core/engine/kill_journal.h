@@ -1,9 +1,12 @@
-// KillJournal: the processes a `checkpoint --kill` has stopped and not yet
-// killed, one empty file each (<dir>/<pid>-<start time>), so that a daemon
-// that dies in between is repaired by the next one: ResumeAll() sends
-// SIGCONT to each that still exists (same pid and start time) and is
-// stopped. The directory lives under the work dir (tmpfs /run): a reboot
-// forgets it with the processes.
+// KillJournal: the processes a checkpoint may leave stopped or with their
+// GPUs locked if the daemon dies during it (the tree of a `checkpoint
+// --kill`, stopped from CRIU's dump until it is killed; a tree of several
+// processes, whose GPU processes the backend locks before CRIU runs), one
+// empty file each (<dir>/<pid>-<start time>), so that the next daemon
+// repairs them: ResumeAll() sends SIGCONT to each that still exists (same
+// pid and start time; SIGCONT to a running process changes nothing) and
+// says which, for the caller to release their GPUs. The directory lives
+// under the work dir (tmpfs /run): a reboot forgets it with the processes.
 //
 // Thread-safe: entries are separate files.
 #ifndef GPUCKPT_CORE_ENGINE_KILL_JOURNAL_H_

@@ -76,8 +76,8 @@ Result<std::vector<GpuUuidPair>> ParseGpuMap(std::string_view text) {
     std::string_view entry = Trim(rest.substr(0, comma));
     ++index;
     if (entry.empty()) {
-      return Status::InvalidArgument(
-          fmt::format("GPU map {}: entry {} is empty; expected {}", QuotedExcerpt(text), index, kMapForm));
+      return Status::InvalidArgument(fmt::format("GPU map {}: entry {} is empty; expected {}",
+                                                 QuotedExcerpt(text), index, kMapForm));
     }
     size_t eq = entry.find('=');
     if (eq == std::string_view::npos || entry.find('=', eq + 1) != std::string_view::npos) {

@@ -271,13 +271,13 @@ Result<std::map<std::string, uint64_t>> ParseKfdProperties(std::string_view text
       return Status::InvalidArgument(where + "expected \"key value\", got " + QuotedExcerpt(line));
     }
     if (!std::all_of(value.begin(), value.end(), [](char c) { return c >= '0' && c <= '9'; })) {
-      return Status::InvalidArgument(where + "value " + QuotedExcerpt(value) + " of " + QuotedExcerpt(key) +
-                                     " is not a decimal number");
+      return Status::InvalidArgument(where + "value " + QuotedExcerpt(value) + " of " +
+                                     QuotedExcerpt(key) + " is not a decimal number");
     }
     uint64_t v = 0;
     if (!ParseDecimal(value, &v)) {
-      return Status::InvalidArgument(where + "value " + QuotedExcerpt(value) + " of " + QuotedExcerpt(key) +
-                                     " does not fit in 64 bits");
+      return Status::InvalidArgument(where + "value " + QuotedExcerpt(value) + " of " +
+                                     QuotedExcerpt(key) + " does not fit in 64 bits");
     }
     if (!props.emplace(std::string(key), v).second) {
       return Status::InvalidArgument(where + QuotedExcerpt(key) + " appears twice");

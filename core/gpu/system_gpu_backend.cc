@@ -159,8 +159,7 @@ class SystemGpuBackend final : public GpuBackend {
       // A process that only opened the control device (nvidia-smi, a
       // library probing) has no CUDA state: the driver says so with an
       // error, shown as "none".
-      if (auto state = cuda_->GetState(pid); state.ok())
-        out.state = GpuStateOf(*state);
+      if (auto state = cuda_->GetState(pid); state.ok()) out.state = GpuStateOf(*state);
       if (nvml_) {
         if (auto used = nvml_->ComputeProcesses(); used.ok()) {
           for (const auto& u : *used) {
@@ -272,8 +271,8 @@ class SystemGpuBackend final : public GpuBackend {
     }
     if (cuda) setup.path_prepend.push_back(options_.cuda_checkpoint_dir);
     if (cuda || rocm) setup.plugin_dir = PluginDirFor(cuda, rocm);
-    setup.stacks = (cuda ? GpuStacks::kCuda : GpuStacks::kNone) |
-                   (rocm ? GpuStacks::kRocm : GpuStacks::kNone);
+    setup.stacks =
+        (cuda ? GpuStacks::kCuda : GpuStacks::kNone) | (rocm ? GpuStacks::kRocm : GpuStacks::kNone);
     return setup;
   }
 

@@ -3,7 +3,7 @@
 // snapshot's `extra` (SnapshotInfo::extra_json), shown as manifest.json's
 // "extra" and copied with every `cp -r` of a checkpoint, so it outlives
 // the gpuckpt that wrote it: this is the one place that reads and writes
-// it. The JSON is described in core/store/FORMAT.md ("checkpoint manifest").
+// it. The JSON is described in core/manifest/FORMAT.md.
 //
 // Versions: 1 is every manifest written before the `version` field
 // existed (read as such); EncodeManifest writes kManifestVersion. A newer

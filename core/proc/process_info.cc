@@ -107,8 +107,8 @@ Status ParseStat(std::string_view text, std::string_view what, ProcessInfo* info
   }
   auto field = [&](int n, const char* name, auto* out) -> Status {
     if (!ParseNumber(f[n - 3], out)) {
-      return Malformed(what,
-                       "field " + std::to_string(n) + " (" + name + ") is " + QuotedExcerpt(f[n - 3]));
+      return Malformed(
+          what, "field " + std::to_string(n) + " (" + name + ") is " + QuotedExcerpt(f[n - 3]));
     }
     return Status::Ok();
   };
@@ -157,7 +157,8 @@ Status ParseStatus(std::string_view text, std::string_view what, ProcessCredenti
     std::vector<std::string_view> v = SplitWhitespace(line.substr(colon + 1));
     auto ids = [&](uint32_t* a, uint32_t* b, uint32_t* c3, uint32_t* d) -> Status {
       uint32_t* outs[] = {a, b, c3, d};
-      if (v.size() != 4) return Malformed(what, std::string(key) + ": needs 4 ids: " + QuotedExcerpt(line));
+      if (v.size() != 4)
+        return Malformed(what, std::string(key) + ": needs 4 ids: " + QuotedExcerpt(line));
       for (int i = 0; i < 4; ++i) {
         if (!ParseNumber(v[i], outs[i])) {
           return Malformed(what, std::string(key) + ": bad id " + QuotedExcerpt(v[i]));
@@ -185,7 +186,8 @@ Status ParseStatus(std::string_view text, std::string_view what, ProcessCredenti
       }
       (key == "CapPrm" ? c.cap_permitted : c.cap_effective) = caps;
     } else if (key == "Tgid") {
-      if (v.size() != 1 || !ParseNumber(v[0], tgid)) return Malformed(what, "Tgid: " + QuotedExcerpt(line));
+      if (v.size() != 1 || !ParseNumber(v[0], tgid))
+        return Malformed(what, "Tgid: " + QuotedExcerpt(line));
     }
   }
   if (!have_uid || !have_gid) return Malformed(what, have_uid ? "no Gid: line" : "no Uid: line");
@@ -419,7 +421,8 @@ Result<std::vector<int>> ProcessHandle::ReadNamespacePids() const {
     std::vector<int> pids;
     for (std::string_view field : SplitWhitespace(line.substr(6))) {
       int pid = 0;
-      if (!ParseNumber(field, &pid) || pid <= 0) return Malformed(What("status"), QuotedExcerpt(line));
+      if (!ParseNumber(field, &pid) || pid <= 0)
+        return Malformed(What("status"), QuotedExcerpt(line));
       pids.push_back(pid);
     }
     if (pids.empty()) return Malformed(What("status"), "empty NSpid: line");

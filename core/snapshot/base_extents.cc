@@ -74,9 +74,9 @@ Result<std::optional<Extent>> BaseExtents::Find(const ChunkFingerprint& fingerpr
   if (!index.ok()) return index.status();
   uint64_t low;
   std::memcpy(&low, fingerprint.bytes.data(), sizeof(low));
-  auto found = std::lower_bound(
-      index->begin(), index->end(), low,
-      [](const IndexEntry& e, uint64_t v) { return e.fingerprint_low < v; });
+  auto found =
+      std::lower_bound(index->begin(), index->end(), low,
+                       [](const IndexEntry& e, uint64_t v) { return e.fingerprint_low < v; });
   if (found == index->end() || found->fingerprint_low != low) return std::optional<Extent>();
   const uint32_t file = static_cast<uint32_t>(found->where >> 44);
   const uint64_t offset = found->where & ((uint64_t{1} << 44) - 1);

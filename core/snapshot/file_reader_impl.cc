@@ -80,8 +80,8 @@ Result<size_t> FileReaderImpl::Pread(uint64_t offset, size_t len, char* buf) {
 Result<size_t> FileReaderImpl::PreadSpooled(uint64_t offset, size_t len, char* buf) const {
   size_t done = 0;
   while (done < len) {
-    const ssize_t n = pread(spool_file_.get(), buf + done, len - done,
-                            static_cast<off_t>(offset + done));
+    const ssize_t n =
+        pread(spool_file_.get(), buf + done, len - done, static_cast<off_t>(offset + done));
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) return StatusFromErrno(errno, "reading the spool file of '" + entry_.path + "'");
     if (n == 0) {

@@ -249,8 +249,8 @@ std::string EncodeFileRecord(const FileEntry& e) {
   if (e.type == FileType::kRegular && !e.holes.empty()) j["holes"] = HolesToJson(e.holes);
   const bool spooled = e.type == FileType::kRegular && e.spooled;
   if (spooled) j["spooled"] = true;
-  std::string record(
-      1, static_cast<char>(spooled ? format::kSpooledFileRecordVersion : format::kFileRecordVersion));
+  std::string record(1, static_cast<char>(spooled ? format::kSpooledFileRecordVersion
+                                                  : format::kFileRecordVersion));
   record += j.dump();
   return record;
 }

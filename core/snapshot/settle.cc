@@ -2,7 +2,6 @@
 // (see store_impl.h, "Settling", and spool.h).
 #include <rocksdb/write_batch.h>
 #include <sched.h>
-
 #include <spdlog/spdlog.h>
 
 #include <chrono>

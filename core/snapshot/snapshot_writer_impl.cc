@@ -48,9 +48,9 @@ SnapshotWriterImpl::SnapshotWriterImpl(StoreImpl* store, SnapshotSpec spec, uint
       start_(std::chrono::steady_clock::now()),
       domain_key_(store->db()->domain_key(spec_.dedup_domain)),
       spool_mode_(store->has_pool() ? SnapshotWriterOptions::Spool::kNever : options.spool),
-      prefault_bytes_(std::min(options.prefault_bytes, options.staging_bytes != 0
-                                                            ? options.staging_bytes
-                                                            : store->options().max_in_flight_bytes)) {
+      prefault_bytes_(std::min(options.prefault_bytes,
+                               options.staging_bytes != 0 ? options.staging_bytes
+                                                          : store->options().max_in_flight_bytes)) {
   const uint64_t staging =
       options.staging_bytes != 0 ? options.staging_bytes : store->options().max_in_flight_bytes;
   // One block size for both chunkers, so that files read at the same time
@@ -76,7 +76,8 @@ SnapshotWriterImpl::~SnapshotWriterImpl() {
   // Records written under key_ by an uncommitted writer are invisible; Gc()
   // removes them. Its spool files go now (Gc() would find them too).
   MutexLock lock(&entries_mu_);
-  for (const auto& [index, fd] : spool_files_) store_->spool().Remove(key_, index).PermitUnchecked();
+  for (const auto& [index, fd] : spool_files_)
+    store_->spool().Remove(key_, index).PermitUnchecked();
 }
 
 Status SnapshotWriterImpl::LoadBase() {

@@ -28,8 +28,8 @@
 #include <vector>
 
 #include "core/base/block_pool.h"
-#include "core/base/unique_fd.h"
 #include "core/base/mutex.h"
+#include "core/base/unique_fd.h"
 #include "core/base/work_queue.h"
 #include "core/snapshot/base_extents.h"
 #include "core/snapshot/store_impl.h"
@@ -44,8 +44,7 @@ class SnapshotWriterImpl final : public SnapshotWriter {
   // the hold against gc for the writer's life (empty where the caller
   // already holds one for longer).
   SnapshotWriterImpl(StoreImpl* store, SnapshotSpec spec, uint64_t key, Chunker generic,
-                     Chunker pages, const SnapshotWriterOptions& options,
-                     SharedMutexHold gc_guard);
+                     Chunker pages, const SnapshotWriterOptions& options, SharedMutexHold gc_guard);
   ~SnapshotWriterImpl() override;
 
   // Finds the spec's base snapshot, if it names one that exists in the same

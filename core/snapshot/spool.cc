@@ -95,8 +95,8 @@ Result<uint64_t> Spool::Receive(int src, int dst, const std::function<bool()>& c
     at += static_cast<uint64_t>(n);
     if (at - written_back >= kWritebackBytes) {
       // Best effort: only a hint to start writing now.
-      sync_file_range(dst, static_cast<off_t>(written_back),
-                      static_cast<off_t>(at - written_back), SYNC_FILE_RANGE_WRITE);
+      sync_file_range(dst, static_cast<off_t>(written_back), static_cast<off_t>(at - written_back),
+                      SYNC_FILE_RANGE_WRITE);
       written_back = at;
     }
   }

@@ -102,8 +102,7 @@ Result<std::unique_ptr<Store>> OpenStoreWithEnv(const std::string& dir, const St
   auto cache = std::make_unique<ChunkCache>(options.chunk_cache_bytes);
   GPUCKPT_ASSIGN_OR_RETURN(auto chunks,
                            ChunkStore::Open(db.get(), cache.get(), options.verify_on_read));
-  GPUCKPT_ASSIGN_OR_RETURN(auto spool,
-                           Spool::Open(db->dir(), db->file_ops(), !options.read_only));
+  GPUCKPT_ASSIGN_OR_RETURN(auto spool, Spool::Open(db->dir(), db->file_ops(), !options.read_only));
   std::unique_ptr<PoolLink> pool;
   if (options.pool) {
     std::unique_ptr<rocksdb::Iterator> it(
@@ -114,8 +113,9 @@ Result<std::unique_ptr<Store>> OpenStoreWithEnv(const std::string& dir, const St
     GPUCKPT_ASSIGN_OR_RETURN(
         pool, PoolLink::Open(*options.pool, db.get(), has_snapshots, options.read_only));
   }
-  auto store = std::unique_ptr<StoreImpl>(new StoreImpl(
-      std::move(db), std::move(cache), std::move(chunks), std::move(spool), std::move(pool), options));
+  auto store =
+      std::unique_ptr<StoreImpl>(new StoreImpl(std::move(db), std::move(cache), std::move(chunks),
+                                               std::move(spool), std::move(pool), options));
   if (!options.read_only) GPUCKPT_RETURN_IF_ERROR(store->ResumeSettling());
   return std::unique_ptr<Store>(std::move(store));
 }

@@ -264,7 +264,7 @@ class StoreImpl final : public Store {
   StoreOptions options_;
   std::unique_ptr<ChunkCache> cache_;
   std::unique_ptr<ChunkStore> chunk_store_;  // borrows db_ and cache_
-  std::unique_ptr<Spool> spool_;            // borrows db_'s file ops
+  std::unique_ptr<Spool> spool_;             // borrows db_'s file ops
 
   SharedMutex gc_mu_ ACQUIRED_BEFORE(names_mu_);
   Mutex names_mu_;

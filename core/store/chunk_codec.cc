@@ -171,7 +171,8 @@ Status DecodeChunkRecord(std::string_view record, std::string_view what, std::st
   if (codec == format::kCodecRaw) {
     if (payload.size() != *raw_len) return corrupt("raw payload length mismatch");
     out->assign(payload);
-    if (check_checksum && !checksum_matches(*out)) return corrupt("bytes do not match the checksum");
+    if (check_checksum && !checksum_matches(*out))
+      return corrupt("bytes do not match the checksum");
     return Status::Ok();
   }
   if (codec != format::kCodecZstd) return corrupt("unknown codec " + std::to_string(codec));

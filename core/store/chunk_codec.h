@@ -11,8 +11,8 @@
 // a chunk raw when zstd saves less than 1/32 of it, so incompressible memory
 // costs no decompression on read, and does not even try zstd when a sample
 // of the chunk's bytes looks random (its byte entropy), which saves most of
-// the compression time on weights-like and already compressed memory. Thread-safe: each thread keeps its own
-// zstd contexts.
+// the compression time on weights-like and already compressed memory. Thread-safe: each thread
+// keeps its own zstd contexts.
 #ifndef GPUCKPT_CORE_STORE_CHUNK_CODEC_H_
 #define GPUCKPT_CORE_STORE_CHUNK_CODEC_H_
 

@@ -34,9 +34,12 @@ bool ParsePackName(const char* name, uint64_t* id) {
   for (int i = 0; i < 16; ++i) {
     const char c = name[i];
     int d;
-    if (c >= '0' && c <= '9') d = c - '0';
-    else if (c >= 'a' && c <= 'f') d = c - 'a' + 10;
-    else return false;
+    if (c >= '0' && c <= '9')
+      d = c - '0';
+    else if (c >= 'a' && c <= 'f')
+      d = c - 'a' + 10;
+    else
+      return false;
     v = v << 4 | static_cast<uint64_t>(d);
   }
   *id = v;
@@ -129,7 +132,8 @@ Status ChunkPacks::StartPackLocked() {
   if (fd.get() < 0) return StatusFromErrno(errno, "creating pack " + PathOf(id));
   char header[kHeaderSize] = {};
   std::memcpy(header, kPackMagic, sizeof(kPackMagic));
-  for (int i = 0; i < 4; ++i) header[8 + i] = static_cast<char>((kPackFormatVersion >> (8 * i)) & 0xff);
+  for (int i = 0; i < 4; ++i)
+    header[8 + i] = static_cast<char>((kPackFormatVersion >> (8 * i)) & 0xff);
   auto file = std::make_shared<File>(id, std::move(fd), kHeaderSize);
   GPUCKPT_RETURN_IF_ERROR(WriteFully(*file, header, sizeof(header), 0));
   open_[id] = file;
@@ -306,8 +310,8 @@ Status ChunkPacks::Remove(uint64_t id) {
   return Status::Ok();
 }
 
-Result<uint64_t> ChunkPacks::PunchHoles(
-    uint64_t id, const std::vector<std::pair<uint64_t, uint64_t>>& ranges) {
+Result<uint64_t> ChunkPacks::PunchHoles(uint64_t id,
+                                        const std::vector<std::pair<uint64_t, uint64_t>>& ranges) {
   {
     MutexLock lock(&mu_);
     if (active_ && active_->id == id) {

@@ -111,10 +111,10 @@ class ChunkStore {
 
   struct PackCompaction {
     uint64_t packs_removed = 0;
-    uint64_t packs_rewritten = 0;     // live records copied, then removed
-    uint64_t bytes_rewritten = 0;     // live record bytes copied
-    uint64_t bytes_freed = 0;         // size of the pack files removed
-    uint64_t bytes_punched = 0;       // garbage punched out of packs kept
+    uint64_t packs_rewritten = 0;  // live records copied, then removed
+    uint64_t bytes_rewritten = 0;  // live record bytes copied
+    uint64_t bytes_freed = 0;      // size of the pack files removed
+    uint64_t bytes_punched = 0;    // garbage punched out of packs kept
   };
   // Gives back the space of deleted chunks (gc): removes packs no location
   // points into, copies the live records of packs that are more than half

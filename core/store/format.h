@@ -51,8 +51,8 @@ inline constexpr uint8_t kPackLocationVersion = 0x81;
 inline constexpr uint8_t kCodecRaw = 0;
 inline constexpr uint8_t kCodecZstd = 1;
 
-inline constexpr size_t kChunkHashSize = 32;  // SHA-256
-inline constexpr size_t kFingerprintSize = 16;     // keyed XXH3-128
+inline constexpr size_t kChunkHashSize = 32;    // SHA-256
+inline constexpr size_t kFingerprintSize = 16;  // keyed XXH3-128
 inline constexpr size_t kFingerprintSeedSize = 32;
 
 // Label in front of the seed when a dedup domain's key is derived from it

@@ -36,8 +36,8 @@ inline std::string ExtentKey(uint64_t snapshot_key, uint32_t file_index, uint64_
 }
 inline constexpr size_t kExtentKeySize = 20;
 
-// The first key past everything of snapshot `snapshot_key` (in files and
-// extents alike).
+// The prefix of every key of snapshot `snapshot_key` (in files and extents
+// alike): its 8-byte big-endian key.
 inline std::string SnapshotPrefix(uint64_t snapshot_key) {
   std::string k;
   PutBigEndian(&k, snapshot_key, 8);

@@ -95,9 +95,7 @@ class StoreDb {
   ChunkPacks& packs() const { return *packs_; }
   // Where the store's own files outside RocksDB are written (the packs',
   // and whatever else keeps data beside them): `env`'s, or the system's.
-  StoreFileOps* file_ops() const {
-    return env_.files ? env_.files.get() : StoreFileOps::System();
-  }
+  StoreFileOps* file_ops() const { return env_.files ? env_.files.get() : StoreFileOps::System(); }
 
   // The key of this store's chunk fingerprints (its seed is made the first
   // time a store is opened without one).
@@ -203,7 +201,7 @@ class StoreDb {
   bool reserve_held_ GUARDED_BY(reserve_mu_) = false;
   StoreEnv env_;  // outlives packs_ and db_, which do their I/O through it
   std::unique_ptr<rocksdb::Env> rocksdb_env_;  // on env_.rocksdb_fs; null: the default
-  std::unique_ptr<ChunkPacks> packs_;  // outlives db_: its flushes sync the packs
+  std::unique_ptr<ChunkPacks> packs_;          // outlives db_: its flushes sync the packs
   std::unique_ptr<rocksdb::DB> db_;
   std::vector<rocksdb::ColumnFamilyHandle*> handles_;
   std::optional<FingerprintKey> fingerprint_key_;  // set by Open()

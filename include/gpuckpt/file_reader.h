@@ -3,9 +3,10 @@
 // A read costs one seek in the file's extent index plus the chunks it
 // touches; the file's holes (FileEntry::holes) read as zeros and cost
 // nothing. Chunks come from the Store's shared cache or from disk, where
-// they are decompressed and (by default) re-hashed: a chunk whose bytes do
-// not match its name fails the read with kCorruption, never returns wrong
-// data.
+// they are decompressed and checked as StoreOptions::verify_on_read says
+// (by default against the checksum kept in the chunk's record): a chunk
+// that fails the check fails the read with kCorruption, never returns
+// wrong data.
 //
 // Safe for concurrent use: Pread() may be called from several threads at
 // once. Borrows the Store, which must outlive it. A reader keeps its

@@ -53,7 +53,8 @@ constexpr std::string_view GpuStacksName(GpuStacks s) {
 
 // The inverse of GpuStacksName; nullopt for any other word.
 constexpr std::optional<GpuStacks> ParseGpuStacks(std::string_view name) {
-  for (GpuStacks s : {GpuStacks::kNone, GpuStacks::kCuda, GpuStacks::kRocm, GpuStacks::kCudaAndRocm})
+  for (GpuStacks s :
+       {GpuStacks::kNone, GpuStacks::kCuda, GpuStacks::kRocm, GpuStacks::kCudaAndRocm})
     if (GpuStacksName(s) == name) return s;
   return std::nullopt;
 }

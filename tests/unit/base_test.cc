@@ -200,7 +200,9 @@ TEST(DisplayTextTest, KeepsUtf8AndEscapesEveryOtherByte) {
             "caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80");
   // Latin-1 "café", a lone continuation byte, a truncated sequence at the end.
   EXPECT_EQ(DisplayText("caf\xe9"), "caf\\xE9");
-  EXPECT_EQ(DisplayText("a\x80" "b"), "a\\x80b");
+  EXPECT_EQ(DisplayText("a\x80"
+                        "b"),
+            "a\\x80b");
   EXPECT_EQ(DisplayText("x\xe2\x82"), "x\\xE2\\x82");
   // Overlong forms, surrogates and code points above U+10FFFF are not UTF-8.
   EXPECT_EQ(DisplayText("\xc0\xaf"), "\\xC0\\xAF");

@@ -109,8 +109,8 @@ TEST(ChunkCodecTest, OnlyDataThatLooksRandomSkipsCompression) {
     std::memcpy(&bf16[i], reinterpret_cast<const char*>(&v) + 2, 2);  // the high half
   }
   std::string half = std::string(8u << 10, '\0') + RandomBytes(8u << 10, 3);
-  for (const auto& [name, data] : {std::pair{"float32", f32}, std::pair{"bfloat16", bf16},
-                                   std::pair{"half zeros", half}}) {
+  for (const auto& [name, data] :
+       {std::pair{"float32", f32}, std::pair{"bfloat16", bf16}, std::pair{"half zeros", half}}) {
     const std::string record = Encode(data, 1);
     EXPECT_EQ(uint8_t(record[1]), format::kCodecZstd) << name;
     EXPECT_LT(record.size(), data.size() - data.size() / 32) << name;

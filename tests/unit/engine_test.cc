@@ -29,7 +29,6 @@
 #include <vector>
 
 #include "core/base/time_text.h"
-#include "gpuckpt/version.h"
 #include "core/criu/images.h"
 #include "core/engine/engine_internal.h"
 #include "core/engine/kill_journal.h"
@@ -37,6 +36,7 @@
 #include "core/engine/operation_board.h"
 #include "fs/commands.h"
 #include "gpuckpt/gpu_backend.h"
+#include "gpuckpt/version.h"
 #include "tests/unit/test_util.h"
 
 namespace gpuckpt {
@@ -402,8 +402,8 @@ TEST(MetricsTest, EveryOperationAndResultIsThereAtZeroFromTheStart) {
   EXPECT_TRUE(HasLine(
       text, R"(gpuckpt_stage_duration_seconds_count{operation="checkpoint",stage="commit"} 0)"))
       << text;
-  EXPECT_TRUE(HasLine(text, R"(gpuckpt_build_info{version=")" GPUCKPT_VERSION R"(",commit=")"
-                                GPUCKPT_COMMIT R"("} 1)"))
+  EXPECT_TRUE(HasLine(text, R"(gpuckpt_build_info{version=")" GPUCKPT_VERSION
+                            R"(",commit=")" GPUCKPT_COMMIT R"("} 1)"))
       << text;
   // No store totals known: none shown, rather than zeros that look real.
   EXPECT_FALSE(Contains(text, "gpuckpt_store_")) << text;

@@ -217,7 +217,8 @@ TEST_F(SystemGpuBackendTest, GroupLockRetriesUntilAllAreLockedTogether) {
   }
   // Each attempt doubles the lock timeout; 5001, locked in the first two,
   // was let go each time 5002 was not.
-  EXPECT_EQ(testing::ReadFile(state_ + "/5001.calls"), "lock 10\nunlock\nlock 20\nunlock\nlock 40\n");
+  EXPECT_EQ(testing::ReadFile(state_ + "/5001.calls"),
+            "lock 10\nunlock\nlock 20\nunlock\nlock 40\n");
   EXPECT_EQ(testing::ReadFile(state_ + "/5002.calls"), "lock 10\nlock 20\nlock 40\n");
 }
 
@@ -232,7 +233,8 @@ TEST_F(SystemGpuBackendTest, GroupLockGivesUpLeavingAllRunning) {
   options.backoff_ms = 1;
   Status s = LockTogether(*cuda, {5001, 5002}, options);
   EXPECT_CODE(s, StatusCode::kAborted);
-  EXPECT_NE(s.message().find("not locked together within 200 ms"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("not locked together within 200 ms"), std::string::npos)
+      << s.message();
   EXPECT_NE(s.message().find("5002 kept GPU work in flight"), std::string::npos) << s.message();
   for (const char* pid : {"5001", "5002"}) {
     const std::string state = testing::ReadFile(state_ + "/" + pid);

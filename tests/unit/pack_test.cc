@@ -187,8 +187,7 @@ TEST_F(PackStoreTest, GcRemovesPacksThatNothingPointsInto) {
   // What a crash between appending and publishing leaves: records no
   // location points at.
   {
-    ASSERT_OK_AND_ASSIGN(auto packs,
-                         ChunkPacks::Open(store_dir_ + "/" + format::kPacksDirName));
+    ASSERT_OK_AND_ASSIGN(auto packs, ChunkPacks::Open(store_dir_ + "/" + format::kPacksDirName));
     ASSERT_OK(packs->Append(testing::RandomBytes(3u << 20, 44)));
     ASSERT_OK(packs->Sync());
   }

@@ -273,8 +273,8 @@ TEST_F(PowerLossTest, PowerLossAtEverySyncOfASpooledCommitAndItsSettling) {
   AtEverySyncOf(
       base, "syncs_of_a_spooled_commit_and_its_settling",
       [&](Store& store, PowerLossEnv& env) {
-        EXPECT_OK(testing::WriteFlatTree(store, b, "b", SnapshotWriterOptions::Spool::kAlways)
-                      .status());
+        EXPECT_OK(
+            testing::WriteFlatTree(store, b, "b", SnapshotWriterOptions::Spool::kAlways).status());
         const uint64_t committed_at = env.syncs();
         EXPECT_OK(static_cast<StoreImpl&>(store).Settle("b"));
         return committed_at;

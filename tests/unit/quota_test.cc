@@ -4,13 +4,12 @@
 // copy of the same bytes nor operations side by side go beyond the quota.
 #include "core/engine/quota.h"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
 
 #include <memory>
 #include <optional>
 #include <string>
-
-#include <fcntl.h>
 
 #include "core/base/unique_fd.h"
 #include "core/manifest/checkpoint_manifest.h"

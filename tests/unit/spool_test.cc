@@ -3,6 +3,8 @@
 // them (settling); what a crash, a removal, an abandoned writer or a reopen
 // leaves; fsck, quotas, export and bases. The power-loss case is in
 // power_loss_test.cc.
+#include "core/snapshot/spool.h"
+
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
@@ -15,7 +17,6 @@
 #include <vector>
 
 #include "core/snapshot/records.h"
-#include "core/snapshot/spool.h"
 #include "core/snapshot/store_impl.h"
 #include "gpuckpt/store.h"
 #include "tests/unit/test_util.h"

@@ -30,8 +30,9 @@
 //    The gap across a kill and restore is the time the process did not
 //    exist, not a freeze: read it across leave-running checkpoints only.
 //
-// Workloads hold nothing that CRIU cannot dump by default (no TCP, no
-// inotify, no sockets to the outside) and print nothing once ready: CRIU
+// Workloads hold nothing that gpuckpt's CRIU cannot dump (no inotify, no
+// sockets to the outside; wl_tree's one TCP connection stays on loopback,
+// within the tree) and print nothing once ready: CRIU
 // checks the size of every open regular file on restore, so a workload that
 // wrote to its redirected stdout after a checkpoint could not be restored
 // from that checkpoint a second time.

@@ -49,18 +49,18 @@ const char* PoolPlace(const SnapshotInfo& i) {
 json InfoToJson(const SnapshotInfo& i, bool with_pool) {
   json extra = json::parse(i.extra_json.empty() ? "{}" : i.extra_json, nullptr, false);
   json out{{"id", i.id},
-              {"created", Rfc3339Utc(i.created_ns, /*with_nanoseconds=*/true)},
-              {"source", i.source},
-              {"files", i.file_count},
-              {"logical_bytes", i.logical_bytes},
-              {"chunks", i.chunk_count},
-              {"new_chunks", i.new_chunks},
-              {"new_bytes", i.new_bytes},
-              {"stored_bytes", i.stored_bytes},
-              {"duration_s", i.duration_s},
-              {"commit_s", i.commit_s},
-              {"sync_s", i.sync_s},
-              {"extra", extra.is_discarded() ? json::object() : extra}};
+           {"created", Rfc3339Utc(i.created_ns, /*with_nanoseconds=*/true)},
+           {"source", i.source},
+           {"files", i.file_count},
+           {"logical_bytes", i.logical_bytes},
+           {"chunks", i.chunk_count},
+           {"new_chunks", i.new_chunks},
+           {"new_bytes", i.new_bytes},
+           {"stored_bytes", i.stored_bytes},
+           {"duration_s", i.duration_s},
+           {"commit_s", i.commit_s},
+           {"sync_s", i.sync_s},
+           {"extra", extra.is_discarded() ? json::object() : extra}};
   if (!i.base.empty()) {
     out["base"] = i.base;
     out["base_chunks"] = i.base_chunks;
@@ -292,10 +292,9 @@ int RunFsck(Store& store) {
               std::to_string(r->damaged_files) + " files that cannot be read back whole)";
   }
   // Spooled files are not chunked yet: only their size could be checked.
-  const std::string spooled =
-      r->spooled_files == 0
-          ? ""
-          : ", " + std::to_string(r->spooled_files) + " spooled files (size checked only)";
+  const std::string spooled = r->spooled_files == 0 ? ""
+                                                    : ", " + std::to_string(r->spooled_files) +
+                                                          " spooled files (size checked only)";
   std::fprintf(stderr, "checked %llu chunks, %llu snapshots, %llu extents%s: %s\n",
                static_cast<unsigned long long>(r->chunks_checked),
                static_cast<unsigned long long>(r->snapshots_checked),

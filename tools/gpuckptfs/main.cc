@@ -22,8 +22,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <optional>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
