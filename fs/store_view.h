@@ -1,5 +1,5 @@
-// StoreView: the tree gpuckptfs shows (README.md, "gpuckptfs"), as plain data the
-// FUSE layer can serve: which nodes exist for whom, their attributes, their
+// StoreView: the tree gpuckptfs shows (docs/gpuckptfs.md, "The tree"), as plain
+// data the FUSE layer can serve: which nodes exist for whom, their attributes, their
 // children, and the bytes of generated files. No FUSE types here.
 //
 //   /README /ctl /restore /metrics       help, global commands, restore, metrics

@@ -3,6 +3,8 @@
 #   cmake -DHELP2MAN=... -DPROGRAM=... -DSECTION=1 -DSUBCOMMANDS=ON|OFF
 #         -DINCLUDE=man/NAME.h2m -DOUTPUT=build/man/NAME.1 -P help2man.cmake
 #
+# INCLUDE is help2man's include file: hand-written (man/gpuckpt.h2m) or
+# made from a manual by md2man.cmake (build/man/gpuckptfs.h2m).
 # help2man reads the program's --help (and the release from --version). With SUBCOMMANDS, the
 # subcommands that --help lists get a COMMANDS section made here from each
 # one's own --help (help2man itself reads only the top level). The page is
@@ -97,6 +99,36 @@ endif()
 # standard come in the order they are first met.)
 list(APPEND includes --include=${INCLUDE})
 
+# NAME and SYNOPSIS, where the include file does not give them, from the
+# first lines of --help: "PROGRAM: what it is" (help2man itself would say
+# "manual page for PROGRAM") and "Usage: ARGS" (CLI11 leaves the program's
+# name out, where help2man looks for it). The first line then leaves
+# DESCRIPTION, where help2man puts it too.
+file(READ ${INCLUDE} include_text)
+set(name_options "")
+set(summary "")
+help_lines(lines)
+string(REGEX MATCH "^[^;]*" first "${lines}")
+if(NOT include_text MATCHES "(^|\n)\\[NAME\\]" AND first MATCHES "^${name}: (.+)$")
+  roff_text(summary "${CMAKE_MATCH_1}")
+  set(name_options --name=${summary})
+  roff_text(summary "${first}")
+endif()
+if(NOT include_text MATCHES "(^|\n)\\[SYNOPSIS\\]")
+  foreach(line IN LISTS lines)
+    if(line MATCHES "^Usage: (.*)$")
+      set(usage "${CMAKE_MATCH_1}")
+      if(NOT usage MATCHES "^${name}( |$)")
+        roff_text(usage "${usage}")
+        string(REGEX REPLACE "([A-Z][A-Z_]+)" "\\\\fI\\1\\\\fR" usage "${usage}")
+        file(WRITE ${OUTPUT}.synopsis.h2m "[SYNOPSIS]\n.B ${name}\n${usage}\n")
+        list(APPEND includes --include=${OUTPUT}.synopsis.h2m)
+      endif()
+      break()
+    endif()
+  endforeach()
+endif()
+
 # The release alone for the page's footer (the commit would not fit there).
 execute_process(COMMAND ${PROGRAM} --version OUTPUT_VARIABLE version RESULT_VARIABLE rc)
 if(NOT rc EQUAL 0 OR NOT version MATCHES "^[^ ]+ ([0-9][^ \n]*)")
@@ -106,14 +138,18 @@ set(version ${CMAKE_MATCH_1})
 
 execute_process(
   COMMAND ${HELP2MAN} --no-info --section=${SECTION} --version-string=${version} ${includes}
-          --manual=gpuckpt --output=${OUTPUT}.tmp ${PROGRAM}
+          ${name_options} --manual=gpuckpt --output=${OUTPUT}.tmp ${PROGRAM}
   RESULT_VARIABLE rc)
-file(REMOVE ${OUTPUT}.commands.h2m)
+file(REMOVE ${OUTPUT}.commands.h2m ${OUTPUT}.synopsis.h2m)
 if(NOT rc EQUAL 0)
   file(REMOVE ${OUTPUT}.tmp)
   message(FATAL_ERROR "help2man failed on ${PROGRAM}")
 endif()
 file(READ ${OUTPUT}.tmp page)
+if(summary)
+  string(REPLACE "\n.PP\n${summary}\n" "\n" page "${page}")
+  string(REPLACE "\n${summary}\n" "\n" page "${page}")
+endif()
 string(REGEX REPLACE "[0-9]+ MiB: a quarter of this machine's memory"
                      "a quarter of the machine's memory" page "${page}")
 file(WRITE ${OUTPUT}.tmp "${page}")

@@ -176,9 +176,11 @@ class Engine {
   Status Track(int pid, const Caller& caller);
   Result<GcReport> Gc(const Caller& caller);
 
-  // The text of <pid>/status: "key: value" lines (README.md, "gpuckptfs").
+  // The text of <pid>/status: "key: value" lines (docs/gpuckptfs.md,
+  // "status and status.json").
   std::string ProcessStatus(const ProcessInfo& process);
-  // The same as a JSON object (<pid>/status.json; schema in README.md).
+  // The same as a JSON object (<pid>/status.json; its schema in
+  // docs/gpuckptfs.md).
   nlohmann::json ProcessStatusJson(const ProcessInfo& process);
   // The text of `restore` for `uid`: "pid N", "error: ...", or "none".
   std::string RestoreResult(uint32_t uid) const EXCLUDES(mu_);

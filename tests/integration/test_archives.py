@@ -1,12 +1,13 @@
-"""archives/<id>.tar of a real mount (fs/README.md): each checkpoint as a tar
-in the layout of a Podman/CRI-O checkpoint archive, made from the store on
-every read. GNU tar lists exactly manifest.json, then what a Podman import
-keeps under container/ at the top level, then checkpoint/ and the images;
-what it extracts is byte for byte what checkpoints/<id>/ shows; reads at
-odd offsets (inside headers, across data and padding) are slices of one
-sequential read; the size is exact and nothing is counted by du; the
-archive is its owner's alone (ENOENT to others), read-only, and goes with
-its checkpoint, while an open one reads on.
+"""archives/<id>.tar of a real mount (docs/gpuckptfs.md, "Containers", and
+fs/README.md, "Implementation"): each checkpoint as a tar in the layout of a
+Podman/CRI-O checkpoint archive, made from the store on every read. GNU tar
+lists exactly manifest.json, then what a Podman import keeps under
+container/ at the top level, then checkpoint/ and the images; what it
+extracts is byte for byte what checkpoints/<id>/ shows; reads at odd offsets
+(inside headers, across data and padding) are slices of one sequential read;
+the size is exact and nothing is counted by du; the archive is its owner's
+alone (ENOENT to others), read-only, and goes with its checkpoint, while an
+open one reads on.
 
 Run by ctest under wl_reaper (restored processes are orphans):
     wl_reaper python3 -m pytest tests/integration/test_archives.py

@@ -1,14 +1,14 @@
-"""`import` of container checkpoint archives through a real mount (README.md,
-"Containers"), without a container engine: archives in Podman's layout
-(checkpoint/ holding CRIU's images, config.dump and the engine's other
-files beside it) are made here from a real checkpoint's images with
-Python's tarfile, as tar, tar.gz and tar.zst, and as a directory. An
-import stores the images as images/ and the rest as container/, owned by
-the importer whatever the archive claims, and the checkpoint restores from
-the mount; archives that could write outside the tree, hold hard links or
-devices, are no tar, lack pstree.img or are cut short are refused (EINVAL)
-and store nothing; a user cannot import someone else's archive; a FIFO is
-refused without blocking.
+"""`import` of container checkpoint archives through a real mount
+(docs/gpuckptfs.md, "Containers"), without a container engine: archives in
+Podman's layout (checkpoint/ holding CRIU's images, config.dump and the
+engine's other files beside it) are made here from a real checkpoint's
+images with Python's tarfile, as tar, tar.gz and tar.zst, and as a
+directory. An import stores the images as images/ and the rest as
+container/, owned by the importer whatever the archive claims, and the
+checkpoint restores from the mount; archives that could write outside the
+tree, hold hard links or devices, are no tar, lack pstree.img or are cut
+short are refused (EINVAL) and store nothing; a user cannot import someone
+else's archive; a FIFO is refused without blocking.
 
 Run by ctest under wl_reaper (restored processes are orphans):
     wl_reaper python3 -m pytest tests/integration/test_container_import.py

@@ -1,12 +1,12 @@
-"""device/<id>/ of a real mount (README.md, "GPUs"): a checkpoint's device
-memory shown as views of its images, outside checkpoints/<id>/, so that a
-`cp -r` of a checkpoint is its logical size. Without a GPU, a checkpoint of
-wl_memory stands in for a CUDA one: a copy of it whose manifest records one
-of its mappings as device memory (extra.device.cuda_host_ranges, as
-cuda-checkpoint records them), with a device/ as older versions copied it,
-is imported. The import leaves that device/ out, unread; the mount shows
-the range under device/<id>/, with the process's bytes, to its owner alone,
-read-only; the copy restores.
+"""device/<id>/ of a real mount (docs/gpuckptfs.md, "device/"): a
+checkpoint's device memory shown as views of its images, outside
+checkpoints/<id>/, so that a `cp -r` of a checkpoint is its logical size.
+Without a GPU, a checkpoint of wl_memory stands in for a CUDA one: a copy of
+it whose manifest records one of its mappings as device memory
+(extra.device.cuda_host_ranges, as cuda-checkpoint records them), with a
+device/ as older versions copied it, is imported. The import leaves that
+device/ out, unread; the mount shows the range under device/<id>/, with the
+process's bytes, to its owner alone, read-only; the copy restores.
 
 Run by ctest under wl_reaper (restored processes are orphans):
     wl_reaper python3 -m pytest tests/integration/test_device_dir.py

@@ -1,13 +1,18 @@
-"""The man pages and the bash completion stay in step with --help.
+"""The man pages and the bash completion stay in step with --help, and
+gpuckptfs(8) with its manual.
 
 gpuckpt(1) and gpuckptfs(8) are made at build time by help2man (man/); here
 every option that `--help` (and, for gpuckpt, each subcommand's `--help`)
 lists must appear in the page as `man -l` renders it, rendering must give
-no warning, and the sections --help lacks must be there. The hand-written
-completion (tools/gpuckpt/gpuckpt.bash-completion) is sourced in bash and
-asked, as bash would ask it, for the subcommands and for the options of
-gpuckpt and of each subcommand: each answer must equal what --help lists.
-No root, mount or CRIU needed.
+no warning, and the sections --help lacks must be there. The rest of
+gpuckptfs(8) is made from its manual, docs/gpuckptfs.md: each of the
+manual's `##` sections must be a section of the page, in the manual's
+order, each `###` one a subsection, and every word of the manual must be
+in the page (but for the first paragraph, which says what the manual is).
+The hand-written completion (tools/gpuckpt/gpuckpt.bash-completion) is
+sourced in bash and asked, as bash would ask it, for the subcommands and
+for the options of gpuckpt and of each subcommand: each answer must equal
+what --help lists. No root, mount or CRIU needed.
 """
 
 import os
@@ -22,6 +27,7 @@ SOURCE = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file_
 GPUCKPT = os.path.join(BUILD, "tools", "gpuckpt", "gpuckpt")
 GPUCKPTFS = os.environ.get("GPUCKPTFS", "")
 COMPLETION = os.path.join(SOURCE, "tools", "gpuckpt", "gpuckpt.bash-completion")
+MANUAL = os.path.join(SOURCE, "docs", "gpuckptfs.md")
 
 
 def run(args, **kwargs):
@@ -100,8 +106,8 @@ def test_man_page_has_every_option_and_renders_without_warnings(name, section):
         headings = ["SYNOPSIS", "DESCRIPTION", "EXIT STATUS", "FILES", "EXAMPLES"]
     else:
         wanted = {("", o) for o in help_options(run([GPUCKPTFS, "--help"]).stdout)}
-        headings = ["SYNOPSIS", "DESCRIPTION", "OPTIONS", "THE TREE", "CONTROL FILES",
-                    "PERMISSIONS", "FILES", "EXAMPLES"]
+        headings = ["NAME", "SYNOPSIS", "DESCRIPTION", "OPTIONS", "THE TREE", "CONTROL FILES",
+                    "PERMISSIONS", "FILES", "EXAMPLES", "SEE ALSO"]
     missing = sorted(f"{sub} {o}".strip() for sub, o in wanted
                      if not re.search(r"(?<![\w-])" + re.escape(o) + r"(?![\w-])", text))
     assert not missing, f"{page} lacks options that --help lists: {missing}"
@@ -110,6 +116,48 @@ def test_man_page_has_every_option_and_renders_without_warnings(name, section):
     # The page's header names the version --version prints.
     version = run([GPUCKPT if name == "gpuckpt" else GPUCKPTFS, "--version"]).stdout.split()[1]
     assert version in text.splitlines()[-1], f"{page} does not name version {version}"
+
+
+def manual_headings():
+    """The `##` and `###` headings of docs/gpuckptfs.md, in order, as
+    (level, title), leaving out code blocks."""
+    headings, fenced = [], False
+    with open(MANUAL, encoding="utf-8") as f:
+        for line in f:
+            if line.startswith("```"):
+                fenced = not fenced
+            m = None if fenced else re.match(r"^(##|###) (.+?)\s*$", line)
+            if m:
+                headings.append((len(m.group(1)), m.group(2)))
+    assert headings, f"{MANUAL} has no ## headings"
+    return headings
+
+
+def test_gpuckptfs_page_holds_the_manual():
+    page = os.path.join(BUILD, "man", "gpuckptfs.8")
+    assert os.path.isfile(page), f"{page} was not built"
+    text, _ = rendered(page)
+    lines = text.splitlines()
+
+    # Each `##` section of the manual is a section of the page (in capitals,
+    # as man pages write them), each `###` one a subsection, in order.
+    where = 0
+    for level, title in manual_headings():
+        wanted = title.upper() if level == 2 else "   " + title
+        found = wanted in lines[where:]
+        assert found, (f"{page} lacks the manual's {'#' * level} {title!r} "
+                       f"(or has it out of the manual's order)")
+        where = lines.index(wanted, where) + 1
+
+    # Every word of the manual reaches the page: none is lost on the way
+    # (a line that roff would take for a request, a section left out).
+    with open(MANUAL, encoding="utf-8") as f:
+        manual = f.read()
+    manual = manual.split("\n\n", 2)[2]  # the title and the first paragraph
+    manual = re.sub(r"\]\([^)]*\)", "]", manual)  # links: their text, not where they go
+    said = set(re.findall(r"\w{3,}", text.lower()))
+    missing = sorted(set(re.findall(r"\w{3,}", manual.lower())) - said)
+    assert not missing, f"{page} lacks words of the manual: {missing}"
 
 
 def complete(*words):

@@ -1,11 +1,12 @@
-"""What a gpuckptfs mount refuses, and with which errno (README.md, "Who may
-do what"): nothing inside a checkpoint can be changed (EROFS) nor any of the
-names gpuckptfs makes (EPERM), while `rm -r` of a whole checkpoint by its
-owner works; someone else's checkpoint or process is absent (ENOENT) to
-lookups as to listings; a checkpoint id reused after `rm -r` is a new directory, and what
-still holds the old one never sees the new one's contents; a second mount
-over a live one is refused; and the control files parse what is written to
-them as a shell would split it, answering --help with the synopsis.
+"""What a gpuckptfs mount refuses, and with which errno (docs/gpuckptfs.md,
+"Permissions", and fs/README.md, "Implementation"): nothing inside a
+checkpoint can be changed (EROFS) nor any of the names gpuckptfs makes
+(EPERM), while `rm -r` of a whole checkpoint by its owner works; someone
+else's checkpoint or process is absent (ENOENT) to lookups as to listings; a
+checkpoint id reused after `rm -r` is a new directory, and what still holds
+the old one never sees the new one's contents; a second mount over a live
+one is refused; and the control files parse what is written to them as a
+shell would split it, answering --help with the synopsis.
 
 Run by ctest under wl_reaper (restored processes are orphans):
     wl_reaper python3 -m pytest tests/integration/test_mount_rules.py

@@ -1,10 +1,10 @@
 """Processes in namespaces of their own, checkpointed through a real mount
-(README.md, "Containers"): a workload made the init of new mount, pid, net,
-uts and ipc namespaces by `unshare` is checkpointed through `<pid>/ctl`
-(the daemon's own FUSE mount, which the new mount namespace copied, left
-out of the dump) and restored through `restore` into new namespaces of the
-same kinds, with a new pid outside and pid 1 inside, its host name and its
-memory intact.
+(docs/gpuckptfs.md, "Containers"): a workload made the init of new mount,
+pid, net, uts and ipc namespaces by `unshare` is checkpointed through
+`<pid>/ctl` (the daemon's own FUSE mount, which the new mount namespace
+copied, left out of the dump) and restored through `restore` into new
+namespaces of the same kinds, with a new pid outside and pid 1 inside, its
+host name and its memory intact.
 
 Run by ctest under wl_reaper (restored processes are orphans):
     wl_reaper python3 -m pytest tests/integration/test_namespaces.py

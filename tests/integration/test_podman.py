@@ -1,7 +1,7 @@
-"""Podman containers and gpuckpt (README.md, "Containers"), with the real
-Podman and runc from Debian on an image made here from a static busybox
-(podman.py): a running container's init checkpointed through `<pid>/ctl`
-of a real mount and restored through `restore` into new namespaces on the
+"""Podman containers and gpuckpt (docs/gpuckptfs.md, "Containers"), with the
+real Podman and runc from Debian on an image made here from a static busybox
+(podman.py): a running container's init checkpointed through `<pid>/ctl` of
+a real mount and restored through `restore` into new namespaces on the
 container's root filesystem, its output going on where it stopped.
 
 Run by ctest under wl_reaper (restored processes are orphans):
@@ -39,7 +39,7 @@ def podman():
 
 def test_container_checkpointed_and_restored_through_the_mount(mount, podman):
     # Without a network of its own: a veth's other end, on the host, is the
-    # container engine's to make again (README.md, "Containers").
+    # container engine's to make again (docs/gpuckptfs.md, "Containers").
     pid = podman.start_counter("through-mount", "--network", "none")
     rootfs = podman.run("mount", "through-mount")
     out = os.path.join(rootfs, "tmp", "out")
