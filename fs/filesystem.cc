@@ -22,6 +22,7 @@
 #include "core/base/mutex.h"
 #include "core/base/scope_exit.h"
 #include "core/proc/mount_table.h"
+#include "fs/command_runner.h"
 #include "fs/commands.h"
 #include "fs/inode_table.h"
 #include "fs/kernel_readahead.h"
@@ -34,6 +35,10 @@ namespace {
 // immutable once published, so this only bounds how long a new checkpoint
 // takes to show in a cached listing.
 constexpr double kCacheSeconds = 1.0;
+
+// Commands one uid may run at once (each on a thread of its own); the next
+// write is refused with EBUSY until one ends.
+constexpr size_t kMaxCommandsPerUid = 64;
 
 // The kernel shares a cached name among all users, and only a lookup sees
 // who asks: checkpoints/<id>, device/<id>, archives/<id>.tar and <pid> are
@@ -81,7 +86,8 @@ struct OpenCheckpoint {
 
 class Filesystem {
  public:
-  Filesystem(Store* store, Engine* engine) : store_(store), engine_(engine), view_(store, engine) {}
+  Filesystem(Store* store, Engine* engine)
+      : store_(store), engine_(engine), view_(store, engine), commands_(kMaxCommandsPerUid) {}
   // Handles the kernel never released (the session ended while files were
   // open: a daemon stopped or unmounted lazily) go with the filesystem.
   ~Filesystem() {
@@ -189,14 +195,21 @@ class Filesystem {
     auto open = open_files_.find(h->ino);
     if (open != open_files_.end() && --open->second.handles == 0) open_files_.erase(open);
   }
+  static bool OpensForWriting(int flags) {
+    return (flags & O_ACCMODE) != O_RDONLY || (flags & O_TRUNC);
+  }
+  // What an open of `ino` with `flags` is refused with before anything is
+  // read (0: none): only control files can be written, anything else is
+  // EROFS, the one errno a reader of a read-only tree expects.
+  int DoOpenRefusal(fuse_ino_t ino, int flags) {
+    auto node = Node(ino);
+    if (!node.ok()) return ErrnoFromStatus(node.status());
+    return OpensForWriting(flags) && !StoreView::IsControl(node->kind) ? EROFS : 0;
+  }
   Result<std::unique_ptr<FileHandle>> DoOpen(fuse_ino_t ino, int flags, const Caller& caller)
       EXCLUDES(mu_) {
     GPUCKPT_ASSIGN_OR_RETURN(NodeId node, Node(ino));
-    const bool writing = (flags & O_ACCMODE) != O_RDONLY || (flags & O_TRUNC);
-    if (writing && !StoreView::IsControl(node.kind)) {
-      return Status(StatusCode::kPermissionDenied, "checkpoints are read-only");
-    }
-
+    const bool writing = OpensForWriting(flags);
     auto h = std::make_unique<FileHandle>();
     h->node = node;
     if (StoreView::IsSnapshotFile(node.kind)) {
@@ -212,18 +225,20 @@ class Filesystem {
     return h;
   }
 
-  // A write to a control file is one command; it returns when done, or
-  // soon after `interrupted` is set (the caller gave up).
-  Status DoWrite(FileHandle* h, const char* data, size_t size, const Caller& caller_in,
+  // A write to a control file `node` is one command; it returns when
+  // done, or soon after `interrupted` is set (the caller gave up). Run on
+  // a command thread (commands()), never on a FUSE thread.
+  Status DoWrite(const NodeId& node, std::string line, const Caller& caller_in,
                  std::shared_ptr<const std::atomic<bool>> interrupted) {
-    std::string line(data, size);
     while (!line.empty() && (line.back() == '\n' || line.back() == '\r')) line.pop_back();
     Caller caller = MakeCaller(caller_in.uid, caller_in.gid, caller_in.pid);
     caller.interrupted = std::move(interrupted);
-    Status s = RunCommand(*engine_, h->node.kind, h->node.pid, line, caller);
+    Status s = RunCommand(*engine_, node.kind, node.pid, line, caller);
     view_.Invalidate();
     return s;
   }
+
+  CommandRunner& commands() { return commands_; }
 
   // unlink and rmdir: the errno to reply (0: done). A checkpoint goes as a
   // whole, when its directory is removed; nothing else can be.
@@ -363,15 +378,17 @@ class Filesystem {
   std::set<DirHandle*> kernel_dirs_ GUARDED_BY(mu_);
   std::set<FileHandle*>& KernelHandles(FileHandle*) REQUIRES(mu_) { return kernel_files_; }
   std::set<DirHandle*>& KernelHandles(DirHandle*) REQUIRES(mu_) { return kernel_dirs_; }
+  // Last: its destructor waits for the commands, which use everything above.
+  CommandRunner commands_;
 };
 
-// Every callback goes through here: exceptions never cross into libfuse
+// Every callback goes through here: no exception ever crosses into libfuse
 // (C code), and errors reply through the one Status -> errno mapping.
 template <typename Fn>
 void Guard(fuse_req_t req, Fn&& fn) {
   try {
     fn();
-  } catch (const std::exception& e) {
+  } catch (...) {
     fuse_reply_err(req, EIO);
   }
 }
@@ -440,12 +457,10 @@ void OpReleasedir(fuse_req_t req, fuse_ino_t, fuse_file_info* fi) {
 
 void OpOpen(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   Guard(req, [&] {
+    if (int refusal = Filesystem::From(req)->DoOpenRefusal(ino, fi->flags); refusal != 0)
+      return (void)fuse_reply_err(req, refusal);
     auto h = Filesystem::From(req)->DoOpen(ino, fi->flags, CallerOf(req));
-    if (!h.ok()) {
-      if (h.status().code() == StatusCode::kPermissionDenied)
-        return (void)fuse_reply_err(req, EROFS);
-      return ReplyError(req, h.status());
-    }
+    if (!h.ok()) return ReplyError(req, h.status());
     if ((*h)->reader) {
       fi->keep_cache = 1;  // contents never change once published
     } else {
@@ -474,22 +489,36 @@ void SetInterrupted(fuse_req_t, void* flag) {
   static_cast<std::atomic<bool>*>(flag)->store(true, std::memory_order_relaxed);
 }
 
+// The command runs on a thread of its own, which replies; the FUSE thread
+// returns at once (a command may take minutes).
 void OpWrite(fuse_req_t req, fuse_ino_t, const char* buf, size_t size, off_t, fuse_file_info* fi) {
   Guard(req, [&] {
-    auto* h = reinterpret_cast<Filesystem::FileHandle*>(fi->fh);
+    Filesystem* fs = Filesystem::From(req);
+    const NodeId node = reinterpret_cast<Filesystem::FileHandle*>(fi->fh)->node;
+    const Caller caller = CallerOf(req);
     // A signal to the writer (Ctrl-C) makes the kernel send an INTERRUPT
     // for this request, and the writer waits for our reply however long
-    // the command takes: the command then gives up.
+    // the command takes: the command then gives up. So does every command
+    // when the daemon stops (CommandRunner::CancelAll()).
     auto interrupted = std::make_shared<std::atomic<bool>>(false);
     fuse_req_interrupt_func(req, SetInterrupted, interrupted.get());
-    Status s;
-    {
-      // No call after this: the flag may go before the request does.
-      ScopeExit forget([req] { fuse_req_interrupt_func(req, nullptr, nullptr); });
-      s = Filesystem::From(req)->DoWrite(h, buf, size, CallerOf(req), interrupted);
+    auto command = [fs, req, node, caller, interrupted, line = std::string(buf, size)] {
+      Status s;
+      try {
+        s = fs->DoWrite(node, line, caller, interrupted);
+      } catch (...) {
+        s = Status::Internal("the command ended with an exception");
+      }
+      // No call after this: the flag goes with this command.
+      fuse_req_interrupt_func(req, nullptr, nullptr);
+      if (!s.ok()) return ReplyError(req, s);
+      fuse_reply_write(req, line.size());
+    };
+    Status started = fs->commands().Start(caller.uid, interrupted, std::move(command));
+    if (!started.ok()) {
+      fuse_req_interrupt_func(req, nullptr, nullptr);
+      ReplyError(req, started);
     }
-    if (!s.ok()) return ReplyError(req, s);
-    fuse_reply_write(req, size);
   });
 }
 
@@ -720,6 +749,12 @@ Status ServeFilesystem(Store* store, Engine* engine, const MountOptions& options
       resolved ? Status::Ok() : StatusFromErrno(resolve_errno, "resolving " + options.mountpoint),
       resolved_mountpoint);
   if (on_mounted) on_mounted();
+  // Before the session goes (cleanup): the commands still running reply
+  // through it. They are asked to give up, as on their writers' Ctrl-C.
+  ScopeExit finish_commands([&fs] {
+    fs.commands().CancelAll();
+    fs.commands().WaitForAll();
+  });
   return RunSessionLoop(se);
 }
 

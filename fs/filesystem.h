@@ -6,10 +6,11 @@
 // once. Nothing can be changed but by commands: inside a checkpoint, its
 // device/<id> or its archives/<id>.tar every change is EROFS, elsewhere
 // EPERM; `rmdir checkpoints/<id>` (as `rm -r` does it) removes a
-// checkpoint. Writes to control files are commands, run synchronously on
-// the FUSE thread that received them (a long checkpoint holds one of up to
-// 16 threads, so everyone else's ls and cat go on). Borrows the Store and
-// the Engine, which must outlive it.
+// checkpoint. Writes to control files are commands, each run on a thread
+// of its own (CommandRunner, at most 64 at once per uid) that replies when
+// it ends, so the FUSE threads (16) only ever answer quick requests: any
+// number of long checkpoints leave everyone's ls and cat answered. Borrows
+// the Store and the Engine, which must outlive it.
 #ifndef GPUCKPT_FS_FILESYSTEM_H_
 #define GPUCKPT_FS_FILESYSTEM_H_
 
@@ -37,7 +38,9 @@ struct MountOptions {
 Status CheckNothingMountedAt(const std::string& resolved_mountpoint);
 
 // Mounts, calls `on_mounted` (the mount is then visible), serves until
-// unmounted or signalled (SIGINT, SIGTERM, SIGHUP), unmounts. Errors:
+// unmounted or signalled (SIGINT, SIGTERM, SIGHUP), asks the commands still
+// running to give up (as their writers' Ctrl-C would) and waits for them,
+// unmounts. Errors:
 // something is mounted there already (kBusy, CheckNothingMountedAt()), the
 // mount failed (kUnavailable), or the session broke. Runs in the calling
 // process: daemonizing is the caller's business (it must happen before the

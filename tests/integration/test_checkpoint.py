@@ -18,6 +18,7 @@ import os
 import re
 import signal
 import subprocess
+import threading
 import time
 
 import pytest
@@ -188,6 +189,163 @@ def test_concurrent_checkpoints_one_ebusy_or_both_and_each_restores(mount):
     for ckpt_id in made:
         mount.restore(mount.path("checkpoints", ckpt_id), wl.pid)
         wl.assert_passes(f"wl_memory restored from concurrent checkpoint {ckpt_id}")
+
+
+def criu_dumps(daemons):
+    """{pid being dumped: CRIU pid} of the `criu dump -t PID ...` processes
+    that a daemon of `daemons` started: not CRIU's own helpers, which must
+    not be stopped (CRIU reads a stopped helper as a failure). One pass
+    over /proc, so that a dump is caught early."""
+    dumps = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            if ppid not in daemons:
+                continue
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                argv = f.read().split(b"\0")
+        except (OSError, ValueError, IndexError):
+            continue  # gone meanwhile
+        if len(argv) > 3 and argv[0].endswith(b"criu") and argv[1:3] == [b"dump", b"-t"]:
+            dumps[int(argv[3])] = int(entry)
+    return dumps
+
+
+def hold_dumps(mount, pids, returned, held, seconds=60):
+    """Stops (SIGSTOP) the CRIU dump of each of `pids` as soon as it shows,
+    until each is held or its checkpoint has `returned(pid)`; `held`: {pid:
+    CRIU pid}, filled in."""
+    daemons = set(mount.daemon_pids())
+    assert daemons, "no daemon serves the mount"
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        for pid, criu in criu_dumps(daemons).items():
+            if pid in pids and pid not in held:
+                os.kill(criu, signal.SIGSTOP)
+                held[pid] = criu
+        if all(pid in held or returned(pid) for pid in pids):
+            return
+        time.sleep(0.002)
+    # Not asked through the mount, which may be what does not answer.
+    waiting = [pid for pid in pids if pid not in held and not returned(pid)]
+    raise AssertionError(f"after {seconds} s, {len(held)} dumps held and {len(waiting)} "
+                         f"checkpoints neither in CRIU nor returned: {waiting}")
+
+
+def release_dumps(held):
+    for c in held.values():
+        try:
+            os.kill(c, signal.SIGCONT)
+        except ProcessLookupError:
+            pass
+
+
+def timed(args, what):
+    """Runs `args` (at most 60 s: a mount that does not answer fails the
+    test rather than hang it); its seconds."""
+    start = time.monotonic()
+    r = subprocess.run(args, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, f"{what}: {r.stderr}"
+    return time.monotonic() - start
+
+
+def test_the_mount_answers_while_32_checkpoints_are_held_in_their_dumps(mount):
+    """32 checkpoints written at once and each held in its CRIU dump
+    (SIGSTOP): more commands in flight than the daemon has FUSE threads
+    (16), yet listings and status files answer at once, since every command
+    runs on a thread of its own; released, all 32 complete."""
+    m = mount
+    workloads = [m.start("wl_memory", "--mib", "64") for _ in range(32)]
+    before = set(m.ids())
+    results = {}
+
+    def checkpoint(wl):
+        results[wl.pid] = Root().write(m.path(str(wl.pid), "ctl"), "checkpoint", timeout=600)
+    writers = [threading.Thread(target=checkpoint, args=(wl,)) for wl in workloads]
+    held = {}
+    try:
+        for w in writers:
+            w.start()
+        hold_dumps(m, [wl.pid for wl in workloads], lambda pid: pid in results, held)
+        in_flight = [pid for pid in held if pid not in results]
+        # More held at once than there are FUSE threads: none of them
+        # holds one.
+        assert len(in_flight) > 16, (
+            f"only {len(in_flight)} of 32 checkpoints were held in their dumps "
+            f"(finished before they could be held: {sorted(results)})")
+        for args, what in (
+                (["ls", m.path()], "ls of the mount"),
+                (["ls", m.path("checkpoints")], "ls of checkpoints/"),
+                (["cat", m.path(str(in_flight[0]), "status")], "cat of a held process's status"),
+                (["cat", m.path("metrics")], "cat of metrics")):
+            took = timed(args, what)
+            assert took < 10, f"{what} took {took:.1f} s with {len(in_flight)} commands in flight"
+        assert not any(pid in results for pid in in_flight), (
+            "a held checkpoint returned while its CRIU was stopped")
+    finally:
+        release_dumps(held)
+        for w in writers:
+            w.join(timeout=600)
+    failed = {pid: err for pid, (ok, err) in results.items() if not ok}
+    assert len(results) == 32 and not failed, f"checkpoints failed: {failed}"
+    made = set(m.ids()) - before
+    assert len(made) == 32, f"32 checkpoints written, {len(made)} appeared"
+    for ckpt_id in sorted(made)[:4]:
+        m.assert_complete(ckpt_id)
+
+
+# One command in one write(2); the write's outcome is printed apart from the
+# close's: once a stopping daemon has answered its last write it serves
+# nothing more, so a close (FUSE's flush) after it fails.
+WRITE_THEN_CLOSE = """
+import os, sys
+fd = os.open(sys.argv[1], os.O_WRONLY)
+try:
+    os.write(fd, os.fsencode(sys.argv[2]) + b"\\n")
+    print("write: ok", flush=True)
+except OSError as e:
+    print("write:", os.strerror(e.errno), flush=True)
+try:
+    os.close(fd)
+except OSError:
+    pass
+"""
+
+
+def test_a_daemon_stopped_during_a_checkpoint_finishes_it_and_then_exits(mount):
+    """SIGTERM while a checkpoint is in its dump: the daemon first lets the
+    command end (a checkpoint already freezing is not given up), the writer
+    gets its answer, then the daemon unmounts and exits; the checkpoint is
+    in the store and the process runs on."""
+    m = mount
+    wl = m.start("wl_memory", "--mib", "16")
+    writer = subprocess.Popen([PYTHON, "-c", WRITE_THEN_CLOSE, m.path(str(wl.pid), "ctl"),
+                               "checkpoint"], stdout=subprocess.PIPE, text=True)
+    held = {}
+    try:
+        hold_dumps(m, [wl.pid], lambda _: writer.poll() is not None, held)
+        assert held, "the checkpoint ended before its dump could be held"
+        daemons = m.daemon_pids()
+        assert daemons, "no daemon serves the mount"
+        for pid in daemons:
+            os.kill(pid, signal.SIGTERM)
+        time.sleep(1)
+        assert m.daemon_pids(), "the daemon exited with a command still running"
+        assert writer.poll() is None, "the write returned while its dump was held"
+    finally:
+        release_dumps(held)
+        out, _ = writer.communicate(timeout=300)
+    assert out.strip() == "write: ok", f"the checkpoint the daemon finished before exiting: {out}"
+    wait_for(lambda: not m.daemon_pids(), 60, "the daemon to exit after its last command")
+    assert not os.path.ismount(m.mnt), "the daemon exited without unmounting"
+    m.start_daemon()
+    made = m.ids()
+    assert len(made) == 1, made
+    m.assert_complete(made[0], wl.pid)
+    wl.assert_passes("wl_memory after the daemon stopped during its checkpoint")
 
 
 # --- Permissions: an ordinary user -------------------------------------------------

@@ -451,13 +451,19 @@ def test_a_second_import_of_the_same_bytes_is_charged_once_the_first_is_removed(
             assert ok, err
         r = a.run(["rm", "-r", m.path("checkpoints", made), m.path("checkpoints", f"{a.uid}.x1")])
         assert r.returncode == 0, r.stderr
-        # x2 added nothing when it came, but holds all of it now: another
-        # 48 MiB of new data does not fit in the 100 MB.
-        other = m.start("wl_big", "--mib", "64", user=a)
+        # x2 added nothing when it came, but holds all of it now (over 30
+        # MB): a process of about 75 MB resident (wl_memory touches all but
+        # 1/16 of its pages, whatever the machine's transparent huge pages)
+        # does not fit in the 100 MB beside it, and fits once x2 is gone.
+        other = m.start("wl_memory", "--mib", "72", user=a)
         ok, err = a.write(m.path(str(other.pid), "ctl"), "checkpoint")
         assert not ok and err == os.strerror(28), err  # ENOSPC
         last = status_line(m.mnt, other.pid, "last")
         assert "quota" in last and f"uid {a.uid}" in last, last
+        r = a.run(["rm", "-r", m.path("checkpoints", f"{a.uid}.x2")])
+        assert r.returncode == 0, r.stderr
+        ok, err = a.write(m.path(str(other.pid), "ctl"), "checkpoint")
+        assert ok, f"the checkpoint did not fit once x2 was gone: {err}"
     finally:
         m.close()
 
