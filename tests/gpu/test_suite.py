@@ -544,7 +544,7 @@ class Case:
         said = self.user.cat(restore)
         if said != f"pid {pid}":
             fail(f"restore of '{args}': restore says '{said}', expected 'pid {pid}'")
-        # In cgroups of its own (README.md, "Running as a service"): stopping
+        # In cgroups of its own (tools/README.md, "Running as a service"): stopping
         # the daemon, which kills its cgroup, must not touch it. (Where the
         # cgroup filesystem is mounted read-only, as in some containers,
         # there is nowhere else to go.)

@@ -1,5 +1,5 @@
 """The store command beside a running gpuckptfs (README.md, "The store
-command"): `gpuckpt ls`, `stats`, `export` and `fsck` read the store while
+from the command line"): `gpuckpt ls`, `stats`, `export` and `fsck` read the store while
 the daemon holds it, see what it committed and change nothing; `rm`, `gc`
 and `import` are still refused, naming the daemon.
 

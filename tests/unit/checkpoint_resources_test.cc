@@ -20,7 +20,7 @@ CgroupLimits Limited(const std::string& cgroup, uint64_t limit, uint64_t used) {
   return {CgroupLimit{cgroup, limit, used}};
 }
 
-// The example of the README: 32 GB of device memory, 2.4 GB of staging.
+// A large GPU job: 32 GB of device memory, 2.4 GB of staging.
 CheckpointMemoryNeed GpuNeed(uint64_t available) {
   CheckpointMemoryNeed need;
   need.pid = 123;
