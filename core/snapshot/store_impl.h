@@ -21,6 +21,7 @@
 
 #include <atomic>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <set>
@@ -105,6 +106,11 @@ class StoreImpl final : public Store {
   Status Remove(const std::string& id) override;
   Result<GcReport> Gc() override EXCLUDES(gc_mu_);
   Result<FsckReport> Fsck() override EXCLUDES(gc_mu_);
+  // Tests only, set before any fetch: called with the snapshot's id once a
+  // fetch from the pool is the calling thread's, before it reads the pool.
+  void SetPullHookForTesting(std::function<void(const std::string&)> hook) {
+    pull_hook_ = std::move(hook);
+  }
   uint64_t settled_snapshots() const override {
     return settled_snapshots_.load(std::memory_order_acquire);
   }
@@ -240,7 +246,11 @@ class StoreImpl final : public Store {
   Result<SnapshotInfo> PoolGet(const std::string& id);
   // Snapshot `id` as this store holds it, fetched from the pool first when
   // it is pool-only there.
-  Result<SnapshotInfo> EnsureLocal(const std::string& id) EXCLUDES(pull_mu_);
+  Result<SnapshotInfo> EnsureLocal(const std::string& id) EXCLUDES(pulls_mu_);
+  // Makes the fetch of `id` this thread's, waiting while another thread
+  // fetches it; ReleasePull() gives it back.
+  void ClaimPull(const std::string& id) EXCLUDES(pulls_mu_);
+  void ReleasePull(const std::string& id) EXCLUDES(pulls_mu_);
   // Drops this store's copy of a snapshot the pool no longer has (removed
   // through another store).
   void DropRemovedFromPool(const SnapshotInfo& info);
@@ -280,9 +290,15 @@ class StoreImpl final : public Store {
   Mutex pool_keys_mu_;
   // id -> (incarnation, key) of pool-only snapshots listed so far.
   std::map<std::string, std::pair<uint64_t, uint64_t>> pool_keys_ GUARDED_BY(pool_keys_mu_);
-  // Held across a whole pull, I/O included: a second reader of a snapshot
-  // being fetched waits for it rather than fetching it again.
-  Mutex pull_mu_ ACQUIRED_BEFORE(gc_mu_);
+  // The snapshots being fetched from the pool, each by one thread across
+  // its whole fetch, I/O included: a second reader of a snapshot being
+  // fetched waits for it rather than fetching it again, while fetches of
+  // different snapshots run side by side.
+  Mutex pulls_mu_;
+  CondVar pull_ended_cv_;
+  std::set<std::string> pulling_ GUARDED_BY(pulls_mu_);
+  // See SetPullHookForTesting().
+  std::function<void(const std::string&)> pull_hook_;
   // Background pushes (PoolOptions::background).
   Mutex pusher_mu_;
   CondVar pusher_cv_;

@@ -10,6 +10,7 @@
 #include <chrono>
 
 #include "core/base/log.h"
+#include "core/base/scope_exit.h"
 #include "core/snapshot/pool_link.h"
 #include "core/snapshot/records.h"
 #include "core/snapshot/store_impl.h"
@@ -165,9 +166,11 @@ Result<SnapshotInfo> StoreImpl::EnsureLocal(const std::string& id) {
         "cannot fetch it: read it through the gpuckptfs that holds the store",
         id, pool_->options().pool, dir()));
   }
-  MutexLock pull_lock(&pull_mu_);
+  ClaimPull(id);
+  ScopeExit release([this, &id] { ReleasePull(id); });
   local = LocalGet(id);  // fetched while we waited?
   if (local.ok() || local.status().code() != StatusCode::kNotFound) return local;
+  if (pull_hook_) pull_hook_(id);
   GPUCKPT_ASSIGN_OR_RETURN(auto entry, pool_->CatalogEntryOf(id));
   if (!entry) return local;
   GPUCKPT_ASSIGN_OR_RETURN(const uint64_t key, PoolOnlyKey(id, entry->incarnation));
@@ -192,6 +195,18 @@ Result<SnapshotInfo> StoreImpl::EnsureLocal(const std::string& id) {
       after.fetched_bytes - before.fetched_bytes,
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   return LocalGet(id);
+}
+
+void StoreImpl::ClaimPull(const std::string& id) {
+  MutexLock lock(&pulls_mu_);
+  while (pulling_.count(id) != 0) pull_ended_cv_.Wait(pulls_mu_);
+  pulling_.insert(id);
+}
+
+void StoreImpl::ReleasePull(const std::string& id) {
+  MutexLock lock(&pulls_mu_);
+  pulling_.erase(id);
+  pull_ended_cv_.NotifyAll();
 }
 
 Status StoreImpl::Remove(const std::string& id) {

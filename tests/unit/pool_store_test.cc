@@ -8,10 +8,13 @@
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
+#include <future>
 #include <thread>
 
+#include "core/base/scope_exit.h"
 #include "core/pool/pool_format.h"
 #include "core/pool/rados_pool.h"
+#include "core/snapshot/store_impl.h"
 #include "gpuckpt/store.h"
 #include "tests/unit/micro_ceph.h"
 #include "tests/unit/test_util.h"
@@ -146,6 +149,53 @@ TEST_F(PoolStoreTest, ARepeatedSnapshotSendsAndFetchesOnlyWhatChanged) {
   EXPECT_EQ(ReadAll(*a, "repeat-2", "mem.bin"), data);
   const uint64_t fetched = a->pool_stats()->fetched_bytes - a_before.fetched_bytes;
   EXPECT_LE(fetched, sent) << "the first store had every chunk but the new ones";
+}
+
+TEST_F(PoolStoreTest, FetchesOfDifferentSnapshotsRunSideBySideAndOfOneHappenOnce) {
+  const std::string one = tmp_.Sub("one"), two = tmp_.Sub("two");
+  testing::MakeDirs(one);
+  testing::MakeDirs(two);
+  testing::WriteRandomFile(one + "/f", 2u << 20, 41);
+  testing::WriteRandomFile(two + "/f", 2u << 20, 42);
+  auto a = OpenPooled(tmp_.Sub("a"));
+  auto b = OpenPooled(tmp_.Sub("b"));
+  ASSERT_TRUE(a && b);
+  ASSERT_OK(ImportIn(*a, one, "side-1").status());
+  ASSERT_OK(ImportIn(*a, two, "side-2").status());
+
+  // b's fetch of side-1 is held once it is under way.
+  std::promise<void> reached, release;
+  std::shared_future<void> released = release.get_future().share();
+  std::atomic<int> fetches_of_one{0};
+  static_cast<StoreImpl&>(*b).SetPullHookForTesting([&](const std::string& id) {
+    if (id != "side-1") return;
+    if (fetches_of_one.fetch_add(1) == 0) reached.set_value();
+    released.wait();
+  });
+  // Declared before the release below, so that a failed assertion lets
+  // the held fetch go before the readers are waited for.
+  std::future<std::string> first, again, other;
+  bool let_go = false;
+  ScopeExit let_go_at_the_end([&] {
+    if (!let_go) release.set_value();
+  });
+  first = std::async(std::launch::async, [&] { return ReadAll(*b, "side-1", "f"); });
+  ASSERT_EQ(reached.get_future().wait_for(std::chrono::seconds(60)), std::future_status::ready);
+  again = std::async(std::launch::async, [&] { return ReadAll(*b, "side-1", "f"); });
+  other = std::async(std::launch::async, [&] { return ReadAll(*b, "side-2", "f"); });
+
+  // Another snapshot's fetch is not held up by it.
+  ASSERT_EQ(other.wait_for(std::chrono::seconds(60)), std::future_status::ready)
+      << "the fetch of side-2 waited for the held fetch of side-1";
+  EXPECT_EQ(other.get(), testing::RandomBytes(2u << 20, 42));
+  // A second reader of the same snapshot waits for the fetch under way.
+  EXPECT_EQ(again.wait_for(std::chrono::milliseconds(200)), std::future_status::timeout);
+  let_go = true;
+  release.set_value();
+  EXPECT_EQ(first.get(), testing::RandomBytes(2u << 20, 41));
+  EXPECT_EQ(again.get(), testing::RandomBytes(2u << 20, 41));
+  EXPECT_EQ(fetches_of_one.load(), 1) << "side-1 was fetched twice";
+  EXPECT_EQ(b->pool_stats()->pulls, 2u);
 }
 
 TEST_F(PoolStoreTest, NamesArePoolWideAndAnAbandonedNameIsFreeAgain) {
