@@ -3,6 +3,7 @@
 
 #include <fuse3/fuse_lowlevel.h>
 #include <sys/statvfs.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -16,6 +17,7 @@
 #include <memory>
 #include <optional>
 #include <set>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
@@ -296,11 +298,20 @@ class Filesystem {
     return 0;
   }
 
-  // Reads into this thread's reusable buffer, which is neither allocated
-  // nor zeroed per request; `*data` stays valid until the thread's next
-  // read. Generated files are copied there too: once the kernel has the
-  // reply, the reader may close the file and its release (on another
-  // thread) frees the handle while fuse_reply_buf() is still returning.
+  // An image file's bytes, where they lie (decoded chunks, zeros), for a
+  // reply that sends them without copying them first; the pieces hold
+  // what they point into, so a release of the file meanwhile (another
+  // thread, once the kernel has the reply) takes nothing from under them.
+  Result<FileReader::ReadPieces> DoReadImage(FileHandle* h, off_t offset, size_t size) {
+    if (offset < 0) return Status::InvalidArgument("negative offset");
+    return h->reader->Read(static_cast<uint64_t>(offset), size);
+  }
+
+  // A generated file's bytes, copied into this thread's reusable buffer
+  // (neither allocated nor zeroed per request; `*data` stays valid until
+  // the thread's next read): once the kernel has the reply, the reader may
+  // close the file and its release (on another thread) frees the handle
+  // and its content while fuse_reply_buf() is still returning.
   Result<size_t> DoRead(FileHandle* h, off_t offset, size_t size, const char** data) {
     if (offset < 0) return Status::InvalidArgument("negative offset");
     thread_local std::unique_ptr<char[]> buffer;
@@ -310,7 +321,6 @@ class Filesystem {
       capacity = size;
     }
     *data = buffer.get();
-    if (h->reader) return h->reader->Pread(static_cast<uint64_t>(offset), size, buffer.get());
     const size_t off = static_cast<size_t>(offset);
     if (off >= h->content.size()) return size_t{0};
     const size_t n = std::min(size, h->content.size() - off);
@@ -475,9 +485,37 @@ void OpOpen(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   });
 }
 
+// Replies with `read`'s pieces as they lie: one copy, into the kernel. A
+// read of more pieces than a writev takes (chunks far smaller than a FUSE
+// read) is gathered into one buffer first.
+void ReplyPieces(fuse_req_t req, const FileReader::ReadPieces& read) {
+  constexpr size_t kMaxPieces = 512;  // IOV_MAX is 1024, libfuse adds its header
+  if (read.pieces.size() > kMaxPieces) {
+    std::string gathered;
+    gathered.reserve(read.size());
+    for (const FileReader::Piece& p : read.pieces) gathered.append(p.data, p.size);
+    fuse_reply_buf(req, gathered.data(), gathered.size());
+    return;
+  }
+  std::vector<iovec> iov;
+  iov.reserve(read.pieces.size());
+  for (const FileReader::Piece& p : read.pieces)
+    iov.push_back(iovec{const_cast<char*>(p.data), p.size});
+  if (iov.empty()) {
+    fuse_reply_buf(req, nullptr, 0);
+    return;
+  }
+  fuse_reply_iov(req, iov.data(), static_cast<int>(iov.size()));
+}
+
 void OpRead(fuse_req_t req, fuse_ino_t, size_t size, off_t offset, fuse_file_info* fi) {
   Guard(req, [&] {
     auto* h = reinterpret_cast<Filesystem::FileHandle*>(fi->fh);
+    if (h->reader) {
+      auto read = Filesystem::From(req)->DoReadImage(h, offset, size);
+      if (!read.ok()) return ReplyError(req, read.status());
+      return ReplyPieces(req, *read);
+    }
     const char* data = nullptr;
     auto n = Filesystem::From(req)->DoRead(h, offset, size, &data);
     if (!n.ok()) return ReplyError(req, n.status());

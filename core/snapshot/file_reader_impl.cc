@@ -20,19 +20,53 @@ Status FileReaderImpl::MissingExtent(uint64_t offset) const {
                             "': no extent covers offset " + std::to_string(offset));
 }
 
+namespace {
+
+// What holes read as: pieces point here, never a buffer of their own.
+constexpr size_t kZerosBytes = 1 << 20;
+const char kZeros[kZerosBytes] = {};
+
+void AddZeros(uint64_t count, std::vector<FileReader::Piece>* pieces) {
+  while (count > 0) {
+    const size_t n = static_cast<size_t>(std::min<uint64_t>(count, kZerosBytes));
+    pieces->push_back(FileReader::Piece{kZeros, n});
+    count -= n;
+  }
+}
+
+}  // namespace
+
 Result<size_t> FileReaderImpl::Pread(uint64_t offset, size_t len, char* buf) {
-  if (offset >= entry_.size || len == 0) return size_t{0};
+  GPUCKPT_ASSIGN_OR_RETURN(ReadPieces read, Read(offset, len));
+  size_t done = 0;
+  for (const Piece& piece : read.pieces) {
+    std::memcpy(buf + done, piece.data, piece.size);
+    done += piece.size;
+  }
+  return done;
+}
+
+Result<FileReader::ReadPieces> FileReaderImpl::Read(uint64_t offset, size_t len) {
+  ReadPieces out;
+  if (offset >= entry_.size || len == 0) return out;
   len = static_cast<size_t>(std::min<uint64_t>(len, entry_.size - offset));
-  if (spool_file_.get() >= 0) return PreadSpooled(offset, len, buf);
+  if (spool_file_.get() >= 0) {
+    auto buffer = std::make_shared<std::string>(len, '\0');
+    GPUCKPT_ASSIGN_OR_RETURN(size_t n, PreadSpooled(offset, len, buffer->data()));
+    out.pieces.push_back(Piece{buffer->data(), n});
+    out.held.push_back(std::move(buffer));
+    return out;
+  }
   const uint64_t end = offset + len;
 
-  // Holes read as zeros: the buffer is cleared, and only the extents' bytes
-  // are copied in. A read that starts in a hole looks up the extents after
-  // it, if it reaches them.
-  if (!entry_.holes.empty()) std::memset(buf, 0, len);
+  // Holes read as zeros (static zeros); a read that starts in a hole looks
+  // up the extents after it, if it reaches them.
   uint64_t pos = offset;
   if (const FileHole* hole = HoleContaining(entry_.holes, offset)) pos = hole->end();
-  if (pos >= end) return len;
+  if (pos >= end) {
+    AddZeros(len, &out.pieces);
+    return out;
+  }
 
   ExtentIndex index(store_->db(),
                     ExtentIndex::Scope::File(snapshot_key_, file_index_, entry_.holes));
@@ -40,7 +74,7 @@ Result<size_t> FileReaderImpl::Pread(uint64_t offset, size_t len, char* buf) {
   index.SeekTo(pos);
 
   // First the extents the read covers, then their chunks in one batch (one
-  // MultiGet, neighbouring records in one disk read), then the copy.
+  // MultiGet, neighbouring records in one disk read).
   std::vector<ChunkStore::ChunkRef> refs;
   std::vector<uint64_t> starts;  // file offset of each ref's chunk
   while (index.covered_to() < end) {
@@ -65,16 +99,23 @@ Result<size_t> FileReaderImpl::Pread(uint64_t offset, size_t len, char* buf) {
   std::vector<std::shared_ptr<const std::string>> chunks;
   GPUCKPT_RETURN_IF_ERROR(
       store_->chunks().ReadMany(refs, domain_key_ ? &*domain_key_ : nullptr, &chunks));
+  // The pieces in file order: each chunk's part in the read, and zeros for
+  // the holes before, between and after them.
+  uint64_t next = offset;
   for (size_t i = 0; i < chunks.size(); ++i) {
-    // Never a buffer with bytes nobody wrote into it.
+    // Never a piece of bytes nobody wrote.
     if (chunks[i]->size() != refs[i].expected_len) return MissingExtent(starts[i]);
     const uint64_t from = std::max(starts[i], offset);
     const uint64_t to = std::min<uint64_t>(starts[i] + chunks[i]->size(), end);
     if (from >= to) continue;
-    std::memcpy(buf + (from - offset), chunks[i]->data() + (from - starts[i]),
-                static_cast<size_t>(to - from));
+    if (from > next) AddZeros(from - next, &out.pieces);
+    out.pieces.push_back(
+        Piece{chunks[i]->data() + (from - starts[i]), static_cast<size_t>(to - from)});
+    out.held.push_back(std::move(chunks[i]));
+    next = to;
   }
-  return len;
+  if (end > next) AddZeros(end - next, &out.pieces);
+  return out;
 }
 
 Result<size_t> FileReaderImpl::PreadSpooled(uint64_t offset, size_t len, char* buf) const {

@@ -34,7 +34,11 @@ class FileReaderImpl final : public FileReader {
         entry_(std::move(entry)),
         spool_file_(std::move(spool_file)) {}
 
+  // On Read(): no copy of a chunk's bytes.
   Result<size_t> Pread(uint64_t offset, size_t len, char* buf) override;
+  // Pieces of the chunks as decoded (the cache's or this read's), holes as
+  // static zeros; a spooled file's bytes read into a buffer.
+  Result<ReadPieces> Read(uint64_t offset, size_t len) override;
   const FileEntry& entry() const override { return entry_; }
 
  private:

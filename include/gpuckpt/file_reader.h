@@ -19,6 +19,9 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
 
 #include "gpuckpt/status.h"
 #include "gpuckpt/store_types.h"
@@ -32,6 +35,34 @@ class FileReader {
   // Reads up to `len` bytes at `offset` into `buf`; returns the count, which
   // is short only at end of file (0 at or past it).
   virtual Result<size_t> Pread(uint64_t offset, size_t len, char* buf) = 0;
+
+  // The same bytes as Pread(), where they already lie, for a caller that
+  // hands them on without copying them (a FUSE reply's iovecs): `pieces`,
+  // in order, are the bytes read; each points into memory that `held`
+  // keeps alive (a decoded chunk, a buffer of this read) or into static
+  // zeros, valid for as long as the ReadPieces lives.
+  struct Piece {
+    const char* data = nullptr;
+    size_t size = 0;
+  };
+  struct ReadPieces {
+    std::vector<Piece> pieces;
+    std::vector<std::shared_ptr<const std::string>> held;
+    size_t size() const {
+      size_t n = 0;
+      for (const Piece& p : pieces) n += p.size;
+      return n;
+    }
+  };
+  // By default, Pread() into a buffer of its own: one piece.
+  virtual Result<ReadPieces> Read(uint64_t offset, size_t len) {
+    auto buffer = std::make_shared<std::string>(len, '\0');
+    GPUCKPT_ASSIGN_OR_RETURN(size_t n, Pread(offset, len, buffer->data()));
+    ReadPieces out;
+    if (n > 0) out.pieces.push_back(Piece{buffer->data(), n});
+    out.held.push_back(std::move(buffer));
+    return out;
+  }
 
   virtual const FileEntry& entry() const = 0;
 };
