@@ -321,7 +321,7 @@ def test_a_daemon_stopped_during_a_checkpoint_finishes_it_and_then_exits(mount):
     gets its answer, then the daemon unmounts and exits; the checkpoint is
     in the store and the process runs on."""
     m = mount
-    wl = m.start("wl_memory", "--mib", "16")
+    wl = m.start("wl_memory", "--mib", "128")
     writer = subprocess.Popen([PYTHON, "-c", WRITE_THEN_CLOSE, m.path(str(wl.pid), "ctl"),
                                "checkpoint"], stdout=subprocess.PIPE, text=True)
     held = {}
