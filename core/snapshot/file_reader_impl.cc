@@ -22,14 +22,18 @@ Status FileReaderImpl::MissingExtent(uint64_t offset) const {
 
 namespace {
 
-// What holes read as: pieces point here, never a buffer of their own.
+// What holes read as: pieces point into one buffer of zeros, made on the
+// first read of a hole (not a zeroed array in every binary's data).
 constexpr size_t kZerosBytes = 1 << 20;
-const char kZeros[kZerosBytes] = {};
+const char* Zeros() {
+  static const char* const zeros = new char[kZerosBytes]();
+  return zeros;
+}
 
 void AddZeros(uint64_t count, std::vector<FileReader::Piece>* pieces) {
   while (count > 0) {
     const size_t n = static_cast<size_t>(std::min<uint64_t>(count, kZerosBytes));
-    pieces->push_back(FileReader::Piece{kZeros, n});
+    pieces->push_back(FileReader::Piece{Zeros(), n});
     count -= n;
   }
 }
