@@ -13,21 +13,16 @@
 # machine (gpuckptfs's staging memory) is written in words instead.
 get_filename_component(name ${PROGRAM} NAME)
 
-# The lines of `PROGRAM ARGS... --help`, in the list `out`. CMake lists
-# split at ';' and treat brackets specially: both are replaced by control
-# characters here, and put back by roff_text().
-string(ASCII 1 semicolon)
-string(ASCII 2 open_bracket)
-string(ASCII 3 close_bracket)
+include(${CMAKE_CURRENT_LIST_DIR}/text_lines.cmake)
+
+# The lines of `PROGRAM ARGS... --help`, in the list `out` (text_lines.cmake;
+# roff_text() puts the stand-in characters back).
 function(help_lines out)
   execute_process(COMMAND ${PROGRAM} ${ARGN} --help OUTPUT_VARIABLE text RESULT_VARIABLE rc)
   if(NOT rc EQUAL 0)
     message(FATAL_ERROR "${PROGRAM} ${ARGN} --help failed")
   endif()
-  string(REPLACE ";" "${semicolon}" text "${text}")
-  string(REPLACE "[" "${open_bracket}" text "${text}")
-  string(REPLACE "]" "${close_bracket}" text "${text}")
-  string(REPLACE "\n" ";" lines "${text}")
+  text_to_lines(lines "${text}")
   set(${out} "${lines}" PARENT_SCOPE)
 endfunction()
 
@@ -37,9 +32,7 @@ function(roff_text out text)
   string(REPLACE "\\" "\\e" text "${text}")
   string(REPLACE "-" "\\-" text "${text}")
   string(REGEX REPLACE "^([.'])" "\\\\&\\1" text "${text}")
-  string(REPLACE "${semicolon}" ";" text "${text}")
-  string(REPLACE "${open_bracket}" "[" text "${text}")
-  string(REPLACE "${close_bracket}" "]" text "${text}")
+  restore_characters(text "${text}")
   set(${out} "${text}" PARENT_SCOPE)
 endfunction()
 

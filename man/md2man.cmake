@@ -23,11 +23,9 @@
 
 cmake_minimum_required(VERSION 3.25)
 
-# CMake lists split at ';' and treat brackets specially: both are replaced
-# by control characters, and put back at the end.
-string(ASCII 1 semicolon)
-string(ASCII 2 open_bracket)
-string(ASCII 3 close_bracket)
+# The manual's roff as a list of lines (text_lines.cmake), the stand-in
+# characters put back at the end.
+include(${CMAKE_CURRENT_LIST_DIR}/text_lines.cmake)
 string(ASCII 4 minus)
 set(lb "${open_bracket}")
 set(rb "${close_bracket}")
@@ -41,10 +39,7 @@ if(NOT rc EQUAL 0 OR errors)
 endif()
 file(READ ${OUTPUT}.roff roff)
 file(REMOVE ${OUTPUT}.roff)
-string(REPLACE ";" "${semicolon}" roff "${roff}")
-string(REPLACE "[" "${lb}" roff "${roff}")
-string(REPLACE "]" "${rb}" roff "${roff}")
-string(REPLACE "\n" ";" lines "${roff}")
+text_to_lines(lines "${roff}")
 
 # The requests go-md2man writes; any other line that starts with '.' is text.
 set(requests "^\\.(nh|TH|SH|SS|PP|RS|RE|nf|fi|IP|TP|br|sp|TS|TE)( |$)")
@@ -122,9 +117,7 @@ if(section STREQUAL "")
 endif()
 
 string(REPLACE ";" "\n" text "${out}")
-string(REPLACE "${semicolon}" ";" text "${text}")
-string(REPLACE "${lb}" "[" text "${text}")
-string(REPLACE "${rb}" "]" text "${text}")
+restore_characters(text "${text}")
 get_filename_component(manual_name ${MANUAL} NAME)
 file(WRITE ${OUTPUT}.tmp
      "Made from ${manual_name} by man/md2man.cmake: edit the manual, not this file.\n\n${text}\n")
