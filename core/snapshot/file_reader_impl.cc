@@ -41,6 +41,11 @@ void AddZeros(uint64_t count, std::vector<FileReader::Piece>* pieces) {
 }  // namespace
 
 Result<size_t> FileReaderImpl::Pread(uint64_t offset, size_t len, char* buf) {
+  // A spooled file straight into `buf`: Read() would read it into a buffer
+  // of its own first.
+  if (spool_file_.get() >= 0 && offset < entry_.size && len > 0)
+    return PreadSpooled(offset, static_cast<size_t>(std::min<uint64_t>(len, entry_.size - offset)),
+                        buf);
   GPUCKPT_ASSIGN_OR_RETURN(ReadPieces read, Read(offset, len));
   size_t done = 0;
   for (const Piece& piece : read.pieces) {

@@ -34,10 +34,11 @@ class FileReaderImpl final : public FileReader {
         entry_(std::move(entry)),
         spool_file_(std::move(spool_file)) {}
 
-  // On Read(): no copy of a chunk's bytes.
+  // On Read(), one copy of each chunk's bytes into `buf`; a spooled file
+  // is read straight into `buf`.
   Result<size_t> Pread(uint64_t offset, size_t len, char* buf) override;
   // Pieces of the chunks as decoded (the cache's or this read's), holes as
-  // static zeros; a spooled file's bytes read into a buffer.
+  // one shared zero buffer; a spooled file's bytes read into a buffer.
   Result<ReadPieces> Read(uint64_t offset, size_t len) override;
   const FileEntry& entry() const override { return entry_; }
 
