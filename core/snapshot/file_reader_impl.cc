@@ -68,8 +68,8 @@ Result<FileReader::ReadPieces> FileReaderImpl::Read(uint64_t offset, size_t len)
   }
   const uint64_t end = offset + len;
 
-  // Holes read as zeros (static zeros); a read that starts in a hole looks
-  // up the extents after it, if it reaches them.
+  // Holes read as zeros (the shared zero buffer); a read that starts in a
+  // hole looks up the extents after it, if it reaches them.
   uint64_t pos = offset;
   if (const FileHole* hole = HoleContaining(entry_.holes, offset)) pos = hole->end();
   if (pos >= end) {

@@ -39,8 +39,9 @@ class FileReader {
   // The same bytes as Pread(), where they already lie, for a caller that
   // hands them on without copying them (a FUSE reply's iovecs): `pieces`,
   // in order, are the bytes read; each points into memory that `held`
-  // keeps alive (a decoded chunk, a buffer of this read) or into static
-  // zeros, valid for as long as the ReadPieces lives.
+  // keeps alive (a decoded chunk, a buffer of this read) or into zeros
+  // that live as long as the process, valid for as long as the ReadPieces
+  // lives.
   struct Piece {
     const char* data = nullptr;
     size_t size = 0;
