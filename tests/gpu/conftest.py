@@ -15,28 +15,23 @@ Options (give them after the test file, from the repository root):
     --keep            keep the work directory under /var/tmp
 """
 
-import os
-import sys
-
 import pytest
 
-# (Whatever pytest's import mode: gpurun.py sits beside this file.)
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import gpurun  # noqa: E402
+from gpuckpt_testing import gpu_run, users
 
 
 def pytest_addoption(parser):
     g = parser.getgroup("gpuckpt GPU tests")
-    g.addoption("--reps", type=int, default=gpurun.DEFAULTS["reps"], help="repetitions (5)")
-    g.addoption("--gib", type=int, default=gpurun.DEFAULTS["gib"], help="gpu_memory's GiB (2)")
-    g.addoption("--steps", type=int, default=gpurun.DEFAULTS["steps"], help="train.py's steps (50)")
-    g.addoption("--ddp-steps", type=int, default=gpurun.DEFAULTS["ddp_steps"],
+    g.addoption("--reps", type=int, default=gpu_run.DEFAULTS["reps"], help="repetitions (5)")
+    g.addoption("--gib", type=int, default=gpu_run.DEFAULTS["gib"], help="gpu_memory's GiB (2)")
+    g.addoption("--steps", type=int, default=gpu_run.DEFAULTS["steps"], help="train.py's steps (50)")
+    g.addoption("--ddp-steps", type=int, default=gpu_run.DEFAULTS["ddp_steps"],
                 help="ddp_train.py's steps (100)")
-    g.addoption("--ddp-gpus", type=int, choices=(1, 2), default=gpurun.DEFAULTS["ddp_gpus"],
+    g.addoption("--ddp-gpus", type=int, choices=(1, 2), default=gpu_run.DEFAULTS["ddp_gpus"],
                 help="GPUs of the DDP job: 2, or 1 for both ranks on one GPU (2)")
-    g.addoption("--time-budget", type=int, default=gpurun.DEFAULTS["time_budget"],
+    g.addoption("--time-budget", type=int, default=gpu_run.DEFAULTS["time_budget"],
                 help="seconds; no repetition starts that would end later (500)")
-    g.addoption("--as-user", default=gpurun.DEFAULTS["as_user"],
+    g.addoption("--as-user", default=gpu_run.DEFAULTS["as_user"],
                 help="the workloads' user (gpuckpt-gpu-suite), or root")
     g.addoption("--out", default=None,
                 help="output directory ($OUT, else out/gpu-suite, out/gpu-ddp)")
@@ -45,29 +40,29 @@ def pytest_addoption(parser):
 
 def pytest_configure(config):
     for name in ("reps", "gib", "steps", "ddp_steps", "time_budget"):
-        if gpurun.option(config, name) < 1:
+        if gpu_run.option(config, name) < 1:
             raise pytest.UsageError(f"--{name.replace('_', '-')} must be a positive integer "
-                                    f"(got {gpurun.option(config, name)})")
-    if gpurun.option(config, "steps") <= 20:
+                                    f"(got {gpu_run.option(config, name)})")
+    if gpu_run.option(config, "steps") <= 20:
         raise pytest.UsageError("--steps must be more than 20 (the checkpoint has to land mid-run)")
-    if gpurun.option(config, "ddp_steps") < 40:
+    if gpu_run.option(config, "ddp_steps") < 40:
         raise pytest.UsageError("--ddp-steps must be 40 or more "
-                                f"(got {gpurun.option(config, 'ddp_steps')})")
-    user = gpurun.option(config, "as_user")
-    if not gpurun.USER_NAME_RE.fullmatch(user):
+                                f"(got {gpu_run.option(config, 'ddp_steps')})")
+    user = gpu_run.option(config, "as_user")
+    if not users.USER_NAME_RE.fullmatch(user):
         raise pytest.UsageError(f"--as-user must be a user name (got '{user}')")
 
 
 def pytest_terminal_summary(terminalreporter):
-    if gpurun.RESULT_LINES:
+    if gpu_run.RESULT_LINES:
         terminalreporter.section("gpuckpt on the GPU")
-        for line in gpurun.RESULT_LINES:
+        for line in gpu_run.RESULT_LINES:
             terminalreporter.write_line(line)
 
 
 @pytest.fixture(scope="module")
 def gpu_work(request):
-    """Makes a test module's run, a gpurun.GpuWork (the work directory, the
+    """Makes a test module's run, a gpu_run.GpuWork (the work directory, the
     bundle, the workloads' user, the daemon's mount, the logs): call it
     with the class and its arguments. Closed at the end of the module:
     workloads ended, unmounted, the user removed, the summary and the logs

@@ -31,8 +31,8 @@ import sys
 import threading
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-# train.py blocks SIGUSR2 for the meter and sets up deterministic cuBLAS
+# train.py and stall_meter.py sit beside this file, which python3 runs by
+# its path. train.py blocks SIGUSR2 for the meter and sets up deterministic cuBLAS
 # before torch starts; SIGUSR1 is blocked here too, and taken by the main
 # loop between passes.
 signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR1})

@@ -45,22 +45,20 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import time
 
 import pytest
 
-# (Whatever pytest's import mode: gpurun.py sits beside this file.)
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import gpurun  # noqa: E402
-from gpurun import RESULT_LINES, Failure, GpuWork, option  # noqa: E402
+from gpuckpt_testing import filetools, gpu_host, messages, processes, workloads
+from gpuckpt_testing.gpu_run import RESULT_LINES, GpuWork, option
+from gpuckpt_testing.messages import Failure
 
 PROG = "run-ddp"
 STEP_MS = 100
 PORT_BASE = 29561
 
 # (Two GPUs are checked for in the ddp fixture, which knows --ddp-gpus.)
-pytestmark = gpurun.skip_unless_runnable(1)
+pytestmark = gpu_host.skip_unless_runnable(1)
 
 
 class Ddp(GpuWork):
@@ -76,14 +74,14 @@ class Ddp(GpuWork):
         self.reference_done = False
         try:
             self.ddp_py = self.install("ddp_train.py")
-            _, out, _ = gpurun.nvidia_smi("--query-gpu=uuid", "--format=csv,noheader")
+            _, out, _ = gpu_host.nvidia_smi("--query-gpu=uuid", "--format=csv,noheader")
             self.gpu_uuids = [u.replace(" ", "") for u in out.splitlines() if u.strip()]
             if len(self.gpu_uuids) < self.gpus:
                 pytest.fail(f"needs {self.gpus} GPUs; nvidia-smi lists {len(self.gpu_uuids)}",
                             pytrace=False)
-            driver = gpurun.driver_version()
-            torch = gpurun.torch_version(self.user)
-            _, gpus, _ = gpurun.nvidia_smi("--query-gpu=name,uuid", "--format=csv,noheader")
+            driver = gpu_host.driver_version()
+            torch = gpu_host.torch_version(self.user)
+            _, gpus, _ = gpu_host.nvidia_smi("--query-gpu=name,uuid", "--format=csv,noheader")
             self.note(f"gpu-ddp {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())} "
                       f"steps={self.steps} gpus={self.gpus} as={self.user.name} (uid {self.user.uid}); GPUs: "
                       f"{';'.join(gpus.splitlines())}; driver {driver}; torch {torch}; "
@@ -102,9 +100,9 @@ class Ddp(GpuWork):
         with open(self.summary, "a") as f:
             f.write(line + "\n")
         kept = os.path.join(self.logs, "criu")
-        if os.path.isdir(gpurun.CRIU_LOGS):
-            for d in sorted(os.listdir(gpurun.CRIU_LOGS)):
-                sub = os.path.join(gpurun.CRIU_LOGS, d)
+        if os.path.isdir(gpu_host.CRIU_LOGS):
+            for d in sorted(os.listdir(gpu_host.CRIU_LOGS)):
+                sub = os.path.join(gpu_host.CRIU_LOGS, d)
                 if not os.path.isdir(sub):
                     continue
                 for n in sorted(os.listdir(sub)):
@@ -116,14 +114,14 @@ class Ddp(GpuWork):
                             pass
         if os.path.isdir(kept):
             for n in sorted(os.listdir(kept)):
-                lines = [x for x in gpurun.read_text(os.path.join(kept, n)).splitlines()
+                lines = [x for x in filetools.read_text(os.path.join(kept, n)).splitlines()
                          if any(w in x for w in ("Error", "error", "fail", "Warn"))]
-                gpurun.say(PROG, f"--- {os.path.join(kept, n)} (errors)\n" + "\n".join(lines[-25:]))
+                messages.say(PROG, f"--- {os.path.join(kept, n)} (errors)\n" + "\n".join(lines[-25:]))
         pytest.fail(why, pytrace=False)
 
     def job_start(self, directory, port):
         """ddp_train.py in its own session; its launcher's pid."""
-        pid = gpurun.start_session(self.user, directory, [
+        pid = workloads.start_session(self.user, directory, [
             "python3", self.ddp_py, "--steps", str(self.steps), "--step-ms", str(STEP_MS),
             "--log", os.path.join(directory, "log"), "--ready", os.path.join(directory, "ready"),
             "--port", str(port)] + (["--one-gpu"] if self.gpus == 1 else []))
@@ -134,18 +132,18 @@ class Ddp(GpuWork):
         """Waits (180 s) for both ranks' ready files; their pids."""
         ranks = []
         for r in (0, 1):
-            pid = gpurun.wait_ready(os.path.join(directory, f"ready.rank{r}"), 180,
+            pid = workloads.wait_ready(os.path.join(directory, f"ready.rank{r}"), 180,
                                     os.path.join(directory, "launch.pid"))
             if pid is None:
                 out = os.path.join(directory, "out.log")
                 if os.path.exists(out):
                     shutil.copyfile(out, os.path.join(
                         self.logs, f"{os.path.basename(directory)}-out.log"))
-                said = "".join(gpurun.read_text(os.path.join(directory, n))
+                said = "".join(filetools.read_text(os.path.join(directory, n))
                                for n in sorted(os.listdir(directory))
-                               if n.startswith("log.")) + gpurun.read_text(out)
+                               if n.startswith("log.")) + filetools.read_text(out)
                 self.fail(f"rank {r} of {directory} never got ready: {said[-3000:]}")
-            launcher = gpurun.parent_of(pid)
+            launcher = processes.parent_of(pid)
             # (A reference run may have ended already: nothing left to check.)
             if launcher and launcher != str(job_pid):
                 self.fail(f"rank {r} ({pid})'s parent is '{launcher}', not the launcher {job_pid}")
@@ -155,10 +153,10 @@ class Ddp(GpuWork):
     def job_end(self, directory, job_pid, what):
         """The job ends within its steps' time + 3 min and both ranks' logs
         end with a params line, no error."""
-        if not gpurun.gone(job_pid, self.steps * STEP_MS // 1000 + 180):
+        if not processes.gone(job_pid, self.steps * STEP_MS // 1000 + 180):
             self.fail(f"{what}: the job (launcher {job_pid}) still runs")
         for r in (0, 1):
-            log = gpurun.read_text(os.path.join(directory, f"log.rank{r}"))
+            log = filetools.read_text(os.path.join(directory, f"log.rank{r}"))
             if not log:
                 self.fail(f"{what}: rank {r} wrote no log")
             lines = log.splitlines()
@@ -171,9 +169,9 @@ class Ddp(GpuWork):
         for r in (0, 1):
             ref = os.path.join(self.work, "ref-a", f"log.rank{r}")
             log = os.path.join(directory, f"log.rank{r}")
-            if not gpurun.same_file(ref, log):
+            if not filetools.same_file(ref, log):
                 self.fail(f"{what}: rank {r}'s log differs from the reference's: "
-                          f"{gpurun.first_difference(ref, log)}")
+                          f"{filetools.first_difference(ref, log)}")
 
     def checkpoint(self, pid, opts):
         """Through ctl; (id, seconds)."""
@@ -184,8 +182,8 @@ class Ddp(GpuWork):
         if rc != 0:
             self.fail(f"{command} of the launcher {pid}: {err}; "
                       f"{self.daemon.status_line(pid, 'last')}")
-        took = gpurun.elapsed(t0)
-        added = gpurun.new_ids(before, self.daemon.ids())
+        took = gpu_host.elapsed(t0)
+        added = gpu_host.new_ids(before, self.daemon.ids())
         if len(added) != 1:
             self.fail(f"checkpoint of {pid} added ids: '{' '.join(added)}'")
         shutil.copyfile(os.path.join(self.mnt, "checkpoints", added[0], "manifest.json"),
@@ -223,7 +221,7 @@ class Ddp(GpuWork):
         rc, err = self.user.write(restore, args, 300)
         if rc != 0:
             self.fail(f"{what}: restore of '{args}': {err}; restore says: {self.user.cat(restore)}")
-        took = gpurun.elapsed(t0)
+        took = gpu_host.elapsed(t0)
         said = self.user.cat(restore)
         if said != f"pid {self.job_pid}":
             self.fail(f"{what}: restore says '{said}', expected 'pid {self.job_pid}'")
@@ -240,14 +238,14 @@ class Ddp(GpuWork):
             if not time_wait():
                 break
             time.sleep(0.1)
-        self.note(f"{what}: waited {gpurun.elapsed(t0)} s for TIME_WAIT connections to expire")
+        self.note(f"{what}: waited {gpu_host.elapsed(t0)} s for TIME_WAIT connections to expire")
 
 
 def time_wait():
     """Some TCP connection is in TIME_WAIT (state 06, the 4th column of
     /proc/net/tcp and tcp6)."""
     for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        for line in gpurun.read_text(table).splitlines()[1:]:
+        for line in filetools.read_text(table).splitlines()[1:]:
             fields = line.split()
             if len(fields) > 3 and fields[3] == "06":
                 return True
@@ -256,7 +254,7 @@ def time_wait():
 
 def gpu_of(pid):
     """The UUID of the GPU nvidia-smi shows pid on ("" if none)."""
-    _, out, _ = gpurun.nvidia_smi("--query-compute-apps=pid,gpu_uuid", "--format=csv,noheader")
+    _, out, _ = gpu_host.nvidia_smi("--query-compute-apps=pid,gpu_uuid", "--format=csv,noheader")
     for line in out.splitlines():
         fields = line.replace(" ", "").split(",")
         if len(fields) >= 2 and fields[0] == str(pid):
@@ -267,7 +265,7 @@ def gpu_of(pid):
 @pytest.fixture(scope="module")
 def ddp(request, gpu_work):
     gpus = option(request.config, "ddp_gpus")
-    why = gpurun.why_not_runnable(gpus) if gpus > 1 else None
+    why = gpu_host.why_not_runnable(gpus) if gpus > 1 else None
     if why is not None:
         if os.environ.get("GPUCKPT_GPU_REQUIRED") == "1":
             pytest.fail(f"cannot run here: {why}", pytrace=False)
@@ -295,9 +293,9 @@ def test_reference_runs(ddp):
             d = os.path.join(ddp.work, f"ref-{ref}")
             ddp.job_ranks(d, launchers[ref])
             ddp.job_end(d, launchers[ref], f"reference run {ref}")
-            info = " / ".join(gpurun.read_text(os.path.join(d, f"log.rank{r}.info")).strip()
+            info = " / ".join(filetools.read_text(os.path.join(d, f"log.rank{r}.info")).strip()
                               for r in (0, 1))
-            ddp.note(f"reference run {ref}: {gpurun.elapsed(t0)} s; {info}")
+            ddp.note(f"reference run {ref}: {gpu_host.elapsed(t0)} s; {info}")
         ddp.same_logs(os.path.join(ddp.work, "ref-b"),
                       "reference run b against a (the run is not deterministic here)")
         ddp.reference_done = True
@@ -341,7 +339,7 @@ def test_checkpoint_restore(ddp):
         logical1, new1, _, devmem1, dump1 = ddp.check_manifest(ckpt1)
         for r in (r0, r1):
             for _ in range(100):
-                if gpurun.proc_state(r) not in ("T", "t") and ddp.daemon.gpu_running(r):
+                if processes.proc_state(r) not in ("T", "t") and ddp.daemon.gpu_running(r):
                     break
                 time.sleep(0.1)
             else:
@@ -352,7 +350,7 @@ def test_checkpoint_restore(ddp):
         time.sleep(1)
         ckpt2, ckpt2_s = ddp.checkpoint(ddp.job_pid, "--kill")
         logical2, new2, stored2, _, dump2 = ddp.check_manifest(ckpt2)
-        if not gpurun.gone(ddp.job_pid, 30):
+        if not processes.gone(ddp.job_pid, 30):
             ddp.fail("the job still runs 30 s after checkpoint --kill")
         share = 100 * new2 / logical2 if logical2 else 0
         ddp.note(f"checkpoint {ckpt2} --kill: {ckpt2_s} s (dump {dump2} s), logical {logical2} B, "
@@ -371,7 +369,7 @@ def test_checkpoint_restore(ddp):
                                  os.path.join(copies, "copy")], timeout=320)
         if rc != 0:
             ddp.fail(f"cp -r of {ckpt2} failed: {said.strip()}")
-        copy_s = gpurun.elapsed(t0)
+        copy_s = gpu_host.elapsed(t0)
         remove_rank_logs(job)
         ddp.ports_settle("before the restore from the copy")
         restore_copy_s = ddp.restore(os.path.join(copies, "copy"), "restore from the copy")

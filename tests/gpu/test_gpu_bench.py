@@ -26,11 +26,13 @@ import sys
 
 import pytest
 
-GPU_DIR = os.path.dirname(os.path.abspath(__file__))
+from gpuckpt_testing import build, gpu_host
+from gpuckpt_testing.gpu_host import GPU_DIR
+
+# Beside this file (pytest puts the directory of a test file on the path).
+import stall_meter  # noqa: E402  pylint: disable=wrong-import-order
+
 GPU_BENCH = os.path.join(GPU_DIR, "gpu_bench")
-sys.path.insert(0, GPU_DIR)
-import gpurun  # noqa: E402  (after the path is set)
-import stall_meter  # noqa: E402
 
 
 def load_gpu_bench():
@@ -64,7 +66,7 @@ def test_options_default_to_the_disk_and_to_out_or_OUT(tmp_path):
     args = gb.parse_args(["--torch-gb", "2"], environ={})
     assert (args.gib, args.torch_gb, args.reps) == ([], [2], 1)
     assert args.store == "/var/tmp/gpuckpt-gpu-bench"
-    assert args.out == os.path.realpath(os.path.join(gpurun.REPO_ROOT, "out", "gpu-bench"))
+    assert args.out == os.path.realpath(os.path.join(build.REPO_ROOT, "out", "gpu-bench"))
     args = gb.parse_args(["--gib", "1"], environ={"OUT": str(tmp_path)})
     assert args.out == os.path.realpath(tmp_path)
 
@@ -78,7 +80,7 @@ def test_options_default_to_the_disk_and_to_out_or_OUT(tmp_path):
     (["--gib", "8", "--reps", "0"], "must be a positive integer"),
     (["--gib", "8", "--store", "/var/tmp/"], "refusing to use /var/tmp as the store's parent"),
     (["--gib", "8", "--store", "/"], "refusing to use / as the store's parent"),
-    (["--gib", "8", "--store", gpurun.REPO_ROOT], "refusing to use"),
+    (["--gib", "8", "--store", build.REPO_ROOT], "refusing to use"),
     (["--gib", "8", "--bogus"], "unrecognized arguments: --bogus"),
 ])
 def test_bad_options_are_refused_saying_why(capsys, argv, said):
@@ -92,7 +94,7 @@ def test_bad_options_are_refused_saying_why(capsys, argv, said):
 
 
 def test_the_anchor_is_the_bundles_criu_with_its_cuda_plugin_and_libraries():
-    bundle = gpurun.Bundle("/b")
+    bundle = gpu_host.Bundle("/b")
     argv, env = gb.criu_command(bundle, gb.criu_dump_args(1234, "/dev/shm/gpuckpt-gpu-bench-8"),
                                 environ={"PATH": "/usr/bin:/bin", "HOME": "/root"})
     assert argv == ["timeout", "-k", "5", "600", "/b/sbin/criu", "dump", "-t", "1234",
@@ -112,7 +114,7 @@ def test_the_anchor_is_the_bundles_criu_with_its_cuda_plugin_and_libraries():
 
 
 def test_the_driver_alone_is_the_bundles_cuda_checkpoint():
-    bundle = gpurun.Bundle("/b")
+    bundle = gpu_host.Bundle("/b")
     assert gb.cuda_checkpoint_command(bundle, "lock", 77, "--timeout", "60000") == [
         "timeout", "-k", "5", "600", "/b/libexec/gpuckpt/cuda-checkpoint", "--action", "lock",
         "--pid", "77", "--timeout", "60000"]
@@ -370,7 +372,7 @@ def test_the_stall_meter_answers_within_10_s_when_no_step_ends():
 
 
 def test_without_a_gpu_it_fails_loudly_and_says_where_its_report_goes(tmp_path):
-    why = gpurun.why_not_runnable()
+    why = gpu_host.why_not_runnable()
     if why is None:
         pytest.skip("this machine could run the benchmark (root, a GPU, the bundle): the "
                     "refusal is checked where one of them is missing")

@@ -10,7 +10,7 @@ hold is refused before anything is locked, and the process runs on.
 
 Runs on the GPU machine, as root, from the repository root, with the bundle
 of tests/gpu/prepare (.gpu-bundle/): `python3 -m pytest -q tests/gpu/test_limits.py`.
-Uses the integration tests' harness (tests/integration/harness.py) with the
+Uses the integration tests' Mount (gpuckpt_testing.mount) with the
 bundle's gpuckptfs, CRIU and gpu_memory.
 """
 
@@ -18,21 +18,17 @@ import errno
 import os
 import shutil
 import subprocess
-import sys
 import tempfile
 import time
 
 import pytest
 
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.join(REPO_ROOT, "tests", "integration"))
-sys.path.insert(0, os.path.join(REPO_ROOT, "tests", "gpu"))
+from gpuckpt_testing import build, gpu_host
+from gpuckpt_testing.gpu_host import BUNDLE
+from gpuckpt_testing.mount import Mount, status_line
+from gpuckpt_testing.processes import wait_for
+from gpuckpt_testing.users import User
 
-import gpurun  # noqa: E402  (after the path is set)
-import harness  # noqa: E402  (after the path is set)
-from harness import User, wait_for, status_line  # noqa: E402
-
-BUNDLE = os.path.join(REPO_ROOT, ".gpu-bundle")
 USER = "gpuckpt-gpu-limits"
 
 
@@ -43,7 +39,7 @@ def why_not_runnable():
         return "nvidia-smi not found: no NVIDIA driver here"
     # The bundle travels packed (tests/gpu/prepare): unpacked on first use,
     # on a GPU machine only.
-    gpurun.unpack_bundle()
+    gpu_host.unpack_bundle()
     if not os.path.isfile(os.path.join(BUNDLE, "bin", "gpuckptfs")):
         return (f"no bundle at {BUNDLE} (run tests/gpu/prepare on the build machine and copy "
                 ".gpu-bundle.tar.gz here)")
@@ -57,13 +53,13 @@ pytestmark = pytest.mark.skipif(WHY_NOT is not None, reason=str(WHY_NOT))
 @pytest.fixture(scope="module")
 def bundle():
     """A copy of the bundle the ordinary user can reach (the repository may
-    be under /root), with the harness pointed at it."""
+    be under /root), with gpuckpt_testing.build pointed at it."""
     where = tempfile.mkdtemp(prefix="gpuckpt-gpu-limits-bundle.", dir="/var/tmp")
     os.chmod(where, 0o755)
     subprocess.run(["cp", "-a", BUNDLE + "/.", where], check=True)
     subprocess.run(["chmod", "-R", "go+rX", where], check=True)
-    harness.GPUCKPTFS = os.path.join(where, "bin", "gpuckptfs")
-    harness.WORKLOAD_BIN = os.path.join(where, "bin")
+    build.GPUCKPTFS = os.path.join(where, "bin", "gpuckptfs")
+    build.WORKLOAD_BIN = os.path.join(where, "bin")
     try:
         yield where
     finally:
@@ -133,8 +129,8 @@ def refused_at_once(mount, user, wl, expected_errno, words):
     print(f"refused in {took:.2f} s: {last}")
 
 
-class GpuMount(harness.Mount):
-    """harness.Mount with the bundle's daemon (its libraries on its own
+class GpuMount(Mount):
+    """Mount with the bundle's daemon (its libraries on its own
     LD_LIBRARY_PATH only)."""
 
     def __init__(self, where, prefix, store=None):

@@ -54,15 +54,13 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 import time
 
 import pytest
 
-# (Whatever pytest's import mode: gpurun.py sits beside this file.)
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import gpurun  # noqa: E402
-from gpurun import RESULT_LINES, Failure, GpuWork, fail, option  # noqa: E402
+from gpuckpt_testing import filetools, gpu_host, processes, users, workloads
+from gpuckpt_testing.gpu_run import RESULT_LINES, GpuWork, option
+from gpuckpt_testing.messages import Failure, fail
 
 PROG = "run-suite"
 STEP_MS = 100
@@ -73,7 +71,7 @@ BOGUS_GPU = "GPU-00000000-0000-0000-0000-000000000000"
 WORKLOADS = ("gpu_memory", "train.py")
 MODES = ("leave-running", "kill")
 
-pytestmark = gpurun.skip_unless_runnable(1)
+pytestmark = gpu_host.skip_unless_runnable(1)
 
 
 def pytest_generate_tests(metafunc):
@@ -123,17 +121,17 @@ class Suite(GpuWork):
 
     def machine(self):
         """nvidia-smi, CRIU, PyTorch as the workloads' user."""
-        rc, out, err = gpurun.nvidia_smi()
+        rc, out, err = gpu_host.nvidia_smi()
         with open(os.path.join(self.logs, "nvidia-smi.txt"), "w") as f:
             f.write(out + err)
         if rc != 0:
             pytest.fail(f"nvidia-smi fails: {' '.join((out + err).splitlines()[-3:])}", pytrace=False)
-        _, out, _ = gpurun.nvidia_smi("--query-gpu=uuid", "--format=csv,noheader")
+        _, out, _ = gpu_host.nvidia_smi("--query-gpu=uuid", "--format=csv,noheader")
         self.gpu_uuids = [u.replace(" ", "") for u in out.splitlines() if u.strip()]
         if not self.gpu_uuids:
             pytest.fail("nvidia-smi lists no GPU", pytrace=False)
-        self.driver = gpurun.driver_version()
-        _, out, _ = gpurun.nvidia_smi("--query-gpu=name,uuid,memory.total", "--format=csv,noheader")
+        self.driver = gpu_host.driver_version()
+        _, out, _ = gpu_host.nvidia_smi("--query-gpu=name,uuid,memory.total", "--format=csv,noheader")
         self.say(f"GPUs: {';'.join(out.splitlines())}; driver {self.driver}")
         version = self.bundle.run([self.bundle.criu, "--version"], timeout=60).stdout
         self.say(f"criu: {' '.join(version.splitlines())}")
@@ -154,7 +152,7 @@ class Suite(GpuWork):
         self.hexdump = ["hexdump", "-C", "-n", "64"]
         if shutil.which("hexdump") is None:
             self.hexdump = ["od", "-A", "x", "-t", "x1z", "-N", "64"]
-        self.torch = gpurun.torch_version(self.user, ", torch.cuda.is_available()")
+        self.torch = gpu_host.torch_version(self.user, ", torch.cuda.is_available()")
         python = subprocess.run(["python3", "-c", "import platform; print(platform.python_version())"],
                                 capture_output=True, text=True).stdout.strip()
         self.say(f"python3 {python}, torch: {self.torch} (as {self.user.name})")
@@ -202,11 +200,11 @@ class Suite(GpuWork):
             self.record("FAIL", wl, mode, rep, ckpt, restore, str(error) or type(error).__name__)
             case.keep_failure()
         for sid in case.sessions + case.launched():
-            if not gpurun.end_session(sid):
+            if not processes.end_session(sid):
                 self.say(f"warning: session {sid} of {name} does not go away")
         # What a failed case left in the store (the run goes on: later
         # cases have their own pids).
-        if error is not None and gpurun.mounted(self.mnt):
+        if error is not None and gpu_host.mounted(self.mnt):
             for i in self.daemon.ids():
                 subprocess.run(["rm", "-r", os.path.join(self.mnt, "checkpoints", i)],
                                capture_output=True)
@@ -260,7 +258,7 @@ class Case:
         pids = []
         for d, _, names in os.walk(self.dir):
             if "launch.pid" in names:
-                text = gpurun.read_text(os.path.join(d, "launch.pid")).strip()
+                text = filetools.read_text(os.path.join(d, "launch.pid")).strip()
                 if text.isdigit():
                     pids.append(int(text))
         return pids
@@ -300,14 +298,14 @@ class Case:
                     f.write(self.daemon.status(pid))
         with open(os.path.join(dest, "restore-at-failure.txt"), "w") as f:
             f.write(self.user.cat(os.path.join(self.mnt, "restore")) + "\n")
-        if os.path.isdir(gpurun.CRIU_LOGS):
+        if os.path.isdir(gpu_host.CRIU_LOGS):
             since = os.path.getmtime(os.path.join(self.dir, ".started"))
-            for d, _, names in os.walk(gpurun.CRIU_LOGS):
+            for d, _, names in os.walk(gpu_host.CRIU_LOGS):
                 for n in names:
                     p = os.path.join(d, n)
                     try:
                         if os.path.isfile(p) and os.path.getmtime(p) > since:
-                            rel = os.path.relpath(p, gpurun.CRIU_LOGS)
+                            rel = os.path.relpath(p, gpu_host.CRIU_LOGS)
                             os.makedirs(os.path.dirname(os.path.join(dest, "criu-logs", rel)),
                                         exist_ok=True)
                             shutil.copy(p, os.path.join(dest, "criu-logs", rel))
@@ -320,10 +318,10 @@ class Case:
 
     def start(self, directory, argv, ready, seconds, what):
         """Starts a workload as the user, waits for its ready file; its pid."""
-        gpurun.start_session(self.user, directory, argv)
-        pid = gpurun.wait_ready(ready, seconds, os.path.join(directory, "launch.pid"))
+        workloads.start_session(self.user, directory, argv)
+        pid = workloads.wait_ready(ready, seconds, os.path.join(directory, "launch.pid"))
         if pid is None:
-            fail(f"{what} never got ready: {gpurun.tail(os.path.join(directory, 'out.log'), 600)}")
+            fail(f"{what} never got ready: {filetools.last_chars(os.path.join(directory, 'out.log'), 600)}")
         self.session(pid)
         return pid
 
@@ -367,8 +365,8 @@ class Case:
         rc, err = self.user.write(os.path.join(self.mnt, str(pid), "ctl"), command, 300)
         if rc != 0:
             fail(f"{command} of pid {pid}: {err}; {self.daemon.status_line(pid, 'last:')}")
-        self.ckpt_s = gpurun.elapsed(t0)
-        added = gpurun.new_ids(before, self.daemon.ids())
+        self.ckpt_s = gpu_host.elapsed(t0)
+        added = gpu_host.new_ids(before, self.daemon.ids())
         if len(added) != 1:
             fail(f"checkpoint of pid {pid} added ids: '{' '.join(added)}'")
         ckpt = added[0]
@@ -386,25 +384,25 @@ class Case:
         if self.user.uid == 0:
             return
         m = self.mnt
-        listed = subprocess.run(gpurun.NOBODY + ["ls", "-a", m, f"{m}/checkpoints", f"{m}/device"],
+        listed = subprocess.run(users.NOBODY + ["ls", "-a", m, f"{m}/checkpoints", f"{m}/device"],
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                 errors="replace").stdout
         if str(pid) in listed.splitlines() or ckpt in listed.splitlines():
             fail(f"another user lists pid {pid} or checkpoint {ckpt}: {' '.join(listed.split())}")
         for p in (f"{m}/{pid}", f"{m}/{pid}/status", f"{m}/checkpoints/{ckpt}",
                   f"{m}/checkpoints/{ckpt}/manifest.json", f"{m}/device/{ckpt}"):
-            if subprocess.run(gpurun.NOBODY + ["stat", p], capture_output=True).returncode == 0:
+            if subprocess.run(users.NOBODY + ["stat", p], capture_output=True).returncode == 0:
                 fail(f"another user can stat {p}")
 
     def after_checkpoint(self, pid, mode):
         """kill -> gone; leave-running -> runs, unfrozen, and its GPU is back."""
         if mode == "kill":
-            if not gpurun.gone(pid, 30):
+            if not processes.gone(pid, 30):
                 fail(f"pid {pid} still running 30 s after checkpoint --kill")
             return
         state = ""
         for _ in range(100):
-            state = gpurun.proc_state(pid)
+            state = processes.proc_state(pid)
             if not state:
                 fail(f"pid {pid} is gone after a leave-running checkpoint")
             if state not in ("T", "t") and self.daemon.gpu_running(pid):
@@ -495,7 +493,7 @@ class Case:
             rc = subprocess.run(self.s.hexdump + [os.path.join(d, self.device_file)], stdout=out,
                                 stderr=subprocess.STDOUT).returncode
         if rc != 0:
-            fail(f"{' '.join(self.s.hexdump)} {d}/{self.device_file}: {gpurun.read_text(head)}")
+            fail(f"{' '.join(self.s.hexdump)} {d}/{self.device_file}: {filetools.read_text(head)}")
         if os.path.getsize(head) == 0:
             fail(f"{' '.join(self.s.hexdump)} of {d}/{self.device_file} printed nothing")
         with open(os.path.join(self.dir, "device-summary.txt"), "w") as f:
@@ -510,11 +508,11 @@ class Case:
         rc, said = self.user.run(["timeout", "-k", "5", "300", "cp", "-r", src, dest], timeout=320)
         if rc != 0:
             fail(f"cp -r {src} {dest} failed: {said.strip()}")
-        self.details.append(f"cp -r {gpurun.elapsed(t0)} s")
+        self.details.append(f"cp -r {gpu_host.elapsed(t0)} s")
         if os.path.exists(os.path.join(dest, "device")):
             fail(f"the copy of {ckpt} has a device/ directory")
-        copy_bytes = gpurun.file_bytes(dest)
-        logical = gpurun.manifest_get(os.path.join(self.dir, f"manifest-{ckpt}.json"),
+        copy_bytes = filetools.file_bytes(dest)
+        logical = gpu_host.manifest_get(os.path.join(self.dir, f"manifest-{ckpt}.json"),
                                       "logical_bytes")
         if not isinstance(logical, int):
             fail(f"manifest of {ckpt} has no logical_bytes")
@@ -528,7 +526,7 @@ class Case:
         shows the device memory its images carry)."""
         a = os.path.join(self.mnt, "device", ckpt, self.device_file)
         b = os.path.join(self.mnt, "device", other, self.device_file)
-        if not gpurun.same_file(a, b):
+        if not filetools.same_file(a, b):
             fail(f"device/{other}/{self.device_file} (the copy's import) differs from "
                  f"device/{ckpt}/{self.device_file}")
 
@@ -540,7 +538,7 @@ class Case:
         rc, err = self.user.write(restore, args, 300)
         if rc != 0:
             fail(f"restore of '{args}': {err}; restore says: {self.user.cat(restore)}")
-        took = gpurun.elapsed(t0)
+        took = gpu_host.elapsed(t0)
         said = self.user.cat(restore)
         if said != f"pid {pid}":
             fail(f"restore of '{args}': restore says '{said}', expected 'pid {pid}'")
@@ -551,29 +549,29 @@ class Case:
         options = subprocess.run(["findmnt", "-no", "OPTIONS", "/sys/fs/cgroup"],
                                  capture_output=True, text=True).stdout
         if options.startswith("rw"):
-            daemon = set(gpurun.read_text(f"/proc/{self.daemon.pid}/cgroup").splitlines())
-            shared = daemon & set(gpurun.read_text(f"/proc/{pid}/cgroup").splitlines())
+            daemon = set(filetools.read_text(f"/proc/{self.daemon.pid}/cgroup").splitlines())
+            shared = daemon & set(filetools.read_text(f"/proc/{pid}/cgroup").splitlines())
             if shared:
                 fail(f"restored pid {pid} shares the daemon's cgroup: {' '.join(sorted(shared))}")
         return took
 
     def check_memory(self, pid, result, what):
         """SIGUSR1 -> PASS."""
-        ok, said = gpurun.verdict(pid, result)
+        ok, said = workloads.verdict(pid, result)
         if not ok:
             fail(f"{what}: {said}")
 
     def check_train(self, pid, log, what):
         """The run ends by itself within its steps' time (+2 min) and leaves
         a log equal to the reference's."""
-        if not gpurun.gone(pid, self.s.steps * STEP_MS // 1000 + 120):
+        if not processes.gone(pid, self.s.steps * STEP_MS // 1000 + 120):
             fail(f"{what}: pid {pid} still running after its steps' time")
         if not os.path.isfile(log) or os.path.getsize(log) == 0:
             fail(f"{what}: pid {pid} ended without writing its log")
-        if not gpurun.same_file(self.s.ref_log, log):
+        if not filetools.same_file(self.s.ref_log, log):
             shutil.copyfile(log, os.path.join(self.dir, f"log-{time.time_ns()}.txt"))
             fail(f"{what}: the log differs from the reference's: "
-                 f"{gpurun.first_difference(self.s.ref_log, log)}")
+                 f"{filetools.first_difference(self.s.ref_log, log)}")
 
     def drop_checkpoints(self):
         """Removes every checkpoint (with the copies' imports)."""
@@ -601,20 +599,20 @@ def case_reference(c):
         logs[run] = os.path.join(d, "train.log")
         argv[run] = ["python3", s.train_py, "--steps", str(s.steps), "--step-ms", str(STEP_MS),
                      "--log", logs[run], "--ready", os.path.join(d, "ready")]
-        gpurun.start_session(c.user, d, argv[run])
+        workloads.start_session(c.user, d, argv[run])
     pids = {}
     for run in ("a", "b"):
         d = os.path.join(c.dir, run)
-        pid = gpurun.wait_ready(os.path.join(d, "ready"), 180, os.path.join(d, "launch.pid"))
+        pid = workloads.wait_ready(os.path.join(d, "ready"), 180, os.path.join(d, "launch.pid"))
         if pid is None:
             fail(f"train.py (reference {run}) never got ready: "
-                 f"{gpurun.tail(os.path.join(d, 'out.log'), 800)}")
+                 f"{filetools.last_chars(os.path.join(d, 'out.log'), 800)}")
         c.session(pid)
         pids[run] = pid
     for run in ("a", "b"):
-        if not gpurun.gone(pids[run], s.steps * STEP_MS // 1000 + 120):
+        if not processes.gone(pids[run], s.steps * STEP_MS // 1000 + 120):
             fail(f"reference {run} still runs after its steps' time")
-    a = gpurun.read_text(logs["a"])
+    a = filetools.read_text(logs["a"])
     if not a:
         fail("reference a wrote no log")
     errors = [line for line in a.splitlines() if line.startswith("error")]
@@ -622,9 +620,9 @@ def case_reference(c):
         fail(f"reference a: {' '.join(errors)[:800]}")
     if len(a.splitlines()) != s.steps:
         fail(f"reference a logged {len(a.splitlines())} steps, not {s.steps}")
-    if not gpurun.same_file(logs["a"], logs["b"]):
+    if not filetools.same_file(logs["a"], logs["b"]):
         fail("two uninterrupted runs of train.py differ: it is not deterministic here: "
-             + gpurun.first_difference(logs["a"], logs["b"]))
+             + filetools.first_difference(logs["a"], logs["b"]))
     shutil.copyfile(logs["a"], os.path.join(s.work, "reference.log"))
     s.ref_log = os.path.join(s.work, "reference.log")
 
@@ -643,7 +641,7 @@ def case_lock_timeout(c):
     t0 = time.monotonic()
     rc, err = c.user.write(os.path.join(c.mnt, str(pid), "ctl"),
                            f"checkpoint --lock-timeout {LOCK_TIMEOUT_MS}", 60)
-    c.ckpt_s = gpurun.elapsed(t0)
+    c.ckpt_s = gpu_host.elapsed(t0)
     c.snap_status(pid, "after")
     if rc in (124, 137):
         fail(err)
@@ -653,11 +651,11 @@ def case_lock_timeout(c):
     last = c.daemon.status_line(pid, "last:")
     if not re.search("lock|time", last.lower()):
         fail(f"status's last line does not mention the lock or a timeout: '{last}' (write said: {err})")
-    if gpurun.new_ids(before, c.daemon.ids()):
+    if gpu_host.new_ids(before, c.daemon.ids()):
         fail("a failed checkpoint left a checkpoint behind")
     state = ""
     for _ in range(100):
-        state = gpurun.proc_state(pid)
+        state = processes.proc_state(pid)
         if not state:
             fail(f"pid {pid} is gone after the failed checkpoint")
         if state not in ("T", "t"):
@@ -685,7 +683,7 @@ def case_bad_gpu_map(c):
     rc, err = c.user.write(restore, bad, 120)
     if rc == 0:
         fail(f"restore with --gpu-map {c.gpu_uuid}={BOGUS_GPU} succeeded: {c.user.cat(restore)}")
-    took = gpurun.elapsed(t0)
+    took = gpu_host.elapsed(t0)
     said = c.user.cat(restore)
     if not said.startswith("error:"):
         fail(f"after a refused restore, restore says '{said}' (expected 'error: ...')")
@@ -725,7 +723,7 @@ def case_workload(c, wl, mode):
             c.check_memory(pid, result, "the original after its checkpoint")
         else:
             c.check_train(pid, log, "the original after its checkpoint")
-    if not gpurun.end_session(pid):
+    if not processes.end_session(pid):
         fail(f"pid {pid} does not go away")
 
     for source in ("copy", "mount"):
@@ -741,7 +739,7 @@ def case_workload(c, wl, mode):
         took = c.restore(args, pid)
         if source == "copy":
             c.details.append(f"restore from the copy {took} s")
-            imported = gpurun.new_ids(before, c.daemon.ids())
+            imported = gpu_host.new_ids(before, c.daemon.ids())
             if len(imported) != 1:
                 fail(f"the restore from the copy imported '{' '.join(imported)}'")
             c.same_device_view(ckpt, imported[0])
@@ -751,7 +749,7 @@ def case_workload(c, wl, mode):
             c.check_memory(pid, result, what)
         else:
             c.check_train(pid, log, what)
-        if not gpurun.end_session(pid):
+        if not processes.end_session(pid):
             fail(f"pid {pid} does not go away after its check")
     shutil.rmtree(copy, ignore_errors=True)
     c.drop_checkpoints()
@@ -797,7 +795,7 @@ def test_workload(suite, rep_case):
         suite.run_case(f"{wl}-{mode}-r{rep}", wl, mode, rep, case_workload, wl, mode)
     finally:
         if last_of_rep:
-            rc, err = gpurun.as_root().write(os.path.join(suite.mnt, "ctl"), "gc", 300)
+            rc, err = users.as_root().write(os.path.join(suite.mnt, "ctl"), "gc", 300)
             if rc != 0:
                 suite.say(f"warning: gc failed: {err}")
             suite.reps_done = rep

@@ -9,7 +9,8 @@ import os
 
 import pytest
 
-from harness import USERS, Mount, User
+from gpuckpt_testing.mount import Mount
+from gpuckpt_testing.users import USERS, User
 
 
 @pytest.hookimpl(hookwrapper=True)

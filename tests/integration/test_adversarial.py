@@ -6,7 +6,7 @@ installs it). Each case says what must be refused, with which errno, and
 checks that nothing leaked, hung (every write is bounded by a timeout) or
 was lost.
 
-Run by ctest under wl_reaper, like the other pytest tests (harness.py).
+Run by ctest under wl_reaper, like the other pytest tests (gpuckpt_testing.mount).
 """
 
 import glob
@@ -21,7 +21,10 @@ import time
 
 import pytest
 
-from harness import PYTHON, Mount, ctl, kill_if_alive, read, status_line, wait_for, why_not_runnable
+from gpuckpt_testing.build import PYTHON
+from gpuckpt_testing.filetools import read
+from gpuckpt_testing.mount import Mount, ctl, status_line, why_not_runnable
+from gpuckpt_testing.processes import kill_if_alive, wait_for
 
 CRIT = shutil.which("crit") or "/usr/local/bin/crit"
 

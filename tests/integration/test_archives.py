@@ -31,7 +31,9 @@ import tempfile
 
 import pytest
 
-from harness import GPUCKPT_CLI, Mount, listdir_as, probe, read, why_not_runnable
+from gpuckpt_testing.build import GPUCKPT_CLI
+from gpuckpt_testing.filetools import read
+from gpuckpt_testing.mount import Mount, listdir_as, probe, why_not_runnable
 
 pytestmark = pytest.mark.skipif(why_not_runnable() is not None,
                                 reason=str(why_not_runnable()))

@@ -23,8 +23,11 @@ import time
 
 import pytest
 
-from harness import (PYTHON, Root, assert_runs_on, listdir_as, proc_status_field, read,
-                     status_line, wait_for, why_not_runnable)
+from gpuckpt_testing.build import PYTHON
+from gpuckpt_testing.filetools import read
+from gpuckpt_testing.mount import listdir_as, status_line, why_not_runnable
+from gpuckpt_testing.processes import assert_runs_on, proc_status_field, wait_for
+from gpuckpt_testing.users import Root
 
 pytestmark = pytest.mark.skipif(why_not_runnable("wl_big") is not None,
                                 reason=str(why_not_runnable("wl_big")))

@@ -20,7 +20,8 @@ import tempfile
 
 import pytest
 
-from harness import CRIU, WORKLOAD_BIN, why_not_runnable
+from gpuckpt_testing.build import CRIU, WORKLOAD_BIN
+from gpuckpt_testing.mount import why_not_runnable
 
 SOURCE = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CHECKPOINT_BENCH = os.path.join(SOURCE, "tests", "bench", "checkpoint_bench")

@@ -20,7 +20,7 @@ Through a real mount, with real limits:
   where the memory controller can be enabled for it) and removed after;
   where none can be made the test is skipped, saying why.
 
-Run by ctest under wl_reaper, like the other pytest tests (harness.py).
+Run by ctest under wl_reaper, like the other pytest tests (gpuckpt_testing.mount).
 Needs root, /dev/fuse and CRIU; skipped, saying why, where one is missing.
 """
 
@@ -32,9 +32,12 @@ import time
 
 import pytest
 
-import harness
-from harness import (Mount, Root, assert_runs_on, ctl, free_bytes, read, small_tmpfs, status_line,
-                     used_bytes, wait_for, why_not_runnable)
+from gpuckpt_testing import processes
+from gpuckpt_testing.filetools import free_bytes, read, used_bytes
+from gpuckpt_testing.mount import (Mount, ctl, mount_in_cgroup, small_tmpfs, status_line,
+                                   why_not_runnable)
+from gpuckpt_testing.processes import assert_runs_on, wait_for
+from gpuckpt_testing.users import Root
 
 MiB = 1 << 20
 DISK_MIB = 128
@@ -225,7 +228,7 @@ def daemon_cgroup():
             wait_for(lambda: not members(), 30, f"the processes of {cgroup} to exit")
         finally:
             for pid in members():  # only the daemon this test started can be here
-                harness.kill_if_alive(pid)
+                processes.kill_if_alive(pid)
             wait_for(lambda: not members(), 10, f"{cgroup} to empty")
             os.rmdir(cgroup)
 
@@ -233,7 +236,7 @@ def daemon_cgroup():
 def test_staging_beyond_the_daemons_memory_cgroup_is_refused_before_freezing(
         daemon_cgroup, monkeypatch, tmp_path):
     cgroup, set_limit = daemon_cgroup
-    m = harness.mount_in_cgroup(cgroup, monkeypatch, tmp_path, "gpuckpt-room-cgroup-test.",
+    m = mount_in_cgroup(cgroup, monkeypatch, tmp_path, "gpuckpt-room-cgroup-test.",
                                 "--staging-memory", "1G")
     try:
         mnt = m.mnt

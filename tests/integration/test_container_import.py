@@ -28,7 +28,9 @@ import time
 
 import pytest
 
-from harness import Root, ctl, read, why_not_runnable
+from gpuckpt_testing.filetools import read
+from gpuckpt_testing.mount import ctl, why_not_runnable
+from gpuckpt_testing.users import Root
 
 pytestmark = pytest.mark.skipif(why_not_runnable() is not None,
                                 reason=str(why_not_runnable()))

@@ -14,7 +14,9 @@ import subprocess
 
 import pytest
 
-from harness import GPUCKPTFS, ctl, read, status_line, why_not_runnable
+from gpuckpt_testing.build import GPUCKPTFS
+from gpuckpt_testing.filetools import read
+from gpuckpt_testing.mount import ctl, status_line, why_not_runnable
 
 CRIT = shutil.which("crit") or "/usr/local/bin/crit"
 

@@ -18,7 +18,7 @@ import tempfile
 
 import pytest
 
-from harness import cli
+from gpuckpt_testing.mount import cli
 
 
 @pytest.fixture

@@ -23,7 +23,10 @@ import subprocess
 
 import pytest
 
-from harness import PYTHON, Root, ctl, listdir_as, probe, read, why_not_runnable
+from gpuckpt_testing.build import PYTHON
+from gpuckpt_testing.filetools import read
+from gpuckpt_testing.mount import ctl, listdir_as, probe, why_not_runnable
+from gpuckpt_testing.users import Root
 
 pytestmark = pytest.mark.skipif(why_not_runnable() is not None,
                                 reason=str(why_not_runnable()))

@@ -13,7 +13,7 @@ the space back (also the space the failed checkpoint took). Once the
 filesystem has room again the next checkpoint succeeds, with nothing
 restarted, and restores.
 
-Run by ctest under wl_reaper, like the other pytest tests (harness.py).
+Run by ctest under wl_reaper, like the other pytest tests (gpuckpt_testing.mount).
 Needs root (for the tmpfs too), /dev/fuse and CRIU; skipped, saying why,
 where one of them is missing.
 """
@@ -25,8 +25,8 @@ import subprocess
 
 import pytest
 
-from harness import (Mount, ctl, free_bytes, small_tmpfs, status_line, used_bytes,
-                     why_not_runnable)
+from gpuckpt_testing.filetools import free_bytes, used_bytes
+from gpuckpt_testing.mount import Mount, ctl, small_tmpfs, status_line, why_not_runnable
 
 DISK_MIB = 200
 SMALL_MIB = 32

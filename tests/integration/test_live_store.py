@@ -16,7 +16,9 @@ import tempfile
 
 import pytest
 
-from harness import cli, ctl, read, tree_differences, wait_for, why_not_runnable
+from gpuckpt_testing.filetools import read, tree_differences
+from gpuckpt_testing.mount import cli, ctl, why_not_runnable
+from gpuckpt_testing.processes import wait_for
 
 pytestmark = pytest.mark.skipif(why_not_runnable() is not None,
                                 reason=str(why_not_runnable()))

@@ -10,7 +10,7 @@ import shutil
 
 import pytest
 
-from micro_ceph import MicroCeph, daemons_of
+from gpuckpt_testing.micro_ceph import MicroCeph, daemons_of
 
 pytestmark = [
     pytest.mark.skipif(os.geteuid() != 0, reason="needs root to run Ceph's daemons"),

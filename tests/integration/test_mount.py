@@ -18,7 +18,9 @@ import subprocess
 
 import pytest
 
-from harness import GPUCKPTFS, Mount, cli, read, why_not_runnable
+from gpuckpt_testing.build import GPUCKPTFS
+from gpuckpt_testing.filetools import read
+from gpuckpt_testing.mount import Mount, cli, why_not_runnable
 
 pytestmark = pytest.mark.skipif(why_not_runnable() is not None,
                                 reason=str(why_not_runnable()))

@@ -17,7 +17,7 @@ mount(8) runs mount.fuse3 (Debian's fuse3), which runs
   line on stderr saying which, mounts nothing and leaves no store; the
   command line form without -o works as before.
 
-Run by ctest under wl_reaper, like the other pytest tests (harness.py).
+Run by ctest under wl_reaper, like the other pytest tests (gpuckpt_testing.mount).
 Needs root, /dev/fuse, CRIU and mount.fuse3; skipped, saying why, where
 one is missing.
 """
@@ -30,8 +30,11 @@ import tempfile
 
 import pytest
 
-import harness
-from harness import ctl, mounted_at, read, wait_for, why_not_runnable, Workload
+from gpuckpt_testing import build, processes
+from gpuckpt_testing.filetools import read
+from gpuckpt_testing.mount import ctl, mounted_at, why_not_runnable
+from gpuckpt_testing.processes import wait_for
+from gpuckpt_testing.workloads import Workload
 
 MOUNT_FUSE3 = shutil.which("mount.fuse3") or "/sbin/mount.fuse3"
 
@@ -81,7 +84,7 @@ def test_mount_with_options_serves_and_umount_ends_it(place):
     work, mnt = place
     store, work_dir = os.path.join(work, "store"), os.path.join(work, "run")
     r = subprocess.run(
-        ["mount", "-t", "fuse", f"{harness.GPUCKPTFS}#{store}", mnt, "-o",
+        ["mount", "-t", "fuse", f"{build.GPUCKPTFS}#{store}", mnt, "-o",
          f"{GENERIC},all_processes,staging_memory=32M,lock_timeout=20000,"
          f"work_dir={work_dir},quota=1G"],
         capture_output=True, text=True, timeout=120)
@@ -107,7 +110,7 @@ def test_mount_with_options_serves_and_umount_ends_it(place):
         assert read(os.path.join(mnt, "restore")).strip() == f"pid {wl.pid}"
         assert wl.verdict() == "PASS"
     finally:
-        harness.kill_if_alive(wl.pid)
+        processes.kill_if_alive(wl.pid)
 
     r = subprocess.run(["umount", mnt], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
@@ -119,7 +122,7 @@ def test_mount_with_options_serves_and_umount_ends_it(place):
 def test_mount_fuse3_finds_gpuckptfs_by_type(place):
     work, mnt = place
     store = os.path.join(work, "store")
-    env = dict(os.environ, PATH=os.path.dirname(harness.GPUCKPTFS) + ":" + os.environ["PATH"])
+    env = dict(os.environ, PATH=os.path.dirname(build.GPUCKPTFS) + ":" + os.environ["PATH"])
     r = subprocess.run([MOUNT_FUSE3, store, mnt, "-t", "fuse.gpuckptfs", "-o",
                         f"{GENERIC},no_gpu,work_dir={os.path.join(work, 'run')}"],
                        capture_output=True, text=True, env=env, timeout=120)
@@ -143,14 +146,14 @@ def test_bad_mount_option_fails_cleanly(place, options, says):
     work, mnt = place
     store = os.path.join(work, "store")
     # As mount(8) runs it, and gpuckptfs alone.
-    for command in (["mount", "-t", "fuse", f"{harness.GPUCKPTFS}#{store}", mnt, "-o", options],
-                    [harness.GPUCKPTFS, store, mnt, "-o", options]):
+    for command in (["mount", "-t", "fuse", f"{build.GPUCKPTFS}#{store}", mnt, "-o", options],
+                    [build.GPUCKPTFS, store, mnt, "-o", options]):
         r = subprocess.run(command, capture_output=True, text=True, timeout=60)
         assert r.returncode != 0
         assert says in r.stderr, r.stderr
         assert not mounted_at(mnt)
         assert not os.path.exists(store), "nothing is made for a refused mount"
-    r = subprocess.run([harness.GPUCKPTFS, store, mnt, "-o", options], capture_output=True,
+    r = subprocess.run([build.GPUCKPTFS, store, mnt, "-o", options], capture_output=True,
                        text=True, timeout=60)
     assert r.returncode == 2
     assert len(r.stderr.strip().splitlines()) == 1, r.stderr
@@ -158,7 +161,7 @@ def test_bad_mount_option_fails_cleanly(place, options, says):
 
 def test_mount_form_needs_store_and_mountpoint(place):
     work, mnt = place
-    r = subprocess.run([harness.GPUCKPTFS, mnt, "-o", "all_processes"], capture_output=True,
+    r = subprocess.run([build.GPUCKPTFS, mnt, "-o", "all_processes"], capture_output=True,
                        text=True, timeout=60)
     assert r.returncode == 2
     assert r.stderr.strip() == ("gpuckptfs: with -o, give the store and the mount point: "

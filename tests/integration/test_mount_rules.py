@@ -23,7 +23,9 @@ import tempfile
 
 import pytest
 
-from harness import GPUCKPTFS, ctl, probe, read, status_line, why_not_runnable
+from gpuckpt_testing.build import GPUCKPTFS
+from gpuckpt_testing.filetools import read
+from gpuckpt_testing.mount import ctl, probe, status_line, why_not_runnable
 
 pytestmark = pytest.mark.skipif(why_not_runnable() is not None,
                                 reason=str(why_not_runnable()))

@@ -23,7 +23,11 @@ import tempfile
 
 import pytest
 
-from harness import Root, ctl, kill_if_alive, read, status_line, wait_for, why_not_runnable, WORKLOAD_BIN
+from gpuckpt_testing.build import WORKLOAD_BIN
+from gpuckpt_testing.filetools import read
+from gpuckpt_testing.mount import ctl, status_line, why_not_runnable
+from gpuckpt_testing.processes import kill_if_alive, wait_for
+from gpuckpt_testing.users import Root
 
 pytestmark = pytest.mark.skipif(why_not_runnable() is not None,
                                 reason=str(why_not_runnable()))

@@ -27,7 +27,9 @@ import time
 
 import pytest
 
-from harness import Mount, ctl, kill_if_alive, read, wait_for, why_not_runnable
+from gpuckpt_testing.filetools import read
+from gpuckpt_testing.mount import Mount, ctl, why_not_runnable
+from gpuckpt_testing.processes import kill_if_alive, wait_for
 
 PROMTOOL = shutil.which("promtool")
 JQ = shutil.which("jq")

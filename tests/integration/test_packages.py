@@ -30,7 +30,8 @@ import time
 
 import pytest
 
-from harness import GPUCKPTFS, kill_if_alive, wait_for
+from gpuckpt_testing.build import GPUCKPTFS
+from gpuckpt_testing.processes import kill_if_alive, wait_for
 
 BUILD = os.environ.get("WORKLOAD_BIN", "")
 SOURCE = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

@@ -19,8 +19,10 @@ import subprocess
 
 import pytest
 
-from harness import ctl, kill_if_alive, read, tree_differences, wait_for, why_not_runnable
-from podman import Podman, last_count, why_podman_cannot_run
+from gpuckpt_testing.filetools import read, tree_differences
+from gpuckpt_testing.mount import ctl, why_not_runnable
+from gpuckpt_testing.podman import Podman, last_count, why_podman_cannot_run
+from gpuckpt_testing.processes import kill_if_alive, wait_for
 
 pytestmark = [
     pytest.mark.skipif(why_not_runnable() is not None, reason=str(why_not_runnable())),

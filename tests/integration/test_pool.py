@@ -20,8 +20,11 @@ import time
 
 import pytest
 
-from harness import Mount, Root, cli, read, wait_for, why_not_runnable
-from micro_ceph import MicroCeph
+from gpuckpt_testing.filetools import read
+from gpuckpt_testing.micro_ceph import MicroCeph
+from gpuckpt_testing.mount import Mount, cli, why_not_runnable
+from gpuckpt_testing.processes import wait_for
+from gpuckpt_testing.users import Root
 
 
 def why_no_ceph():

@@ -22,7 +22,8 @@ import tempfile
 
 import pytest
 
-from harness import WORKLOAD_BIN, why_not_runnable
+from gpuckpt_testing.build import WORKLOAD_BIN
+from gpuckpt_testing.mount import why_not_runnable
 
 SOURCE = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 POOL_BENCH = os.path.join(SOURCE, "tests", "bench", "pool_bench")

@@ -24,7 +24,7 @@ whoever restored it. Through a real mount and real CRIU:
   tasks is not restored there at all (the task limit stops it), and is
   once the limit allows it.
 
-Run by ctest under wl_reaper, like the other pytest tests (harness.py).
+Run by ctest under wl_reaper, like the other pytest tests (gpuckpt_testing.mount).
 Needs root, /dev/fuse, CRIU and a writable cgroup hierarchy; skipped,
 saying why, where one is missing.
 """
@@ -34,8 +34,11 @@ import shlex
 
 import pytest
 
-import harness
-from harness import Mount, Root, User, ctl, read, wait_for, why_not_runnable
+from gpuckpt_testing import processes
+from gpuckpt_testing.filetools import read
+from gpuckpt_testing.mount import Mount, ctl, mount_in_cgroup, why_not_runnable
+from gpuckpt_testing.processes import wait_for
+from gpuckpt_testing.users import Root, User
 
 pytestmark = pytest.mark.skipif(why_not_runnable("wl_memory") is not None,
                                 reason=str(why_not_runnable("wl_memory")))
@@ -108,7 +111,7 @@ def daemon_cgroup():
         yield cgroup
     finally:
         for pid in members(cgroup):
-            harness.kill_if_alive(pid)
+            processes.kill_if_alive(pid)
         wait_for(lambda: not members(cgroup), 30, f"the processes of {cgroup} to exit")
 
         def removed():  # EBUSY until the last one is reaped
@@ -122,7 +125,7 @@ def daemon_cgroup():
 
 def daemon_in(cgroup, monkeypatch, tmp_path):
     """gpuckptfs started in `cgroup`, as systemd starts a service."""
-    return harness.mount_in_cgroup(cgroup, monkeypatch, tmp_path, "gpuckpt-cgroups-test.")
+    return mount_in_cgroup(cgroup, monkeypatch, tmp_path, "gpuckpt-cgroups-test.")
 
 
 def restored_cgroup_dirs(pid):
@@ -168,7 +171,7 @@ def test_restored_trees_survive_the_daemons_cgroup_being_killed(daemon_cgroup, u
         # service's cgroup, until it is empty.
         def kill_all():
             for pid in members(daemon_cgroup):
-                harness.kill_if_alive(pid)
+                processes.kill_if_alive(pid)
             return not members(daemon_cgroup)
         wait_for(kill_all, 30, f"every process of {daemon_cgroup} to be killed")
         # Gone, once the subreaper has reaped it.
@@ -228,7 +231,7 @@ def remove_cgroup_tree(cgroup):
     def empty():
         for d in cgroup_tree(cgroup):
             for pid in members(d):
-                harness.kill_if_alive(pid)
+                processes.kill_if_alive(pid)
         return not any(members(d) for d in cgroup_tree(cgroup))
     wait_for(empty, 30, f"the processes of {cgroup} to exit")
 

@@ -8,7 +8,7 @@ archive of it; `<pid>/checkpoints/latest` of a dead job; names; and control
 files that one caller's long command never holds for another.
 
 Images are edited with crit, as test_adversarial.py does. Every write is
-bounded by a timeout. Run by ctest under wl_reaper (harness.py).
+bounded by a timeout. Run by ctest under wl_reaper (gpuckpt_testing.mount).
 """
 
 import json
@@ -22,7 +22,11 @@ import time
 
 import pytest
 
-from harness import PYTHON, Mount, Root, ctl, read, status_line, wait_for, why_not_runnable
+from gpuckpt_testing.build import PYTHON
+from gpuckpt_testing.filetools import read
+from gpuckpt_testing.mount import Mount, ctl, status_line, why_not_runnable
+from gpuckpt_testing.processes import wait_for
+from gpuckpt_testing.users import Root
 
 CRIT = shutil.which("crit") or "/usr/local/bin/crit"
 

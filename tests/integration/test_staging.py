@@ -15,7 +15,10 @@ import re
 
 import pytest
 
-from harness import Mount, ctl, read, wait_for, why_not_runnable, Workload
+from gpuckpt_testing.filetools import read
+from gpuckpt_testing.mount import Mount, ctl, why_not_runnable
+from gpuckpt_testing.processes import wait_for
+from gpuckpt_testing.workloads import Workload
 
 # Staging memory (16 MiB, the least gpuckptfs accepts) against an image of
 # about 200 MB: CRIU must wait for room many times over.

@@ -23,7 +23,7 @@ import tempfile
 
 import pytest
 
-from harness import GPUCKPT_CLI, WORKLOAD_BIN
+from gpuckpt_testing.build import GPUCKPT_CLI, WORKLOAD_BIN
 
 SOURCE = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 STORE_BENCH = os.path.join(SOURCE, "tests", "bench", "store_bench")

@@ -15,7 +15,7 @@ No systemd runs as PID 1 here, so the protocol is checked at its ends:
   running systemd) finds nothing to say about it nor about
   contrib/mnt-gpuckpt.mount, while it does about a unit with a mistake.
 
-Run by ctest under wl_reaper, like the other pytest tests (harness.py).
+Run by ctest under wl_reaper, like the other pytest tests (gpuckpt_testing.mount).
 Needs root, /dev/fuse and CRIU (and systemd-analyze, cmake for the unit
 checks); skipped, saying why, where one is missing.
 """
@@ -31,12 +31,15 @@ import threading
 
 import pytest
 
-import harness
-from harness import ctl, mounted_at, read, wait_for, why_not_runnable, Workload
+from gpuckpt_testing import build, processes
+from gpuckpt_testing.filetools import read
+from gpuckpt_testing.mount import ctl, mounted_at, why_not_runnable
+from gpuckpt_testing.processes import wait_for
+from gpuckpt_testing.workloads import Workload
 
 SOURCE_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # WORKLOAD_BIN is the build directory (the workloads are built at its top).
-BUILD_DIR = harness.WORKLOAD_BIN
+BUILD_DIR = build.WORKLOAD_BIN
 
 needs_daemon = pytest.mark.skipif(why_not_runnable("wl_memory") is not None,
                                   reason=str(why_not_runnable("wl_memory")))
@@ -57,7 +60,7 @@ class NotifiedDaemon:
         env = dict(os.environ, NOTIFY_SOCKET=self.socket_path)
         self.log = open(os.path.join(self.work, "daemon.log"), "w")
         self.process = subprocess.Popen(
-            [harness.GPUCKPTFS, "--foreground", "--store", os.path.join(self.work, "store"),
+            [build.GPUCKPTFS, "--foreground", "--store", os.path.join(self.work, "store"),
              "--work-dir", os.path.join(self.work, "run"), "--all-processes",
              # Little staging memory: a checkpoint waits on the store, and
              # lasts long enough to be signalled in the middle of.
@@ -138,7 +141,7 @@ def test_sigterm_lets_a_checkpoint_in_flight_finish(daemon):
             assert f.read().rsplit(")", 1)[1].split()[0] in ("R", "S"), "not stopped"
         assert wl.verdict() == "PASS"
         # The checkpoint was stored: a new daemon on the store shows it.
-        m = subprocess.run([harness.GPUCKPTFS, "--store", os.path.join(daemon.work, "store"),
+        m = subprocess.run([build.GPUCKPTFS, "--store", os.path.join(daemon.work, "store"),
                             "--work-dir", os.path.join(daemon.work, "run"), daemon.mnt],
                            capture_output=True, text=True, timeout=120)
         assert m.returncode == 0, m.stderr
@@ -151,7 +154,7 @@ def test_sigterm_lets_a_checkpoint_in_flight_finish(daemon):
         finally:
             subprocess.run(["umount", daemon.mnt])
     finally:
-        harness.kill_if_alive(wl.pid)
+        processes.kill_if_alive(wl.pid)
 
 
 def systemd_analyze_verify(unit):

@@ -15,8 +15,9 @@ one directory, no authentication, pools of one replica.
 import os
 import subprocess
 
-SOURCE = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-MICRO_CEPH = os.path.join(SOURCE, "tools", "micro-ceph")
+from gpuckpt_testing.build import REPO_ROOT
+
+MICRO_CEPH = os.path.join(REPO_ROOT, "tools", "micro-ceph")
 # How long one rados command may wait for the cluster.
 RADOS_TIMEOUT_S = 30
 

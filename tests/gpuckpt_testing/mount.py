@@ -1,50 +1,30 @@
-"""What the pytest integration tests share: a real gpuckptfs mount of a fresh
-store, self-checking workloads (tests/workloads/workload.h) started as root
-or as an ordinary test user, and commands run as such a user.
+"""A real gpuckptfs mount of a fresh store for the integration tests
+(Mount), and what the tests do through one: control files, status lines,
+one filesystem call as a user (probe), the store's CLI.
 
 The tests run under ctest, inside wl_reaper (restored processes are
 orphans), with GPUCKPTFS and WORKLOAD_BIN naming the built gpuckptfs and the
-directory of the workloads. They need root, /dev/fuse and CRIU; a module
-skips, saying why, where one of them is missing (`why_not_runnable`).
-
-The benchmarks (tests/bench/checkpoint_bench) use it too, configured through
-the same two variables, without pytest.
+directory of the workloads (gpuckpt_testing.build). They need root,
+/dev/fuse and CRIU; a module skips, saying why, where one of them is missing
+(`why_not_runnable`). The benchmarks (tests/bench/checkpoint_bench,
+pool_bench) use it too, without pytest: pytest is imported only where a
+test is skipped.
 """
 
 import contextlib
-import filecmp
 import json
 import os
-import pwd
 import shutil
-import signal
-import stat
 import subprocess
 import tempfile
 import time
 
-GPUCKPTFS = os.environ.get("GPUCKPTFS", "")
-WORKLOAD_BIN = os.environ.get("WORKLOAD_BIN", "")
-# The store's command line, built beside the workloads.
-GPUCKPT_CLI = os.path.join(WORKLOAD_BIN, "tools", "gpuckpt", "gpuckpt")
-CRIU = shutil.which("criu") or "/usr/local/sbin/criu"
-
-PYTHON = "/usr/bin/python3"
-# One write(2) of argv[2] + "\n" into argv[1]; on failure, strerror on stderr.
-_WRITE_ONE = """
-import os, sys
-try:
-    fd = os.open(sys.argv[1], os.O_WRONLY | os.O_TRUNC)
-    try:
-        os.write(fd, os.fsencode(sys.argv[2]) + b"\\n")
-    finally:
-        os.close(fd)
-except OSError as e:
-    sys.exit(os.strerror(e.errno))
-"""
-
-# Ordinary users the tests act as; made (system users, no home) when absent.
-USERS = ("gpuckpt-test-a", "gpuckpt-test-b")
+from gpuckpt_testing import build
+from gpuckpt_testing.build import PYTHON
+from gpuckpt_testing.filetools import read
+from gpuckpt_testing.processes import kill_if_alive, wait_for
+from gpuckpt_testing.users import Root
+from gpuckpt_testing.workloads import Workload
 
 
 def why_not_runnable(workload="wl_memory"):
@@ -53,141 +33,13 @@ def why_not_runnable(workload="wl_memory"):
         return "needs root (CRIU checkpoints and restores as root)"
     if not os.access("/dev/fuse", os.W_OK):
         return "/dev/fuse is not usable here, so no real mount can be tested"
-    if subprocess.run([CRIU, "--version"], capture_output=True).returncode != 0:
-        return f"no usable criu at {CRIU}"
-    if not os.access(GPUCKPTFS, os.X_OK):
-        return f"GPUCKPTFS={GPUCKPTFS!r} is not an executable gpuckptfs"
-    if not os.access(os.path.join(WORKLOAD_BIN, workload), os.X_OK):
-        return f"WORKLOAD_BIN={WORKLOAD_BIN!r} holds no {workload}"
+    if subprocess.run([build.CRIU, "--version"], capture_output=True).returncode != 0:
+        return f"no usable criu at {build.CRIU}"
+    if not os.access(build.GPUCKPTFS, os.X_OK):
+        return f"GPUCKPTFS={build.GPUCKPTFS!r} is not an executable gpuckptfs"
+    if not os.access(os.path.join(build.WORKLOAD_BIN, workload), os.X_OK):
+        return f"WORKLOAD_BIN={build.WORKLOAD_BIN!r} holds no {workload}"
     return None
-
-
-def wait_for(predicate, seconds, what):
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {seconds} s waiting for {what}")
-
-
-class User:
-    """An ordinary user: uid, gid, and commands run with their credentials."""
-
-    def __init__(self, name):
-        if subprocess.run(["id", name], capture_output=True).returncode != 0:
-            subprocess.run(["useradd", "-r", "-M", "-s", "/usr/sbin/nologin", name], check=True)
-        entry = pwd.getpwnam(name)
-        self.name = name
-        self.uid = entry.pw_uid
-        self.gid = entry.pw_gid
-
-    def prefix(self):
-        return ["setpriv", f"--reuid={self.uid}", f"--regid={self.gid}", "--init-groups"]
-
-    def run(self, args, timeout=60, **kwargs):
-        """Runs `args` as this user; a CompletedProcess with text output."""
-        return subprocess.run(self.prefix() + list(args), capture_output=True, text=True,
-                              timeout=timeout, **kwargs)
-
-    def write(self, path, text, timeout=120):
-        """Writes `text` and a newline into `path` as this user, in one
-        write: (ok, the error in words: strerror of the errno). Not through
-        a shell: dash says "I/O error" for every failed write."""
-        r = self.run([PYTHON, "-c", _WRITE_ONE, path, text], timeout=timeout)
-        return r.returncode == 0, r.stderr.strip()
-
-    def read(self, path, timeout=60):
-        """Reads `path` as this user: (ok, its text or the error in words)."""
-        r = self.run(["cat", path], timeout=timeout)
-        return r.returncode == 0, (r.stdout if r.returncode == 0 else r.stderr.strip())
-
-
-class Root(User):
-    """Root, through the same interface as an ordinary User."""
-
-    def __init__(self):  # pylint: disable=super-init-not-called
-        self.name = "root"
-        self.uid = 0
-        self.gid = 0
-
-    def prefix(self):
-        return []
-
-
-class Workload:
-    """A self-checking workload in its own session, as root or as `user`."""
-
-    def __init__(self, work, name, *args, user=None, env=None):
-        self.dir = tempfile.mkdtemp(prefix=name + "-", dir=work)
-        self.result = os.path.join(self.dir, "result")
-        self.user = user
-        binary = os.path.join(work, name)
-        if not os.path.exists(binary):
-            shutil.copy(os.path.join(WORKLOAD_BIN, name), binary)
-            os.chmod(binary, 0o755)
-        log = os.path.join(self.dir, "out.log")
-        open(log, "w").close()
-        run_as = []
-        if user is not None:
-            # The workload's files are the user's own, as if they had
-            # started it: a restore run as the user reopens them.
-            os.chown(self.dir, user.uid, user.gid)
-            os.chown(log, user.uid, user.gid)
-            run_as = user.prefix()
-        # Started through a shell that exits at once: the workload is then
-        # an orphan that the subreaper (wl_reaper) reaps when it is killed,
-        # so its pid is free again for the restore.
-        subprocess.run(["sh", "-c", 'log=$1; shift; setsid "$@" </dev/null >"$log" 2>&1 &', "sh",
-                        log, *run_as, binary, self.result, *args], check=True, env=env)
-        ready = self.result + ".ready"
-        # A large workload fills its memory first: minutes on a busy machine.
-        wait_for(lambda: os.path.exists(ready), 300,
-                 f"{name} to get ready ({read(log).strip()})")
-        with open(ready) as f:
-            self.pid = int(f.read())
-
-    def alive(self):
-        return os.path.exists(f"/proc/{self.pid}")
-
-    def gone(self):
-        """Whether the workload and every process of its session are gone
-        (reaped): only then is its pid free for a restore of its tree."""
-        return not self.alive() and subprocess.run(
-            ["pgrep", "-s", str(self.pid)], capture_output=True).returncode != 0
-
-    def kill(self):
-        """SIGKILL to the workload's whole session (wl_tree's children
-        too), then waits until all of it is gone."""
-        subprocess.run(["pkill", "-KILL", "-s", str(self.pid)], capture_output=True)
-        kill_if_alive(self.pid)
-        wait_for(self.gone, 30, f"pid {self.pid} and its session to go")
-
-    def verdict(self):
-        if os.path.exists(self.result):
-            os.unlink(self.result)
-        os.kill(self.pid, signal.SIGUSR1)
-        wait_for(lambda: os.path.exists(self.result), 300, "the workload's verdict")
-        with open(self.result) as f:
-            return f.read().strip()
-
-    def assert_passes(self, what):
-        """The workload runs, checks its state on SIGUSR1, says PASS and
-        exits."""
-        assert self.alive(), f"{what}: pid {self.pid} is not running"
-        verdict = self.verdict()
-        assert verdict == "PASS", f"{what}: {verdict}"
-        wait_for(self.gone, 30, f"{what}: pid {self.pid} to go after its verdict")
-
-
-def kill_if_alive(pid):
-    """SIGKILL to `pid` unless it is gone. A check of /proc/<pid> first
-    would race: a process that exits (or a zombie the subreaper reaps)
-    between the check and the kill raises ProcessLookupError."""
-    try:
-        os.kill(pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
 
 
 class Mount:
@@ -226,7 +78,7 @@ class Mount:
         on in the background)."""
         dirs = ["--work-dir", self.run_dir, "--state-dir", self.state_dir] if self.own_dirs else []
         with open(self.log_path, "a") as log:
-            subprocess.run([GPUCKPTFS, "--store", self.store, "--all-processes", *dirs,
+            subprocess.run([build.GPUCKPTFS, "--store", self.store, "--all-processes", *dirs,
                             *self.options, self.mnt],
                            stdout=log, stderr=log, check=True, timeout=120, env=self.env)
         assert os.path.ismount(self.mnt), "not mounted after gpuckptfs returned"
@@ -388,37 +240,6 @@ class Mount:
             shutil.rmtree(self.work, ignore_errors=True)
 
 
-def proc_status_field(pid, key):
-    """The value of the `key:` line of /proc/PID/status."""
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith(key + ":"):
-                return line.split(":", 1)[1].strip()
-    raise AssertionError(f"no {key} in /proc/{pid}/status")
-
-
-def assert_runs_on(workload, within=10):
-    """The process runs: within `within` seconds it is neither stopped
-    (state T/t) nor traced, and it keeps waking up (the workloads sleep
-    50 ms at a time), so that it was left neither frozen nor seized."""
-    deadline = time.monotonic() + within
-    switches = None
-    state = tracer = "?"
-    while time.monotonic() < deadline:
-        assert workload.alive(), f"pid {workload.pid} is gone"
-        with open(f"/proc/{workload.pid}/stat") as f:
-            state = f.read().rsplit(")", 1)[1].split()[0]
-        tracer = proc_status_field(workload.pid, "TracerPid")
-        if state not in ("T", "t") and tracer == "0":
-            now = int(proc_status_field(workload.pid, "voluntary_ctxt_switches"))
-            if switches is not None and now > switches:
-                return
-            switches = now
-        time.sleep(0.1)
-    raise AssertionError(f"pid {workload.pid} is stopped, traced or frozen "
-                         f"(state {state}, tracer {tracer}) after {within} s")
-
-
 def mount_in_cgroup(cgroup, monkeypatch, tmp_path, prefix, *options):
     """A Mount whose gpuckptfs starts in the cgroup directory `cgroup`, as
     a service manager starts a daemon: through a wrapper that joins it, then
@@ -426,9 +247,9 @@ def mount_in_cgroup(cgroup, monkeypatch, tmp_path, prefix, *options):
     wrapper = tmp_path / "gpuckptfs-in-cgroup"
     wrapper.write_text("#!/bin/sh\n"
                        f"echo $$ > '{cgroup}/cgroup.procs' || exit 1\n"
-                       f"exec '{GPUCKPTFS}' \"$@\"\n")
+                       f"exec '{build.GPUCKPTFS}' \"$@\"\n")
     wrapper.chmod(0o755)
-    monkeypatch.setattr(f"{__name__}.GPUCKPTFS", str(wrapper))
+    monkeypatch.setattr(build, "GPUCKPTFS", str(wrapper))
     return Mount(prefix, *options)
 
 
@@ -452,6 +273,13 @@ def small_tmpfs(prefix, mib):
         shutil.rmtree(disk, ignore_errors=True)
 
 
+def mounted_at(mnt):
+    """Whether something is mounted on exactly `mnt` (by the mount table,
+    without touching the mount point, which may hang or fail)."""
+    with open("/proc/self/mountinfo") as f:
+        return any(line.split()[4] == mnt for line in f)
+
+
 def ctl(path, command):
     """Writes `command` and a newline into `path` in one write(2); OSError
     when it fails. (A buffered file would write again when closed after a
@@ -463,9 +291,12 @@ def ctl(path, command):
         os.close(fd)
 
 
-def read(path):
-    with open(path) as f:
-        return f.read()
+def status_line(mnt, pid, key):
+    """The `key:` line of <pid>/status, without the key."""
+    for line in read(os.path.join(mnt, str(pid), "status")).splitlines():
+        if line.startswith(key + ":"):
+            return line[len(key) + 1:].strip()
+    raise AssertionError(f"no {key}: line in {pid}/status")
 
 
 def listdir_as(user, path):
@@ -516,66 +347,12 @@ def probe(op, *args, user=None):
     return r.stdout.strip()
 
 
-def status_line(mnt, pid, key):
-    """The `key:` line of <pid>/status, without the key."""
-    for line in read(os.path.join(mnt, str(pid), "status")).splitlines():
-        if line.startswith(key + ":"):
-            return line[len(key) + 1:].strip()
-    raise AssertionError(f"no {key}: line in {pid}/status")
-
-
-def tree_differences(a, b):
-    """Where the trees under `a` and `b` differ, as sorted paths relative to
-    them: an entry in one tree only, one of another type in the other, a
-    regular file with other bytes, a symlink to another target. [] where
-    they are the same."""
-    def entries(root):
-        out = {}
-        for d, dirs, names in os.walk(root):
-            for n in dirs + names:
-                full = os.path.join(d, n)
-                mode = os.lstat(full).st_mode
-                out[os.path.relpath(full, root)] = (stat.S_IFMT(mode), full)
-        return out
-
-    ea, eb = entries(a), entries(b)
-    differ = set(ea) ^ set(eb)
-    for name in set(ea) & set(eb):
-        (kind, fa), (kind_b, fb) = ea[name], eb[name]
-        if kind != kind_b:
-            differ.add(name)
-        elif stat.S_ISREG(kind) and not filecmp.cmp(fa, fb, shallow=False):
-            differ.add(name)
-        elif stat.S_ISLNK(kind) and os.readlink(fa) != os.readlink(fb):
-            differ.add(name)
-    return sorted(differ)
-
-
-def mounted_at(mnt):
-    """Whether something is mounted on exactly `mnt` (by the mount table,
-    without touching the mount point, which may hang or fail)."""
-    with open("/proc/self/mountinfo") as f:
-        return any(line.split()[4] == mnt for line in f)
-
-
-def free_bytes(path):
-    """The bytes of the filesystem of `path` that an ordinary user may fill."""
-    st = os.statvfs(path)
-    return st.f_bavail * st.f_frsize
-
-
-def used_bytes(path):
-    """The bytes in use on the filesystem of `path`."""
-    st = os.statvfs(path)
-    return (st.f_blocks - st.f_bfree) * st.f_frsize
-
-
 def cli(store, *args, timeout=300):
     """The gpuckpt command line on `store`: its CompletedProcess, text
     output. Skips the test, saying why, where the CLI was not built."""
-    if not os.access(GPUCKPT_CLI, os.X_OK):
+    if not os.access(build.GPUCKPT_CLI, os.X_OK):
         # Imported only here: the benchmarks use this module without pytest.
         import pytest  # pylint: disable=import-outside-toplevel
-        pytest.skip(f"no gpuckpt CLI at {GPUCKPT_CLI}")
-    return subprocess.run([GPUCKPT_CLI, "--store", store, *args],
+        pytest.skip(f"no gpuckpt CLI at {build.GPUCKPT_CLI}")
+    return subprocess.run([build.GPUCKPT_CLI, "--store", store, *args],
                           capture_output=True, text=True, timeout=timeout)

@@ -1,30 +1,21 @@
-"""What the benchmark drivers of this directory (checkpoint_bench,
-store_bench) and tests/gpu/gpu_bench share: their work dir, the page cache,
-how CRIU must run on this machine, and the facts about the machine and the
-build that their reports state."""
+"""What the benchmark drivers (tests/bench/checkpoint_bench, pool_bench,
+store_bench and tests/gpu/gpu_bench) share: their options' types, their
+work dir, the page cache, how CRIU must run on this machine, and the facts
+about the machine and the build that their reports state."""
 
 import argparse
 import os
 import re
 import shutil
 import subprocess
-import sys
 import tempfile
 import time
 
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.realpath(__file__))))
+from gpuckpt_testing.build import REPO_ROOT
+from gpuckpt_testing.messages import Failed
+
+
 GiB = 1 << 30
-
-
-class Failed(Exception):
-    """The benchmark cannot go on; the message says why."""
-
-
-def sayer(prog):
-    """A function that prints "PROG: message" on stderr."""
-    def say(message):
-        print(f"{prog}: {message}", file=sys.stderr, flush=True)
-    return say
 
 
 def positive_int(text):
@@ -94,11 +85,6 @@ def hardware_breakpoints_fire(criu, env=None):
         shutil.rmtree(probe_dir, ignore_errors=True)
 
 
-def free_bytes(path):
-    st = os.statvfs(path)
-    return st.f_bavail * st.f_frsize
-
-
 def build_type(start):
     """CMAKE_BUILD_TYPE of the CMake build that `start` (a build dir or a
     file in one) belongs to: "" where unset, None where there is no build."""
@@ -143,24 +129,6 @@ def meminfo_kib(key):
     return 0
 
 
-def fstype(path):
-    return subprocess.run(["df", "--output=fstype", path], capture_output=True,
-                          text=True).stdout.split()[-1]
-
-
-def du_bytes(path):
-    return int(subprocess.run(["du", "-sb", path], capture_output=True, text=True,
-                              check=True).stdout.split()[0])
-
-
 def mb(size):
     """Bytes in MB (10^6 bytes), one decimal."""
     return f"{size / 1e6:.1f}"
-
-
-def tail(path, lines):
-    try:
-        with open(path, errors="replace") as f:
-            return "".join(f.readlines()[-lines:])
-    except OSError as e:
-        return str(e)

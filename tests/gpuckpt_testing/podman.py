@@ -19,7 +19,7 @@ import subprocess
 import tempfile
 import time
 
-from harness import WORKLOAD_BIN
+from gpuckpt_testing import build
 
 BUSYBOX = "/bin/busybox"
 IMAGE = "localhost/gpuckpt-test-busybox:1"
@@ -85,7 +85,7 @@ class Podman:
             os.symlink("busybox", os.path.join(rootfs, "bin", applet))
         # wl_memory (workload.h) at /bin/wl_memory, with the shared
         # libraries it needs at their paths here.
-        wl_memory = os.path.join(WORKLOAD_BIN, "wl_memory")
+        wl_memory = os.path.join(build.WORKLOAD_BIN, "wl_memory")
         shutil.copy(wl_memory, os.path.join(rootfs, "bin", "wl_memory"))
         ldd = subprocess.run(["ldd", wl_memory], capture_output=True, text=True, check=True)
         for line in ldd.stdout.splitlines():
