@@ -20,7 +20,7 @@
 #include <string>
 
 #include "core/engine/engine.h"
-#include "fs/store_view.h"
+#include "fs/node_id.h"
 
 namespace gpuckpt {
 

@@ -18,7 +18,7 @@
 #include <unordered_map>
 
 #include "core/base/mutex.h"
-#include "fs/store_view.h"
+#include "fs/node_id.h"
 
 namespace gpuckpt {
 
