@@ -4,6 +4,9 @@
 #include <string_view>
 #include <vector>
 
+#include "core/base/log.h"
+#include "core/engine/metrics.h"
+
 namespace gpuckpt {
 namespace {
 
@@ -187,6 +190,22 @@ Status RunCommand(Engine& engine, NodeKind file, int pid, const std::string& lin
     default:
       return Status::InvalidArgument("not a control file");
   }
+}
+
+void RecordRefusedCommand(Engine& engine, NodeKind file, int pid, const Status& refusal,
+                          const Caller& caller) {
+  switch (file) {
+    case NodeKind::kPidCtl:
+      engine.RecordFailure(pid, "command", refusal, caller);
+      return;
+    case NodeKind::kRestore:
+      engine.SetRestoreResult(caller.uid, "error: " + refusal.message());
+      break;
+    default:
+      break;
+  }
+  LogOperationEnd(refusal, "command uid={} result={} error={}", caller.uid,
+                  ResultLabel(refusal.code()), LogValue(refusal.message()));
 }
 
 }  // namespace gpuckpt

@@ -27,6 +27,13 @@ namespace gpuckpt {
 Status RunCommand(Engine& engine, NodeKind file, int pid, const std::string& line,
                   const Caller& caller);
 
+// Records a command written to `file` that was refused before it ran (its
+// caller runs too many already, or no thread could be started) as a
+// failed command is: in the log, and where the caller reads results,
+// <pid>/status's `last:` line (and metrics) or `cat restore`.
+void RecordRefusedCommand(Engine& engine, NodeKind file, int pid, const Status& refusal,
+                          const Caller& caller);
+
 }  // namespace gpuckpt
 
 #endif  // GPUCKPT_FS_COMMANDS_H_

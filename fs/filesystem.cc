@@ -240,6 +240,11 @@ class Filesystem {
     return s;
   }
 
+  // A command refused before it ran, recorded as a failed one is.
+  void DoRefuse(const NodeId& node, const Status& refusal, const Caller& caller) {
+    RecordRefusedCommand(*engine_, node.kind, node.pid, refusal, caller);
+  }
+
   CommandRunner& commands() { return commands_; }
 
   // unlink and rmdir: the errno to reply (0: done). A checkpoint goes as a
@@ -555,6 +560,7 @@ void OpWrite(fuse_req_t req, fuse_ino_t, const char* buf, size_t size, off_t, fu
     Status started = fs->commands().Start(caller.uid, interrupted, std::move(command));
     if (!started.ok()) {
       fuse_req_interrupt_func(req, nullptr, nullptr);
+      fs->DoRefuse(node, started, caller);
       ReplyError(req, started);
     }
   });

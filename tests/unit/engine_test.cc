@@ -805,6 +805,22 @@ TEST_F(EngineTest, PidCtlRejectsBadCommandsAndRecordsWhy) {
       << metrics;
 }
 
+// A command refused before it ran (the caller runs too many already) is
+// recorded where a failed one is: <pid>/status's last: line, or restore.
+TEST_F(EngineTest, ARefusedCommandSaysWhyWhereTheCallerReadsResults) {
+  Sleeper child;
+  ASSERT_TRUE(child.started());
+  const Status busy = Status::Busy("uid 0 already runs 64 commands, the most one user may run");
+  RecordRefusedCommand(*engine_, NodeKind::kPidCtl, child.pid(), busy, Root());
+  EXPECT_TRUE(Contains(LastOf(child.pid()), "already runs 64 commands")) << LastOf(child.pid());
+  EXPECT_TRUE(Contains(LastOf(child.pid()), "failed")) << LastOf(child.pid());
+  RecordRefusedCommand(*engine_, NodeKind::kRestore, 0, busy, Root());
+  EXPECT_EQ(engine_->RestoreResult(0), "error: " + busy.message() + "\n");
+  // ctl has no result file: nothing else changes.
+  RecordRefusedCommand(*engine_, NodeKind::kCtl, 0, Status::Busy("ctl refused"), Root());
+  EXPECT_EQ(engine_->RestoreResult(0), "error: " + busy.message() + "\n");
+}
+
 TEST_F(EngineTest, GlobalCtlRejectsBadCommands) {
   Sleeper child;
   ASSERT_TRUE(child.started());
