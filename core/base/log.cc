@@ -97,6 +97,30 @@ spdlog::level::level_enum OperationLogLevel(const Status& status) {
   }
 }
 
+std::string ResultLabel(StatusCode code) {
+  switch (code) {
+    case StatusCode::kOk:
+      return "ok";
+    case StatusCode::kBusy:
+      return "busy";
+    case StatusCode::kPermissionDenied:
+      return "denied";
+    case StatusCode::kNoSuchProcess:
+    case StatusCode::kNotFound:
+      return "not_found";
+    case StatusCode::kInvalidArgument:
+      return "invalid";
+    case StatusCode::kNoSpace:
+      return "no_space";
+    case StatusCode::kNoMemory:
+      return "no_memory";
+    case StatusCode::kCancelled:
+      return "cancelled";
+    default:
+      return "failed";
+  }
+}
+
 std::string LogValue(std::string_view text) {
   bool plain = !text.empty();
   for (unsigned char c : text)

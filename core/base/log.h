@@ -53,6 +53,11 @@ Status SetUpLogging(const LogOptions& options);
 // store, the GPU driver), warning for a refusal (busy, denied, not found,
 // bad input, no room).
 spdlog::level::level_enum OperationLogLevel(const Status& status);
+// The word for how an operation ended, in its log line's result= and in
+// the metrics' result label: "ok", or for a failure "busy", "denied",
+// "not_found", "invalid", "no_space", "no_memory", "cancelled", "failed"
+// (core/engine/metrics.h's Metrics::Results() lists the same words).
+std::string ResultLabel(StatusCode code);
 // One operation's line at OperationLogLevel(status).
 template <typename... Args>
 void LogOperationEnd(const Status& status, fmt::format_string<Args...> format, Args&&... args) {

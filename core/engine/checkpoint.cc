@@ -28,7 +28,7 @@
 #include "core/base/time_text.h"
 #include "core/criu/image_streamer.h"
 #include "core/criu/images.h"
-#include "core/engine/engine.h"
+#include "core/engine/engine_impl.h"
 #include "core/engine/engine_internal.h"
 #include "core/engine/kill_journal.h"
 #include "core/proc/mount_table.h"
@@ -334,7 +334,7 @@ Status CriuFailure(const std::string& what, const CriuLogs& logs, const Status& 
   return Status::IOError(message);
 }
 
-Result<SnapshotInfo> Engine::Checkpoint(const CheckpointRequest& request) {
+Result<SnapshotInfo> EngineImpl::Checkpoint(const CheckpointRequest& request) {
   std::string kept_log;   // the CRIU log of a failed dump
   bool on_board = false;  // the ticket recorded the outcome
   // Held until the store's change is noted, so that no other operation of
@@ -374,7 +374,7 @@ Result<SnapshotInfo> Engine::Checkpoint(const CheckpointRequest& request) {
   return result;
 }
 
-Result<std::vector<int>> Engine::CheckpointableTree(const CheckpointRequest& request) {
+Result<std::vector<int>> EngineImpl::CheckpointableTree(const CheckpointRequest& request) {
   GPUCKPT_ASSIGN_OR_RETURN(std::vector<int> tree, ProcessTree(request.pid));
   if (!request.caller.is_root()) {
     // CRIU takes the whole tree: every process in it must be the caller's.
@@ -388,9 +388,9 @@ Result<std::vector<int>> Engine::CheckpointableTree(const CheckpointRequest& req
   return tree;
 }
 
-void Engine::RecordCheckpointEnd(const CheckpointRequest& request,
-                                 const Result<SnapshotInfo>& result, bool on_board,
-                                 const std::string& kept_log) {
+void EngineImpl::RecordCheckpointEnd(const CheckpointRequest& request,
+                                     const Result<SnapshotInfo>& result, bool on_board,
+                                     const std::string& kept_log) {
   if (result.ok()) {
     metrics_.CountOperation("checkpoint", "ok");
     metrics_.AddCheckpointBytes(result->logical_bytes, result->new_bytes, result->stored_bytes);
@@ -524,10 +524,9 @@ Result<DumpOutcome> RunDump(const Criu& criu_runner, const CriuCommand& cmd,
 
 }  // namespace
 
-Result<SnapshotInfo> Engine::DumpAndStore(const CheckpointRequest& request,
-                                          const ProcessInfo& process, const std::vector<int>& tree,
-                                          const TreeFootprint& footprint,
-                                          OperationBoard::Ticket* ticket, std::string* kept_log) {
+Result<SnapshotInfo> EngineImpl::DumpAndStore(
+    const CheckpointRequest& request, const ProcessInfo& process, const std::vector<int>& tree,
+    const TreeFootprint& footprint, OperationBoard::Ticket* ticket, std::string* kept_log) {
   // Before the work dir (a refusal leaves no log to keep) and before
   // anything is locked or frozen: the process runs on untouched.
   GPUCKPT_RETURN_IF_ERROR(CheckRoomForCheckpoint(request.pid, footprint, request.check_space));
@@ -589,9 +588,9 @@ Result<SnapshotInfo> Engine::DumpAndStore(const CheckpointRequest& request,
   return info;
 }
 
-Status Engine::DumpFailure(int pid, const CriuLogs& logs, const Status& served, Result<int>& exit,
-                           const GpuCheckpointOptions& gpu_options, OperationBoard::Ticket* ticket,
-                           std::string* kept_log) {
+Status EngineImpl::DumpFailure(int pid, const CriuLogs& logs, const Status& served,
+                               Result<int>& exit, const GpuCheckpointOptions& gpu_options,
+                               OperationBoard::Ticket* ticket, std::string* kept_log) {
   Status failure =
       RecordCriuFailure("criu dump of process " + std::to_string(pid),
                         "checkpoint-" + std::to_string(pid), logs, served, exit, ticket, kept_log);
@@ -606,9 +605,9 @@ Status Engine::DumpFailure(int pid, const CriuLogs& logs, const Status& served, 
   return failure;
 }
 
-Status Engine::RecordCriuFailure(const std::string& what, const std::string& label,
-                                 const CriuLogs& logs, const Status& served, Result<int>& exit,
-                                 OperationBoard::Ticket* ticket, std::string* kept_log) {
+Status EngineImpl::RecordCriuFailure(const std::string& what, const std::string& label,
+                                     const CriuLogs& logs, const Status& served, Result<int>& exit,
+                                     OperationBoard::Ticket* ticket, std::string* kept_log) {
   std::vector<std::string> detail;
   Status failure = CriuFailure(what, logs, served, exit, &detail);
   *kept_log = KeepCriuLog(logs, label);
@@ -617,10 +616,10 @@ Status Engine::RecordCriuFailure(const std::string& what, const std::string& lab
   return failure;
 }
 
-void Engine::RecordDumpResults(const GpuCheckpointOptions& gpu_options,
-                               const GpuBackend::LockSpan& held_locks, int64_t dump_end_ns,
-                               double dump_s, const std::string& work,
-                               CheckpointManifest* manifest) {
+void EngineImpl::RecordDumpResults(const GpuCheckpointOptions& gpu_options,
+                                   const GpuBackend::LockSpan& held_locks, int64_t dump_end_ns,
+                                   double dump_s, const std::string& work,
+                                   CheckpointManifest* manifest) {
   // The device memory the driver moved into host memory, found by
   // cuda-checkpoint: shown under device/ as slices of the pages images.
   auto ranges = gpu_->DeviceRanges(gpu_options);
@@ -637,9 +636,9 @@ void Engine::RecordDumpResults(const GpuCheckpointOptions& gpu_options,
   manifest->staging_memory_bytes = staging_->capacity();
 }
 
-Result<SnapshotInfo> Engine::CommitCheckpoint(SnapshotWriter& writer,
-                                              const CheckpointManifest& manifest,
-                                              OperationBoard::Ticket* ticket) {
+Result<SnapshotInfo> EngineImpl::CommitCheckpoint(SnapshotWriter& writer,
+                                                  const CheckpointManifest& manifest,
+                                                  OperationBoard::Ticket* ticket) {
   ticket->SetStage("store");
   const auto commit_start = std::chrono::steady_clock::now();
   writer.SetExtraJson(EncodeManifest(manifest));
@@ -648,11 +647,12 @@ Result<SnapshotInfo> Engine::CommitCheckpoint(SnapshotWriter& writer,
   return info;
 }
 
-CheckpointManifest Engine::DescribeCheckpoint(const CheckpointRequest& request,
-                                              const ProcessInfo& process,
-                                              const std::vector<int>& tree,
-                                              const TreeIdentity& identity, const CriuGpuSetup& gpu,
-                                              const GpuCheckpointOptions& gpu_options) {
+CheckpointManifest EngineImpl::DescribeCheckpoint(const CheckpointRequest& request,
+                                                  const ProcessInfo& process,
+                                                  const std::vector<int>& tree,
+                                                  const TreeIdentity& identity,
+                                                  const CriuGpuSetup& gpu,
+                                                  const GpuCheckpointOptions& gpu_options) {
   CheckpointManifest manifest;
   manifest.pid = request.pid;
   manifest.command = DisplayCommand(process);
@@ -676,7 +676,7 @@ CheckpointManifest Engine::DescribeCheckpoint(const CheckpointRequest& request,
   return manifest;
 }
 
-bool Engine::ShouldSpool(const TreeFootprint& footprint, bool check_space) const {
+bool EngineImpl::ShouldSpool(const TreeFootprint& footprint, bool check_space) const {
   switch (options_.spool) {
     case EngineOptions::Spool::kAlways:
       return true;
@@ -697,7 +697,7 @@ bool Engine::ShouldSpool(const TreeFootprint& footprint, bool check_space) const
   return free.ok() && *free / 2 >= image;
 }
 
-Result<std::unique_ptr<SnapshotWriter>> Engine::BeginCheckpointSnapshot(
+Result<std::unique_ptr<SnapshotWriter>> EngineImpl::BeginCheckpointSnapshot(
     const CheckpointRequest& request, const ProcessInfo& process, const TreeFootprint& footprint,
     CheckpointManifest* manifest) {
   // The checkpoint this one follows (the process's latest), for users
@@ -748,9 +748,9 @@ Result<std::unique_ptr<SnapshotWriter>> Engine::BeginCheckpointSnapshot(
   return store_->BeginSnapshot(spec, writer_options);
 }
 
-CriuCommand Engine::DumpCommand(const CheckpointRequest& request, const ProcessInfo& process,
-                                const std::vector<int>& tree, const CriuGpuSetup& gpu,
-                                const std::string& work, const std::string& images) const {
+CriuCommand EngineImpl::DumpCommand(const CheckpointRequest& request, const ProcessInfo& process,
+                                    const std::vector<int>& tree, const CriuGpuSetup& gpu,
+                                    const std::string& work, const std::string& images) const {
   CriuCommand cmd;
   cmd.work_dir = work;
   cmd.args = {"dump",

@@ -9,7 +9,7 @@
 #include <utility>
 
 #include "core/base/display_text.h"
-#include "core/engine/engine.h"
+#include "core/engine/engine_impl.h"
 #include "core/proc/process_info.h"
 
 namespace gpuckpt {
@@ -145,7 +145,7 @@ Status CheckStoreSpace(int pid, uint64_t memory_bytes, uint64_t free_bytes) {
       BytesForPeople(free_bytes), pid, BytesForPeople(worst_case)));
 }
 
-Engine::TreeFootprint Engine::MeasureTree(const std::vector<int>& tree) {
+EngineImpl::TreeFootprint EngineImpl::MeasureTree(const std::vector<int>& tree) {
   TreeFootprint footprint;
   for (int member : tree) {
     auto process = ReadProcess(member, ProcReadOptions{.read_gpu_devices = false});
@@ -159,7 +159,8 @@ Engine::TreeFootprint Engine::MeasureTree(const std::vector<int>& tree) {
   return footprint;
 }
 
-Status Engine::CheckRoomForCheckpoint(int pid, const TreeFootprint& footprint, bool check_space) {
+Status EngineImpl::CheckRoomForCheckpoint(int pid, const TreeFootprint& footprint,
+                                          bool check_space) {
   // The mounts are read once for all the processes: the same hierarchy is
   // then seen for each, and a level they share is recognised as one.
   MemoryReadOptions read_options;

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/criu/images.h"
+#include "core/manifest/checkpoint_manifest.h"
 
 namespace gpuckpt {
 namespace {

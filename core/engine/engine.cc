@@ -26,6 +26,7 @@
 #include "core/base/time_text.h"
 #include "core/base/unique_fd.h"
 #include "core/criu/criu_runner.h"
+#include "core/engine/engine_impl.h"
 #include "core/engine/engine_internal.h"
 #include "core/engine/kill_journal.h"
 
@@ -258,22 +259,24 @@ Result<std::string> CheckpointIdForName(const std::string& name, const Caller& m
   return name;
 }
 
-Result<std::unique_ptr<Engine>> Engine::Create(Store* store, std::unique_ptr<GpuBackend> gpu,
-                                               EngineOptions options) {
+Result<std::unique_ptr<EngineImpl>> EngineImpl::Create(Store* store,
+                                                       std::unique_ptr<GpuBackend> gpu,
+                                                       EngineOptions options) {
   GPUCKPT_ASSIGN_OR_RETURN(Criu criu, Criu::Find(options.criu_path));
   GPUCKPT_RETURN_IF_ERROR(MakePrivateDir(options.work_dir, 0711));
   GPUCKPT_RETURN_IF_ERROR(MakePrivateDir(options.work_dir + "/no-plugins", 0755));
   GPUCKPT_RETURN_IF_ERROR(PrepareStateDir(options.state_dir));
   GPUCKPT_RETURN_IF_ERROR(MakePrivateDir(options.state_dir + "/criu-logs", 0700));
-  auto engine = std::unique_ptr<Engine>(
-      new Engine(store, std::move(gpu), std::move(options), std::move(criu)));
+  auto engine = std::unique_ptr<EngineImpl>(
+      new EngineImpl(store, std::move(gpu), std::move(options), std::move(criu)));
   GPUCKPT_RETURN_IF_ERROR(MakePrivateDir(engine->CriuLogDir(), 0700));
   RemoveTemporaries(engine->CriuLogDir());
   engine->RecoverInterruptedKills();
   return engine;
 }
 
-Engine::Engine(Store* store, std::unique_ptr<GpuBackend> gpu, EngineOptions options, Criu criu)
+EngineImpl::EngineImpl(Store* store, std::unique_ptr<GpuBackend> gpu, EngineOptions options,
+                       Criu criu)
     : store_(store),
       gpu_(std::move(gpu)),
       options_(std::move(options)),
@@ -302,9 +305,9 @@ std::optional<double> FrozenSecondsOf(const SnapshotInfo& info) {
   return m.stages ? m.stages->frozen_s : std::nullopt;
 }
 
-Engine::~Engine() = default;
+EngineImpl::~EngineImpl() = default;
 
-void Engine::RecoverInterruptedKills() {
+void EngineImpl::RecoverInterruptedKills() {
   // A daemon that died between CRIU's dump (which leaves a `--kill` target
   // stopped) and its own commit left a journal entry: the checkpoint was
   // never published, so the process must run on.
@@ -325,13 +328,13 @@ void ReleaseGpusOrLog(GpuBackend& gpu, const std::vector<int>& pids, const std::
                   fmt::join(pids, ","), LogValue(s.ToString()));
 }
 
-std::string Engine::CriuLogDir() const {
+std::string EngineImpl::CriuLogDir() const {
   char hash[17];
   std::snprintf(hash, sizeof(hash), "%016zx", std::hash<std::string>{}(store_->dir()));
   return options_.state_dir + "/criu-logs/" + hash;
 }
 
-std::string Engine::KeepCriuLog(const CriuLogs& logs, const std::string& label) {
+std::string EngineImpl::KeepCriuLog(const CriuLogs& logs, const std::string& label) {
   const std::string dir = CriuLogDir();
   const std::string contents = logs.Contents(kKeptCriuLogBytes);
   // Named by time, so that names sort oldest first; written under a
@@ -366,15 +369,17 @@ std::string Engine::KeepCriuLog(const CriuLogs& logs, const std::string& label) 
   return path;
 }
 
-std::string Engine::JournalDir() const { return KillJournalDir(options_.work_dir, store_->dir()); }
+std::string EngineImpl::JournalDir() const {
+  return KillJournalDir(options_.work_dir, store_->dir());
+}
 
-Result<std::unique_ptr<Engine::WorkDir>> Engine::MakeWorkDir(const std::string& label) {
+Result<std::unique_ptr<EngineImpl::WorkDir>> EngineImpl::MakeWorkDir(const std::string& label) {
   std::string templ = options_.work_dir + "/" + label + "-XXXXXX";
   if (mkdtemp(templ.data()) == nullptr) return StatusFromErrno(errno, "mkdtemp " + templ);
   return std::make_unique<WorkDir>(this, templ);
 }
 
-void Engine::FinishWorkDir(const std::string& dir, bool ok) {
+void EngineImpl::FinishWorkDir(const std::string& dir, bool ok) {
   // A failure's CRIU log was kept under state_dir (KeepCriuLog).
   if (!options_.keep_logs) {
     RemoveTree(dir);
@@ -392,7 +397,7 @@ void Engine::FinishWorkDir(const std::string& dir, bool ok) {
   if (!drop.empty()) RemoveTree(drop);
 }
 
-Result<std::string> Engine::NextCheckpointName(int pid) {
+Result<std::string> EngineImpl::NextCheckpointName(int pid) {
   GPUCKPT_ASSIGN_OR_RETURN(auto snapshots, store_->List());
   const std::string prefix = std::to_string(pid) + "-";
   uint64_t highest = 0;
@@ -407,18 +412,18 @@ Result<std::string> Engine::NextCheckpointName(int pid) {
   return prefix + std::to_string(highest + 1);
 }
 
-std::optional<uint32_t> Engine::DedupDomainFor(uint32_t owner_uid) const {
+std::optional<uint32_t> EngineImpl::DedupDomainFor(uint32_t owner_uid) const {
   if (options_.shared_dedup) return std::nullopt;
   return owner_uid;
 }
 
-Status Engine::Track(int pid, const Caller& caller) {
+Status EngineImpl::Track(int pid, const Caller& caller) {
   GPUCKPT_ASSIGN_OR_RETURN(ProcessInfo info, ReadProcess(pid));
   GPUCKPT_RETURN_IF_ERROR(MayCheckpoint(caller, info));
   return processes_->Track(pid);
 }
 
-Result<GcReport> Engine::Gc(const Caller& caller) {
+Result<GcReport> EngineImpl::Gc(const Caller& caller) {
   const auto start = std::chrono::steady_clock::now();
   auto report = caller.is_root()
                     ? store_->Gc()
@@ -439,7 +444,7 @@ Result<GcReport> Engine::Gc(const Caller& caller) {
   return report;
 }
 
-nlohmann::json Engine::ProcessStatusJson(const ProcessInfo& p) {
+nlohmann::json EngineImpl::ProcessStatusJson(const ProcessInfo& p) {
   nlohmann::json j = {
       {"schema_version", 1},
       {"pid", p.pid},
@@ -490,7 +495,7 @@ nlohmann::json Engine::ProcessStatusJson(const ProcessInfo& p) {
   return j;
 }
 
-nlohmann::json Engine::PoolStatusJson(const PoolStats& pool, const nlohmann::json& last) {
+nlohmann::json EngineImpl::PoolStatusJson(const PoolStats& pool, const nlohmann::json& last) {
   // Where the latest checkpoint is: in the pool, or still waiting to be
   // published there (--pool-background). The pool's last error is not
   // shown: it may name another user's checkpoint (it is in the log).
@@ -506,7 +511,7 @@ nlohmann::json Engine::PoolStatusJson(const PoolStats& pool, const nlohmann::jso
           {"last_checkpoint", checkpoint}};
 }
 
-std::string Engine::ProcessStatus(const ProcessInfo& p) {
+std::string EngineImpl::ProcessStatus(const ProcessInfo& p) {
   // Rendered from the JSON, so that both files always say the same.
   const nlohmann::json j = ProcessStatusJson(p);
   std::string out;
@@ -566,25 +571,25 @@ std::string Engine::ProcessStatus(const ProcessInfo& p) {
   return out;
 }
 
-std::string Engine::RestoreResult(uint32_t uid) const {
+std::string EngineImpl::RestoreResult(uint32_t uid) const {
   MutexLock lock(&mu_);
   auto it = restore_results_.find(uid);
   return it == restore_results_.end() ? "none\n" : it->second.text;
 }
 
-int64_t Engine::RestoreResultTime(uint32_t uid) const {
+int64_t EngineImpl::RestoreResultTime(uint32_t uid) const {
   MutexLock lock(&mu_);
   auto it = restore_results_.find(uid);
   return it == restore_results_.end() ? started_ns_ : it->second.set_ns;
 }
 
-void Engine::SetRestoreResult(uint32_t uid, std::string text) {
+void EngineImpl::SetRestoreResult(uint32_t uid, std::string text) {
   if (text.empty() || text.back() != '\n') text += '\n';
   MutexLock lock(&mu_);
   restore_results_[uid] = RestoreText{std::move(text), UnixNowNs()};
 }
 
-std::string Engine::MetricsText() {
+std::string EngineImpl::MetricsText() {
   std::optional<StoreStats> stats;
   {
     // The scan runs at the first scrape after a change, not at every
@@ -604,13 +609,55 @@ std::string Engine::MetricsText() {
   return metrics_.Render(store_->cache_stats(), stats, store_->pool_stats());
 }
 
-void Engine::RecordFailure(int pid, const std::string& operation, const Status& status,
-                           const Caller& caller) {
+void EngineImpl::RecordFailure(int pid, const std::string& operation, const Status& status,
+                               const Caller& caller) {
   metrics_.CountOperation(operation, ResultLabel(status.code()));
   LogOperationEnd(status, "{} uid={} pid={} result={} error={}", operation, caller.uid, pid,
                   ResultLabel(status.code()), LogValue(status.message()));
   auto ticket = board_.Begin(pid, operation);
   if (ticket.ok()) (*ticket)->SetFailure(status);
+}
+
+// --- Engine: the API, handed to EngineImpl ---------------------------------------------
+
+Result<std::unique_ptr<Engine>> Engine::Create(Store* store, std::unique_ptr<GpuBackend> gpu,
+                                               EngineOptions options) {
+  GPUCKPT_ASSIGN_OR_RETURN(auto impl,
+                           EngineImpl::Create(store, std::move(gpu), std::move(options)));
+  return std::unique_ptr<Engine>(new Engine(std::move(impl)));
+}
+
+Engine::Engine(std::unique_ptr<EngineImpl> impl) : impl_(std::move(impl)) {}
+Engine::~Engine() = default;
+
+ProcessTable& Engine::processes() { return impl_->processes(); }
+Result<SnapshotInfo> Engine::Checkpoint(const CheckpointRequest& request) {
+  return impl_->Checkpoint(request);
+}
+Result<int> Engine::Restore(const RestoreRequest& request) { return impl_->Restore(request); }
+Result<SnapshotInfo> Engine::Import(const std::string& path, const std::string& name,
+                                    const Caller& caller) {
+  return impl_->Import(path, name, caller);
+}
+Status Engine::Track(int pid, const Caller& caller) { return impl_->Track(pid, caller); }
+Result<GcReport> Engine::Gc(const Caller& caller) { return impl_->Gc(caller); }
+std::string Engine::ProcessStatus(const ProcessInfo& process) {
+  return impl_->ProcessStatus(process);
+}
+nlohmann::json Engine::ProcessStatusJson(const ProcessInfo& process) {
+  return impl_->ProcessStatusJson(process);
+}
+std::string Engine::RestoreResult(uint32_t uid) const { return impl_->RestoreResult(uid); }
+int64_t Engine::RestoreResultTime(uint32_t uid) const { return impl_->RestoreResultTime(uid); }
+void Engine::SetRestoreResult(uint32_t uid, std::string text) {
+  impl_->SetRestoreResult(uid, std::move(text));
+}
+std::string Engine::MetricsText() { return impl_->MetricsText(); }
+void Engine::NoteStoreChanged() { impl_->NoteStoreChanged(); }
+int64_t Engine::started_ns() const { return impl_->started_ns(); }
+void Engine::RecordFailure(int pid, const std::string& operation, const Status& status,
+                           const Caller& caller) {
+  impl_->RecordFailure(pid, operation, status, caller);
 }
 
 }  // namespace gpuckpt

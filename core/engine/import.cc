@@ -41,7 +41,7 @@
 #include "core/base/small_file.h"
 #include "core/base/unique_fd.h"
 #include "core/criu/images.h"
-#include "core/engine/engine.h"
+#include "core/engine/engine_impl.h"
 #include "core/engine/engine_internal.h"
 #include "core/proc/acting_as.h"
 #include "core/snapshot/container_archive.h"
@@ -199,8 +199,8 @@ bool HasMountpointsImage(int images_fd) {
 
 }  // namespace
 
-Result<SnapshotInfo> Engine::Import(const std::string& path, const std::string& name,
-                                    const Caller& caller) {
+Result<SnapshotInfo> EngineImpl::Import(const std::string& path, const std::string& name,
+                                        const Caller& caller) {
   if (path.empty() || path[0] != '/')
     return Status::InvalidArgument("import needs an absolute path");
   auto info = ImportFrom(path, name, caller);
@@ -220,8 +220,8 @@ Result<SnapshotInfo> Engine::Import(const std::string& path, const std::string& 
   return info;
 }
 
-Result<SnapshotInfo> Engine::ImportFrom(const std::string& path, const std::string& name,
-                                        const Caller& caller) {
+Result<SnapshotInfo> EngineImpl::ImportFrom(const std::string& path, const std::string& name,
+                                            const Caller& caller) {
   if (!name.empty()) GPUCKPT_RETURN_IF_ERROR(CheckCheckpointName(name));
   // The path is the caller's to resolve: with their rights, so that it
   // reaches nothing they could not, and its error says no more than theirs
@@ -246,10 +246,10 @@ Result<SnapshotInfo> Engine::ImportFrom(const std::string& path, const std::stri
   return ImportContainerArchive(top.get(), source);
 }
 
-Result<Engine::ImportSource> Engine::AttributeImport(int top_fd, uint32_t file_uid,
-                                                     const std::string& path,
-                                                     const std::string& name,
-                                                     const Caller& caller) {
+Result<EngineImpl::ImportSource> EngineImpl::AttributeImport(int top_fd, uint32_t file_uid,
+                                                             const std::string& path,
+                                                             const std::string& name,
+                                                             const Caller& caller) {
   ImportSource source{path, DisplayText(path), name, caller, caller, MakerRecordOf(caller)};
   // One of this mount's checkpoints (or its archives/<id>.tar), reached
   // through whatever path: it stays what it was, its owner's and made by
@@ -283,7 +283,7 @@ Result<Engine::ImportSource> Engine::AttributeImport(int top_fd, uint32_t file_u
   return source;
 }
 
-Result<SnapshotInfo> Engine::ImportDirectory(int top_fd, const ImportSource& source) {
+Result<SnapshotInfo> EngineImpl::ImportDirectory(int top_fd, const ImportSource& source) {
   const std::string& shown = source.shown;
   const std::optional<uint32_t> owner = source.owner.uid;
   // A copy of a checkpoint (images/; older versions' copies also hold
@@ -359,7 +359,7 @@ Result<SnapshotInfo> Engine::ImportDirectory(int top_fd, const ImportSource& sou
                       });
 }
 
-Result<SnapshotInfo> Engine::ImportContainerArchive(int fd, const ImportSource& source) {
+Result<SnapshotInfo> EngineImpl::ImportContainerArchive(int fd, const ImportSource& source) {
   ContainerImportOptions options;
   options.uid = source.owner.uid;
   options.gid = source.owner.gid;
@@ -404,13 +404,13 @@ Result<SnapshotInfo> Engine::ImportContainerArchive(int fd, const ImportSource& 
       });
 }
 
-Result<std::unique_ptr<QuotaLedger::Reservation>> Engine::ReserveForImport(
+Result<std::unique_ptr<QuotaLedger::Reservation>> EngineImpl::ReserveForImport(
     const ImportSource& source, uint64_t worst_case_bytes) {
   return quota_.Reserve(source.caller, source.owner.uid, worst_case_bytes,
                         "the import of " + source.shown);
 }
 
-CheckpointManifest Engine::ImportManifest(const ImportSource& source, int pid) const {
+CheckpointManifest EngineImpl::ImportManifest(const ImportSource& source, int pid) const {
   CheckpointManifest m;
   m.pid = pid;
   m.owner = ManifestIds{source.owner.uid, source.owner.gid};
@@ -419,9 +419,9 @@ CheckpointManifest Engine::ImportManifest(const ImportSource& source, int pid) c
   return m;
 }
 
-Result<SnapshotInfo> Engine::CommitImport(const ImportSource& source, const std::string& auto_name,
-                                          int pid, CheckpointManifest manifest,
-                                          const ImportFill& fill) {
+Result<SnapshotInfo> EngineImpl::CommitImport(const ImportSource& source,
+                                              const std::string& auto_name, int pid,
+                                              CheckpointManifest manifest, const ImportFill& fill) {
   // Names, dedup domain and quota are the owner's: root's import of a
   // user's copy is theirs as if they had imported it.
   const Caller& caller = source.owner;

@@ -208,28 +208,4 @@ std::string Metrics::Render(const CacheStats& cache, const std::optional<StoreSt
   return out;
 }
 
-std::string ResultLabel(StatusCode code) {
-  switch (code) {
-    case StatusCode::kOk:
-      return "ok";
-    case StatusCode::kBusy:
-      return "busy";
-    case StatusCode::kPermissionDenied:
-      return "denied";
-    case StatusCode::kNoSuchProcess:
-    case StatusCode::kNotFound:
-      return "not_found";
-    case StatusCode::kInvalidArgument:
-      return "invalid";
-    case StatusCode::kNoSpace:
-      return "no_space";
-    case StatusCode::kNoMemory:
-      return "no_memory";
-    case StatusCode::kCancelled:
-      return "cancelled";
-    default:
-      return "failed";
-  }
-}
-
 }  // namespace gpuckpt

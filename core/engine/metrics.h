@@ -68,10 +68,6 @@ class Metrics {
   double frozen_max_ GUARDED_BY(mu_) = 0;
 };
 
-// The label for a failed operation's Status ("busy", "denied", ...); one
-// of Metrics::Results().
-std::string ResultLabel(StatusCode code);
-
 }  // namespace gpuckpt
 
 #endif  // GPUCKPT_CORE_ENGINE_METRICS_H_

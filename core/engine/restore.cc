@@ -46,7 +46,7 @@
 #include "core/base/unique_fd.h"
 #include "core/criu/image_streamer.h"
 #include "core/criu/images.h"
-#include "core/engine/engine.h"
+#include "core/engine/engine_impl.h"
 #include "core/engine/engine_internal.h"
 #include "core/proc/acting_as.h"
 #include "core/proc/cgroup_placement.h"
@@ -562,7 +562,7 @@ GpuRestoreOptions RestoreGpuOptions(const RestoreRequest& request,
 
 }  // namespace
 
-Result<int> Engine::Restore(const RestoreRequest& request) {
+Result<int> EngineImpl::Restore(const RestoreRequest& request) {
   const auto start = std::chrono::steady_clock::now();
   bool imported = false;
   std::string id;
@@ -578,8 +578,8 @@ Result<int> Engine::Restore(const RestoreRequest& request) {
   return pid;
 }
 
-Result<int> Engine::ResolveAndRestore(const RestoreRequest& request, std::string* id,
-                                      bool* imported, std::string* kept_log) {
+Result<int> EngineImpl::ResolveAndRestore(const RestoreRequest& request, std::string* id,
+                                          bool* imported, std::string* kept_log) {
   GPUCKPT_ASSIGN_OR_RETURN(*id, ResolveRestoreSource(request, imported));
   GPUCKPT_ASSIGN_OR_RETURN(SnapshotInfo info, store_->Get(*id));
   Result<CheckpointManifest> manifest = DecodeManifest(info.extra_json);
@@ -621,9 +621,10 @@ Result<int> Engine::ResolveAndRestore(const RestoreRequest& request, std::string
   return pid;
 }
 
-void Engine::RecordRestoreEnd(const RestoreRequest& request, const std::string& id, bool imported,
-                              const std::string& kept_log, const Result<int>& pid,
-                              std::chrono::steady_clock::time_point start) {
+void EngineImpl::RecordRestoreEnd(const RestoreRequest& request, const std::string& id,
+                                  bool imported, const std::string& kept_log,
+                                  const Result<int>& pid,
+                                  std::chrono::steady_clock::time_point start) {
   metrics_.CountOperation("restore", pid.ok() ? "ok" : ResultLabel(pid.status().code()));
   const double total_s =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -643,10 +644,10 @@ void Engine::RecordRestoreEnd(const RestoreRequest& request, const std::string& 
                                   (kept_log.empty() ? "" : "\ncriu_log: " + kept_log));
 }
 
-Result<int> Engine::RestoreSnapshot(const std::string& id, const TreeSetup& setup,
-                                    const CriuGpuSetup& gpu, const Caller& as, int restorer_pid,
-                                    int root_pid, OperationBoard::Ticket* ticket,
-                                    std::string* kept_log) {
+Result<int> EngineImpl::RestoreSnapshot(const std::string& id, const TreeSetup& setup,
+                                        const CriuGpuSetup& gpu, const Caller& as, int restorer_pid,
+                                        int root_pid, OperationBoard::Ticket* ticket,
+                                        std::string* kept_log) {
   const auto start = std::chrono::steady_clock::now();
   GPUCKPT_ASSIGN_OR_RETURN(auto files, store_->ListFiles(id));
   const std::set<std::string> images = ImageNames(files);
@@ -684,12 +685,12 @@ Result<int> Engine::RestoreSnapshot(const std::string& id, const TreeSetup& setu
   return pid;
 }
 
-Result<CriuCommand> Engine::RestoreCommand(const std::string& id,
-                                           const std::set<std::string>& images,
-                                           const TreeSetup& setup, const CriuGpuSetup& gpu,
-                                           const Caller& as, const std::string& work,
-                                           const std::string& images_dir,
-                                           const std::string& pidfile) {
+Result<CriuCommand> EngineImpl::RestoreCommand(const std::string& id,
+                                               const std::set<std::string>& images,
+                                               const TreeSetup& setup, const CriuGpuSetup& gpu,
+                                               const Caller& as, const std::string& work,
+                                               const std::string& images_dir,
+                                               const std::string& pidfile) {
   CriuCommand cmd;
   cmd.work_dir = work;
   cmd.args = {"restore",     "-d",

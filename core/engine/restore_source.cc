@@ -28,7 +28,7 @@
 
 #include "core/base/display_text.h"
 #include "core/base/unique_fd.h"
-#include "core/engine/engine.h"
+#include "core/engine/engine_impl.h"
 #include "core/engine/engine_internal.h"
 #include "core/proc/acting_as.h"
 #include "core/proc/mount_table.h"
@@ -110,8 +110,8 @@ std::string ArchiveId(const std::string& name) {
 
 }  // namespace
 
-Result<std::optional<std::string>> Engine::MountRelativePath(int fd,
-                                                             const std::string& path) const {
+Result<std::optional<std::string>> EngineImpl::MountRelativePath(int fd,
+                                                                 const std::string& path) const {
   const std::string mnt = Normalize(options_.mountpoint);
   struct stat st {};
   if (fstat(fd, &st) != 0) return StatusFromErrno(errno, DisplayText(path));
@@ -131,8 +131,8 @@ Result<std::optional<std::string>> Engine::MountRelativePath(int fd,
                   DisplayText(path), DisplayText(resolved), mnt));
 }
 
-Result<std::string> Engine::CheckpointAt(const std::string& relative, const std::string& path,
-                                         const Caller& caller) {
+Result<std::string> EngineImpl::CheckpointAt(const std::string& relative, const std::string& path,
+                                             const Caller& caller) {
   const auto parts = Split(relative);
   const auto not_a_checkpoint = [&] {
     return Status::InvalidArgument(DisplayText(path) +
@@ -157,8 +157,8 @@ Result<std::string> Engine::CheckpointAt(const std::string& relative, const std:
   return id;
 }
 
-Result<std::string> Engine::CheckpointOfProcess(int pid, const std::string& which,
-                                                const Caller& caller) {
+Result<std::string> EngineImpl::CheckpointOfProcess(int pid, const std::string& which,
+                                                    const Caller& caller) {
   GPUCKPT_ASSIGN_OR_RETURN(auto all, store_->List());
   std::optional<uint32_t> owner;
   if (auto process = processes_->Get(pid); process.ok()) {
@@ -186,7 +186,8 @@ Result<std::string> Engine::CheckpointOfProcess(int pid, const std::string& whic
                   pid, DisplayText(which), pid, mine.size(), mine.size() == 1 ? "" : "s"));
 }
 
-Result<std::string> Engine::ResolveRestoreSource(const RestoreRequest& request, bool* imported) {
+Result<std::string> EngineImpl::ResolveRestoreSource(const RestoreRequest& request,
+                                                     bool* imported) {
   *imported = false;
   const std::string& path = request.path;
   if (path.empty()) return Status::InvalidArgument("write the path of a checkpoint to restore");

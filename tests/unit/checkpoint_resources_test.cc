@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <string>
 
+#include "core/base/log.h"
 #include "core/engine/metrics.h"
 #include "tests/unit/test_util.h"
 

@@ -28,6 +28,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/base/log.h"
 #include "core/base/time_text.h"
 #include "core/criu/images.h"
 #include "core/engine/engine_internal.h"
