@@ -5,6 +5,7 @@
 
 #include "core/base/time_text.h"
 #include "fs/node_handler.h"
+#include "fs/status_render.h"
 
 namespace gpuckpt {
 namespace {
@@ -74,7 +75,7 @@ class PidStatusNode : public ProcessNode {
 
   Result<std::string> Content(const NodeId& node, const Caller&) override {
     GPUCKPT_ASSIGN_OR_RETURN(ProcessInfo p, context_.Process(node.pid));
-    std::string text = context_.engine->ProcessStatus(p);
+    std::string text = RenderStatusText(context_.engine->ProcessStatus(p));
     auto ids = context_.CheckpointsOf(node.pid);
     if (ids.ok())
       text += "checkpoints: " + std::to_string(ids->size()) +
@@ -92,7 +93,7 @@ class PidStatusJsonNode : public ProcessNode {
 
   Result<std::string> Content(const NodeId& node, const Caller&) override {
     GPUCKPT_ASSIGN_OR_RETURN(ProcessInfo p, context_.Process(node.pid));
-    nlohmann::json j = context_.engine->ProcessStatusJson(p);
+    nlohmann::json j = RenderStatusJson(context_.engine->ProcessStatus(p));
     auto ids = context_.CheckpointsOf(node.pid);
     if (ids.ok())
       j["checkpoints"] = {

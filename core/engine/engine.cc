@@ -17,7 +17,6 @@
 #include <climits>
 #include <cstdlib>
 #include <cstring>
-#include <nlohmann/json.hpp>
 #include <optional>
 
 #include "core/base/display_text.h"
@@ -444,131 +443,30 @@ Result<GcReport> EngineImpl::Gc(const Caller& caller) {
   return report;
 }
 
-nlohmann::json EngineImpl::ProcessStatusJson(const ProcessInfo& p) {
-  nlohmann::json j = {
-      {"schema_version", 1},
-      {"pid", p.pid},
-      {"command", DisplayCommand(p)},
-      {"owner", {{"uid", p.creds.ruid}, {"gid", p.creds.rgid}}},
-      {"state", std::string(1, p.state)},
-      {"threads", p.threads},
-      {"memory", {{"rss_bytes", p.rss_bytes}, {"virtual_bytes", p.vm_bytes}}},
-      {"gpu_devices", p.gpu_devices},
-      {"job_gpu_children", p.gpu_children},
-  };
-  nlohmann::json gpu = {{"available", true}, {"state", nullptr}, {"gpus", nlohmann::json::array()}};
-  const std::string unavailable = gpu_->unavailable_reason();
-  if (!unavailable.empty()) {
-    gpu["available"] = false;
-    gpu["unavailable_reason"] = unavailable;
-  } else if (auto g = gpu_->Describe(p.pid); g.ok()) {
-    gpu["state"] = GpuStateName(g->state);
-    for (const auto& d : g->gpus)
-      gpu["gpus"].push_back({{"name", d.name}, {"uuid", d.uuid}, {"memory_bytes", d.memory_bytes}});
-    gpu["device_memory_bytes"] = g->device_memory_bytes;
+ProcessStatusReport EngineImpl::ProcessStatus(const ProcessInfo& p) {
+  ProcessStatusReport report;
+  report.process = p;
+  report.gpu.unavailable_reason = gpu_->unavailable_reason();
+  if (report.gpu.unavailable_reason.empty()) {
+    if (auto g = gpu_->Describe(p.pid); g.ok()) report.gpu.process = *g;
   }
-  j["gpu"] = gpu;
-  j["operation"] = nullptr;
-  if (auto op = board_.InFlightInfo(p.pid)) {
-    j["operation"] = {{"kind", op->kind},
-                      {"stage", op->stage},
-                      {"bytes_read", op->bytes},
-                      {"elapsed_s", op->elapsed_s},
-                      {"started", Rfc3339Utc(op->started_ns)}};
-  }
-  j["last"] = nullptr;
-  if (auto last = board_.LastOutcome(p.pid)) {
-    auto or_null = [](const std::string& s) {
-      return s.empty() ? nlohmann::json() : nlohmann::json(s);
-    };
-    j["last"] = {{"operation", last->operation},
-                 {"ok", last->ok},
-                 {"summary", DisplayText(last->summary)},
-                 {"error_detail", nlohmann::json::array()},
-                 {"criu_log", or_null(last->criu_log)},
-                 {"checkpoint", or_null(last->checkpoint)},
-                 {"started", Rfc3339Utc(last->started_ns)},
-                 {"ended", Rfc3339Utc(last->ended_ns)}};
-    for (const auto& line : last->detail) j["last"]["error_detail"].push_back(DisplayText(line));
-  }
-  if (auto pool = store_->pool_stats()) j["pool"] = PoolStatusJson(*pool, j["last"]);
-  return j;
+  report.operation = board_.InFlightInfo(p.pid);
+  report.last = board_.LastOutcome(p.pid);
+  if (auto pool = store_->pool_stats()) report.pool = PoolStatusOf(*pool, report.last);
+  return report;
 }
 
-nlohmann::json EngineImpl::PoolStatusJson(const PoolStats& pool, const nlohmann::json& last) {
+PoolStatus EngineImpl::PoolStatusOf(const PoolStats& pool,
+                                    const std::optional<OperationOutcome>& last) {
   // Where the latest checkpoint is: in the pool, or still waiting to be
   // published there (--pool-background). The pool's last error is not
   // shown: it may name another user's checkpoint (it is in the log).
-  nlohmann::json checkpoint;
-  if (last.is_object() && last["checkpoint"].is_string() && last["ok"].get<bool>()) {
-    if (auto info = store_->Get(last["checkpoint"].get<std::string>()); info.ok()) {
-      checkpoint = info->pool_incarnation != 0 || info->pool_only ? "published" : "pending";
-    }
+  PoolStatus status{pool.pool, pool.background, pool.pending, std::nullopt};
+  if (last && last->ok && !last->checkpoint.empty()) {
+    if (auto info = store_->Get(last->checkpoint); info.ok())
+      status.last_checkpoint_published = info->pool_incarnation != 0 || info->pool_only;
   }
-  return {{"name", pool.pool},
-          {"background", pool.background},
-          {"pending_checkpoints", pool.pending},
-          {"last_checkpoint", checkpoint}};
-}
-
-std::string EngineImpl::ProcessStatus(const ProcessInfo& p) {
-  // Rendered from the JSON, so that both files always say the same.
-  const nlohmann::json j = ProcessStatusJson(p);
-  std::string out;
-  out += fmt::format("pid: {}\n", p.pid);
-  out += fmt::format("command: {}\n", j["command"].get<std::string>());
-  out += fmt::format("owner: uid {} gid {}\n", p.creds.ruid, p.creds.rgid);
-  out += fmt::format("state: {}\n", std::string(1, p.state));
-  out += fmt::format("threads: {}\n", p.threads);
-  out += fmt::format("memory: rss {:.1f} MB, virtual {:.1f} MB\n",
-                     static_cast<double>(p.rss_bytes) / 1e6, static_cast<double>(p.vm_bytes) / 1e6);
-  out += fmt::format("gpu devices: {}\n", p.gpu_devices.empty()
-                                              ? "none"
-                                              : fmt::format("{}", fmt::join(p.gpu_devices, " ")));
-  if (!p.gpu_children.empty())
-    out += fmt::format("job: launcher of GPU processes {} (a checkpoint takes the whole tree)\n",
-                       fmt::join(p.gpu_children, " "));
-  const nlohmann::json& gpu = j["gpu"];
-  if (!gpu["available"].get<bool>()) {
-    out += fmt::format("gpu: off, GPU state cannot be checkpointed here ({})\n",
-                       gpu["unavailable_reason"].get<std::string>());
-  } else if (gpu["state"].is_string()) {
-    out += fmt::format("gpu state: {}\n", gpu["state"].get<std::string>());
-    for (const auto& d : gpu["gpus"]) {
-      const std::string uuid = d["uuid"].get<std::string>();
-      out += fmt::format("gpu: {} {} ({:.1f} GiB)\n", d["name"].get<std::string>(),
-                         uuid.empty() ? "-" : uuid,
-                         static_cast<double>(d["memory_bytes"].get<uint64_t>()) / (1u << 30));
-    }
-    const uint64_t device_memory = gpu["device_memory_bytes"].get<uint64_t>();
-    if (device_memory > 0)
-      out += fmt::format("device memory: {} bytes ({:.2f} GiB)\n", device_memory,
-                         static_cast<double>(device_memory) / (1u << 30));
-  }
-  out += "operation: " + board_.InFlight(p.pid) + "\n";
-  if (j["operation"].is_object())
-    out += "operation_started: " + j["operation"]["started"].get<std::string>() + "\n";
-  if (j.contains("pool")) {
-    const nlohmann::json& pool = j["pool"];
-    out +=
-        fmt::format("pool: {} ({} checkpoints waiting to be published)\n",
-                    pool["name"].get<std::string>(), pool["pending_checkpoints"].get<uint64_t>());
-    if (pool["last_checkpoint"].is_string())
-      out += "pool_last_checkpoint: " + pool["last_checkpoint"].get<std::string>() + "\n";
-  }
-  const nlohmann::json& last = j["last"];
-  if (!last.is_object()) {
-    out += "last: none\n";
-    return out;
-  }
-  out += "last: " + last["summary"].get<std::string>() + "\n";
-  for (const auto& line : last["error_detail"])
-    out += "last_error_detail: " + line.get<std::string>() + "\n";
-  if (last["criu_log"].is_string())
-    out += "last_criu_log: " + last["criu_log"].get<std::string>() + "\n";
-  out += "last_started: " + last["started"].get<std::string>() + "\n";
-  out += "last_ended: " + last["ended"].get<std::string>() + "\n";
-  return out;
+  return status;
 }
 
 std::string EngineImpl::RestoreResult(uint32_t uid) const {
@@ -641,11 +539,8 @@ Result<SnapshotInfo> Engine::Import(const std::string& path, const std::string& 
 }
 Status Engine::Track(int pid, const Caller& caller) { return impl_->Track(pid, caller); }
 Result<GcReport> Engine::Gc(const Caller& caller) { return impl_->Gc(caller); }
-std::string Engine::ProcessStatus(const ProcessInfo& process) {
+ProcessStatusReport Engine::ProcessStatus(const ProcessInfo& process) {
   return impl_->ProcessStatus(process);
-}
-nlohmann::json Engine::ProcessStatusJson(const ProcessInfo& process) {
-  return impl_->ProcessStatusJson(process);
 }
 std::string Engine::RestoreResult(uint32_t uid) const { return impl_->RestoreResult(uid); }
 int64_t Engine::RestoreResultTime(uint32_t uid) const { return impl_->RestoreResultTime(uid); }

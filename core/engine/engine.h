@@ -20,9 +20,9 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
-#include <nlohmann/json.hpp>
 #include <string>
 
+#include "core/engine/process_status.h"
 #include "core/proc/caller.h"
 #include "core/proc/process_table.h"
 #include "gpuckpt/gpu_backend.h"
@@ -161,12 +161,10 @@ class Engine {
   Status Track(int pid, const Caller& caller);
   Result<GcReport> Gc(const Caller& caller);
 
-  // The text of <pid>/status: "key: value" lines (docs/gpuckptfs.md,
-  // "status and status.json").
-  std::string ProcessStatus(const ProcessInfo& process);
-  // The same as a JSON object (<pid>/status.json; its schema in
-  // docs/gpuckptfs.md).
-  nlohmann::json ProcessStatusJson(const ProcessInfo& process);
+  // What <pid>/status and <pid>/status.json show of `process` (fs/
+  // renders them, fs/status_render.h): its GPU, the operation in flight,
+  // the last one's outcome, the shared pool.
+  ProcessStatusReport ProcessStatus(const ProcessInfo& process);
   // The text of `restore` for `uid`: "pid N", "error: ...", or "none".
   std::string RestoreResult(uint32_t uid) const;
   // When that text last changed (CLOCK_REALTIME ns): the daemon's start

@@ -17,7 +17,6 @@
 #include <functional>
 #include <map>
 #include <memory>
-#include <nlohmann/json.hpp>
 #include <optional>
 #include <set>
 #include <string>
@@ -60,12 +59,7 @@ class EngineImpl {
   Status Track(int pid, const Caller& caller);
   Result<GcReport> Gc(const Caller& caller);
 
-  // The text of <pid>/status: "key: value" lines (docs/gpuckptfs.md,
-  // "status and status.json").
-  std::string ProcessStatus(const ProcessInfo& process);
-  // The same as a JSON object (<pid>/status.json; its schema in
-  // docs/gpuckptfs.md).
-  nlohmann::json ProcessStatusJson(const ProcessInfo& process);
+  ProcessStatusReport ProcessStatus(const ProcessInfo& process);
   // The text of `restore` for `uid`: "pid N", "error: ...", or "none".
   std::string RestoreResult(uint32_t uid) const EXCLUDES(mu_);
   // When that text last changed (CLOCK_REALTIME ns): the daemon's start
@@ -109,9 +103,9 @@ class EngineImpl {
   };
   Result<std::unique_ptr<WorkDir>> MakeWorkDir(const std::string& label);
   void FinishWorkDir(const std::string& dir, bool ok) EXCLUDES(mu_);
-  // status.json's "pool": the shared pool's state, and where the latest
-  // checkpoint (`last`, status.json's) is.
-  nlohmann::json PoolStatusJson(const PoolStats& pool, const nlohmann::json& last);
+  // The shared pool's state, and where the checkpoint of the process's
+  // last operation (`last`) is.
+  PoolStatus PoolStatusOf(const PoolStats& pool, const std::optional<OperationOutcome>& last);
   Result<std::string> NextCheckpointName(int pid);
   // What a checkpoint of `tree` may take, read once for the quota and the
   // room checks: its processes' memory and its GPU processes' device memory.

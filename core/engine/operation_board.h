@@ -18,33 +18,12 @@
 #include <vector>
 
 #include "core/base/mutex.h"
+#include "core/engine/process_status.h"
 #include "gpuckpt/status.h"
 
 namespace gpuckpt {
 
-// How an operation ended, as `status` and `status.json` show it.
-struct OperationOutcome {
-  std::string operation;  // "checkpoint", "restore", "command"
-  bool ok = false;
-  // One line: "checkpoint 4242-2 ok (frozen 0.92 s, ...)" or
-  // "checkpoint failed: <the cause>".
-  std::string summary;
-  // A failure's further lines (CRIU's error lines, a synopsis), each one line.
-  std::vector<std::string> detail;
-  std::string criu_log;    // the kept CRIU log of a failure, "" if none
-  std::string checkpoint;  // the checkpoint made or restored, "" if none
-  int64_t started_ns = 0;  // CLOCK_REALTIME, ns since the epoch
-  int64_t ended_ns = 0;    // likewise; 0 until the operation ends
-};
-
-// The operation in flight on a process.
-struct OperationInFlight {
-  std::string kind;
-  std::string stage;
-  uint64_t bytes = 0;  // read so far
-  double elapsed_s = 0;
-  int64_t started_ns = 0;  // CLOCK_REALTIME
-};
+// OperationOutcome and OperationInFlight: process_status.h.
 
 class OperationBoard {
  public:

@@ -732,15 +732,12 @@ class EngineTest : public ::testing::Test {
     return Run(NodeKind::kRestore, 0, line, caller);
   }
 
-  // The "last:" line of <pid>/status, without "last: ".
+  // The summary of the last operation in <pid>/status (its "last:" line).
   std::string LastOf(int pid) {
     auto info = ReadProcess(pid);
     if (!info.ok()) return "<cannot read process: " + info.status().message() + ">";
-    const std::string text = engine_->ProcessStatus(*info);
-    const size_t at = text.find("\nlast: ");
-    if (at == std::string::npos) return "<no last: line in '" + text + "'>";
-    const size_t begin = at + 7;
-    return text.substr(begin, text.find('\n', begin) - begin);
+    const ProcessStatusReport report = engine_->ProcessStatus(*info);
+    return report.last ? report.last->summary : "<no last operation>";
   }
 
   std::vector<std::string> SnapshotIds() {
@@ -820,6 +817,37 @@ TEST_F(EngineTest, ARefusedCommandSaysWhyWhereTheCallerReadsResults) {
   // ctl has no result file: nothing else changes.
   RecordRefusedCommand(*engine_, NodeKind::kCtl, 0, Status::Busy("ctl refused"), Root());
   EXPECT_EQ(engine_->RestoreResult(0), "error: " + busy.message() + "\n");
+}
+
+// What <pid>/status shows, as the engine reports it: the process as read,
+// its GPU as the backend describes it, no operation in flight, and the last
+// one's outcome with its times.
+TEST_F(EngineTest, StatusReportsTheProcessAndTheLastOutcome) {
+  Sleeper child;
+  ASSERT_TRUE(child.started());
+  ASSERT_OK_AND_ASSIGN(ProcessInfo info, ReadProcess(child.pid()));
+  ProcessStatusReport report = engine_->ProcessStatus(info);
+  EXPECT_EQ(report.process.pid, child.pid());
+  EXPECT_EQ(report.gpu.unavailable_reason, "");
+  ASSERT_TRUE(report.gpu.process.has_value());
+  EXPECT_EQ(report.gpu.process->state, GpuState::kNone);
+  EXPECT_FALSE(report.operation.has_value());
+  EXPECT_FALSE(report.last.has_value());
+  EXPECT_FALSE(report.pool.has_value());
+
+  const int64_t before = UnixNowNs();
+  EXPECT_CODE(Run(NodeKind::kPidCtl, child.pid(), "frobnicate"), StatusCode::kInvalidArgument);
+  report = engine_->ProcessStatus(info);
+  ASSERT_TRUE(report.last.has_value());
+  EXPECT_EQ(report.last->operation, "command");
+  EXPECT_FALSE(report.last->ok);
+  EXPECT_TRUE(Contains(report.last->summary, "unknown command 'frobnicate'"))
+      << report.last->summary;
+  EXPECT_EQ(report.last->criu_log, "");
+  EXPECT_EQ(report.last->checkpoint, "");
+  EXPECT_GE(report.last->started_ns, before);
+  EXPECT_GE(report.last->ended_ns, report.last->started_ns);
+  EXPECT_FALSE(report.operation.has_value());
 }
 
 TEST_F(EngineTest, GlobalCtlRejectsBadCommands) {

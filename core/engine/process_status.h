@@ -1,0 +1,77 @@
+// What the engine knows of one process for its `status` and `status.json`
+// files, as plain values: the process, its GPU, the operation in flight and
+// the last one's outcome, the shared pool. The engine fills a
+// ProcessStatusReport (Engine::ProcessStatus); fs/ renders it as text and
+// as JSON (fs/status_render.h), so that both files say the same.
+//
+// Plain values: copies, safe to use on any thread.
+#ifndef GPUCKPT_CORE_ENGINE_PROCESS_STATUS_H_
+#define GPUCKPT_CORE_ENGINE_PROCESS_STATUS_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/proc/process_info.h"
+#include "gpuckpt/gpu_backend.h"
+
+namespace gpuckpt {
+
+// How an operation ended, as `status` and `status.json` show it. The text
+// is as recorded (the renderer makes it fit one line of display).
+struct OperationOutcome {
+  std::string operation;  // "checkpoint", "restore", "command"
+  bool ok = false;
+  // One line: "checkpoint 4242-2 ok (frozen 0.92 s, ...)" or
+  // "checkpoint failed: <the cause>".
+  std::string summary;
+  // A failure's further lines (CRIU's error lines, a synopsis), each one line.
+  std::vector<std::string> detail;
+  std::string criu_log;    // the kept CRIU log of a failure, "" if none
+  std::string checkpoint;  // the checkpoint made or restored, "" if none
+  int64_t started_ns = 0;  // CLOCK_REALTIME, ns since the epoch
+  int64_t ended_ns = 0;    // likewise; 0 until the operation ends
+};
+
+// The operation in flight on a process.
+struct OperationInFlight {
+  std::string kind;
+  std::string stage;
+  uint64_t bytes = 0;  // read so far
+  double elapsed_s = 0;
+  int64_t started_ns = 0;  // CLOCK_REALTIME
+};
+
+// The GPU side of a process, as the engine's GpuBackend sees it.
+struct GpuStatus {
+  // Why GPU state cannot be checkpointed on this machine; "" when it can.
+  std::string unavailable_reason;
+  // The process's GPU use; nullopt when not known (no backend, or the
+  // backend could not tell).
+  std::optional<GpuProcessState> process;
+};
+
+// The shared pool (--pool), and where the process's latest checkpoint is.
+struct PoolStatus {
+  std::string name;
+  bool background = false;
+  uint64_t pending_checkpoints = 0;  // waiting to be published
+  // The checkpoint of the last operation, when it succeeded and made one
+  // that still exists: true when it is in the pool, false when it is
+  // still waiting to be published there; nullopt otherwise. (The pool's
+  // last error is not reported: it may name another user's checkpoint.)
+  std::optional<bool> last_checkpoint_published;
+};
+
+struct ProcessStatusReport {
+  ProcessInfo process;
+  GpuStatus gpu;
+  std::optional<OperationInFlight> operation;  // nullopt: idle
+  std::optional<OperationOutcome> last;        // nullopt: none ended yet
+  std::optional<PoolStatus> pool;              // only with a shared pool
+};
+
+}  // namespace gpuckpt
+
+#endif  // GPUCKPT_CORE_ENGINE_PROCESS_STATUS_H_
