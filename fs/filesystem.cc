@@ -397,18 +397,19 @@ class Filesystem {
   CommandRunner commands_;
 };
 
+void ReplyError(fuse_req_t req, const Status& s) { fuse_reply_err(req, ErrnoFromStatus(s)); }
+
 // Every callback goes through here: no exception ever crosses into libfuse
-// (C code), and errors reply through the one Status -> errno mapping.
+// (C code), and errors, an exception's too (kInternal, as a command's),
+// reply through the one Status -> errno mapping.
 template <typename Fn>
 void Guard(fuse_req_t req, Fn&& fn) {
   try {
     fn();
   } catch (...) {
-    fuse_reply_err(req, EIO);
+    ReplyError(req, Status::Internal("the request ended with an exception"));
   }
 }
-
-void ReplyError(fuse_req_t req, const Status& s) { fuse_reply_err(req, ErrnoFromStatus(s)); }
 
 void OpLookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
   Guard(req, [&] {
