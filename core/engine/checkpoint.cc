@@ -211,7 +211,7 @@ class CheckpointRollback {
   // A --kill leaves the tree stopped until it is killed, and a tree of
   // several processes may have its GPU processes locked by the backend
   // before CRIU runs: a daemon that dies meanwhile leaves the journal to
-  // the next one, which lets them go (Engine::RecoverInterruptedKills()).
+  // the next one, which lets them go (EngineImpl::RecoverInterruptedKills()).
   Status JournalIfNeeded() {
     if (!request_.kill && tree_.size() <= 1) return Status::Ok();
     GPUCKPT_RETURN_IF_ERROR(journal_.Add(tree_, start_times_));

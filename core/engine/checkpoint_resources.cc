@@ -1,4 +1,4 @@
-// The checks of checkpoint_resources.h, and Engine::CheckRoomForCheckpoint,
+// The checks of checkpoint_resources.h, and EngineImpl::CheckRoomForCheckpoint,
 // which gathers their figures.
 #include "core/engine/checkpoint_resources.h"
 

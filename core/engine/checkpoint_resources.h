@@ -10,7 +10,7 @@
 // and device memory is new and incompressible.
 //
 // The decisions are pure functions over figures the engine gathers
-// (Engine::CheckRoomForCheckpoint, in checkpoint_resources.cc, reads them
+// (EngineImpl::CheckRoomForCheckpoint, in checkpoint_resources.cc, reads them
 // from /proc, the cgroups, the GPU backend and the store).
 //
 // Thread-safety: free functions over values, safe to call concurrently.

@@ -1,6 +1,6 @@
-// Engine: set-up, naming, status texts, and the requests that are not
-// checkpoints or restores. The two big flows are in checkpoint.cc and
-// restore.cc.
+// Engine, handing every call to EngineImpl; EngineImpl's set-up, naming,
+// status report, and the requests that are not checkpoints or restores.
+// The two big flows are in checkpoint.cc and restore.cc.
 #include "core/engine/engine.h"
 
 #include <dirent.h>

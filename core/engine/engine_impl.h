@@ -41,45 +41,27 @@ namespace gpuckpt {
 
 class EngineImpl {
  public:
+  // Engine's calls, each as engine.h says.
   static Result<std::unique_ptr<EngineImpl>> Create(Store* store, std::unique_ptr<GpuBackend> gpu,
                                                     EngineOptions options);
   ~EngineImpl();
-
   ProcessTable& processes() { return *processes_; }
-
-  // Checkpoints the tree of request.pid; returns the new snapshot.
   Result<SnapshotInfo> Checkpoint(const CheckpointRequest& request);
-  // Restores; returns the pid of the restored process (the tree's root).
   Result<int> Restore(const RestoreRequest& request);
-  // Imports what `path` names as a checkpoint of its own: a directory of
-  // images (a copy of a checkpoint, or CRIU's files), or a container
-  // checkpoint archive or its directory (import.cc).
   Result<SnapshotInfo> Import(const std::string& path, const std::string& name,
                               const Caller& caller);
   Status Track(int pid, const Caller& caller);
   Result<GcReport> Gc(const Caller& caller);
-
   ProcessStatusReport ProcessStatus(const ProcessInfo& process);
-  // The text of `restore` for `uid`: "pid N", "error: ...", or "none".
   std::string RestoreResult(uint32_t uid) const EXCLUDES(mu_);
-  // When that text last changed (CLOCK_REALTIME ns): the daemon's start
-  // when it never did.
   int64_t RestoreResultTime(uint32_t uid) const EXCLUDES(mu_);
   void SetRestoreResult(uint32_t uid, std::string text) EXCLUDES(mu_);
-  // The `metrics` file. The store's totals in it (StoreStats, a scan of the
-  // chunk index) are computed again only at the first call after the store
-  // changed (an operation ended, NoteStoreChanged()); else the last ones
-  // are shown.
   std::string MetricsText() EXCLUDES(stats_mu_);
-  // Says that the store changed outside the engine (a checkpoint removed).
   void NoteStoreChanged() {
     store_changed_.store(true, std::memory_order_relaxed);
     quota_.NoteStoreChanged();
   }
-  // When this engine started (CLOCK_REALTIME ns).
   int64_t started_ns() const { return started_ns_; }
-  // Records a failed request in status, metrics and the log (e.g. a bad
-  // command).
   void RecordFailure(int pid, const std::string& operation, const Status& status,
                      const Caller& caller);
 
