@@ -5,7 +5,6 @@
 #include <vector>
 
 #include "core/base/log.h"
-#include "core/engine/metrics.h"
 
 namespace gpuckpt {
 namespace {
