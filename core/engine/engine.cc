@@ -491,10 +491,16 @@ std::string EngineImpl::MetricsText() {
   std::optional<StoreStats> stats;
   {
     // The scan runs at the first scrape after a change, not at every
-    // scrape: changes are operations, each far costlier than the scan.
+    // scrape: changes are operations, each far costlier than the scan, and
+    // the settling of a spooled checkpoint, which changes what it takes.
     MutexLock lock(&stats_mu_);
-    if (!store_stats_ || store_changed_.load(std::memory_order_relaxed)) {
+    // Read before the scan: a snapshot settled meanwhile is counted again
+    // at the next scrape.
+    const uint64_t settled = store_->settled_snapshots();
+    if (!store_stats_ || store_changed_.load(std::memory_order_relaxed) ||
+        settled != stats_settled_) {
       store_changed_.store(false, std::memory_order_relaxed);
+      stats_settled_ = settled;
       if (auto fresh = store_->Stats(); fresh.ok()) {
         store_stats_ = *fresh;
       } else {

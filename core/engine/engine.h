@@ -173,8 +173,8 @@ class Engine {
   void SetRestoreResult(uint32_t uid, std::string text);
   // The `metrics` file. The store's totals in it (StoreStats, a scan of the
   // chunk index) are computed again only at the first call after the store
-  // changed (an operation ended, NoteStoreChanged()); else the last ones
-  // are shown.
+  // changed (an operation ended, NoteStoreChanged(), a spooled checkpoint
+  // settled); else the last ones are shown.
   std::string MetricsText();
   // Says that the store changed outside the engine (a checkpoint removed).
   void NoteStoreChanged();

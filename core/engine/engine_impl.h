@@ -270,6 +270,7 @@ class EngineImpl {
   // each running one; only scrapes take it, so it blocks nothing else.
   Mutex stats_mu_;
   std::optional<StoreStats> store_stats_ GUARDED_BY(stats_mu_);
+  uint64_t stats_settled_ GUARDED_BY(stats_mu_) = 0;  // Store::settled_snapshots() at the scan
   std::atomic<bool> store_changed_{true};
 
   struct RestoreText {
