@@ -7,9 +7,9 @@
 #include <cstring>
 #include <nlohmann/json.hpp>
 
+#include "core/base/big_endian.h"
 #include "core/base/hex.h"
 #include "core/store/chunk_codec.h"
-#include "core/store/keys.h"
 
 namespace gpuckpt::pool {
 
@@ -27,7 +27,7 @@ std::optional<uint64_t> ParseHex16(std::string_view s) {
   if (s.size() != 16) return std::nullopt;
   auto bytes = ParseLowerHex(s);
   if (!bytes) return std::nullopt;
-  return keys::GetBigEndian(*bytes, 8);
+  return GetBigEndian(*bytes, 8);
 }
 
 bool TakeBytes(std::string_view* in, size_t n, std::string_view* out) {
@@ -95,7 +95,7 @@ Result<PoolMeta> DecodePoolMeta(std::string_view data) {
 
 std::string EncodeIndexEntry(const IndexEntry& entry) {
   std::string out(1, static_cast<char>(kIndexEntryVersion));
-  keys::PutBigEndian(&out, entry.pack_writer, 8);
+  PutBigEndian(&out, entry.pack_writer, 8);
   PutVarint64(&out, entry.pack_number);
   PutVarint64(&out, entry.offset);
   PutVarint64(&out, entry.length);
@@ -108,7 +108,7 @@ Result<IndexEntry> DecodeIndexEntry(std::string_view value) {
   auto bad = [] { return Status::Corruption("malformed chunk index entry in the pool"); };
   if (value.size() < 9 || static_cast<uint8_t>(value[0]) != kIndexEntryVersion) return bad();
   IndexEntry e;
-  e.pack_writer = keys::GetBigEndian(value.substr(1), 8);
+  e.pack_writer = GetBigEndian(value.substr(1), 8);
   value.remove_prefix(9);
   if (!GetVarint64(&value, &e.pack_number) || !GetVarint64(&value, &e.offset) ||
       !GetVarint64(&value, &e.length) || !GetVarint64(&value, &e.raw_length) ||
@@ -125,10 +125,10 @@ Result<ChunkHash> ChunkHashOfIndexKey(std::string_view key) { return ChunkHash::
 
 std::string EncodeCatalogEntry(const CatalogEntry& entry) {
   std::string out(1, static_cast<char>(kCatalogEntryVersion));
-  keys::PutBigEndian(&out, entry.incarnation, 8);
+  PutBigEndian(&out, entry.incarnation, 8);
   PutVarint64(&out, entry.body_parts);
   PutVarint64(&out, entry.body_bytes);
-  keys::PutBigEndian(&out, entry.body_checksum, 8);
+  PutBigEndian(&out, entry.body_checksum, 8);
   out += entry.snapshot_record;
   return out;
 }
@@ -138,7 +138,7 @@ Result<CatalogEntry> DecodeCatalogEntry(std::string_view value) {
   if (value.size() > kMaxCatalogEntryBytes) return bad();
   if (value.size() < 9 || static_cast<uint8_t>(value[0]) != kCatalogEntryVersion) return bad();
   CatalogEntry e;
-  e.incarnation = keys::GetBigEndian(value.substr(1), 8);
+  e.incarnation = GetBigEndian(value.substr(1), 8);
   value.remove_prefix(9);
   uint64_t parts = 0;
   if (!GetVarint64(&value, &parts) || !GetVarint64(&value, &e.body_bytes) || value.size() < 8) {
@@ -149,7 +149,7 @@ Result<CatalogEntry> DecodeCatalogEntry(std::string_view value) {
     return bad();
   }
   e.body_parts = static_cast<uint32_t>(parts);
-  e.body_checksum = keys::GetBigEndian(value, 8);
+  e.body_checksum = GetBigEndian(value, 8);
   value.remove_prefix(8);
   e.snapshot_record = std::string(value);
   return e;

@@ -3,26 +3,19 @@
 #include <algorithm>
 #include <cstring>
 
-#include "core/store/keys.h"
-
 namespace gpuckpt {
 
 Result<std::unique_ptr<BaseExtents>> BaseExtents::Load(StoreImpl* store, const std::string& id,
                                                        std::optional<uint32_t> dedup_domain) {
-  StoreDb* db = store->db();
-  std::unique_ptr<BaseExtents> base(new BaseExtents(db, db->db()->GetSnapshot()));
-  rocksdb::ReadOptions r;
-  r.snapshot = base->view_;
-  std::string record;
-  rocksdb::Status s = db->db()->Get(r, db->snapshots(), id, &record);
-  if (s.IsNotFound()) return std::unique_ptr<BaseExtents>();
-  GPUCKPT_RETURN_IF_ERROR(FromRocks(s, "reading base snapshot '" + id + "'"));
-  GPUCKPT_ASSIGN_OR_RETURN(SnapshotInfo info, DecodeSnapshotRecord(id, record));
-  if (info.dedup_domain != dedup_domain) return std::unique_ptr<BaseExtents>();
+  std::unique_ptr<BaseExtents> base(new BaseExtents(store->catalog(), *store->db()));
+  GPUCKPT_ASSIGN_OR_RETURN(
+      const std::optional<SnapshotInfo> info,
+      store->catalog().FindSnapshot(id, "reading base snapshot '" + id + "'", &base->view_));
+  if (!info || info->dedup_domain != dedup_domain) return std::unique_ptr<BaseExtents>();
   base->id_ = id;
-  base->key_ = info.key;
+  base->key_ = info->key;
 
-  GPUCKPT_ASSIGN_OR_RETURN(auto files, store->ReadFileRecords(info.key, base->view_));
+  GPUCKPT_ASSIGN_OR_RETURN(auto files, store->catalog().ReadFiles(info->key, &base->view_));
   for (auto& [index, entry] : files) {
     if (entry.type == FileType::kRegular) {
       base->spooled_ = base->spooled_ || entry.spooled;
@@ -36,13 +29,12 @@ Result<std::unique_ptr<BaseExtents>> BaseExtents::Load(StoreImpl* store, const s
 
 BaseExtents::~BaseExtents() {
   if (index_.valid()) index_.wait();  // the builder reads through view_
-  db_->db()->ReleaseSnapshot(view_);
 }
 
 Result<BaseExtents::Index> BaseExtents::BuildIndex() const {
   Index index;
-  ExtentIndex extents(db_, ExtentIndex::Scope::Snapshot(key_),
-                      ExtentIndex::ReadOptions{.view = view_, .fill_cache = false});
+  ExtentIndex extents(catalog_, ExtentIndex::Scope::Snapshot(key_),
+                      ExtentIndex::ReadOptions{.view = &view_, .fill_cache = false});
   for (extents.SeekToFirst(); extents.Valid(); extents.Next()) {
     GPUCKPT_ASSIGN_OR_RETURN(const ExtentKeyParts key, extents.Key());
     const uint64_t file = key.file_index;
@@ -53,7 +45,7 @@ Result<BaseExtents::Index> BaseExtents::BuildIndex() const {
     std::memcpy(&low, e.fingerprint->bytes.data(), sizeof(low));
     index.push_back(IndexEntry{low, file << 44 | key.offset});
   }
-  GPUCKPT_RETURN_IF_ERROR(FromRocks(extents.status(), "indexing the base snapshot's extents"));
+  GPUCKPT_RETURN_IF_ERROR(extents.status("indexing the base snapshot's extents"));
   // One entry per fingerprint: equal chunks (zero pages) are all the same
   // chunk, and any of them will do.
   std::sort(index.begin(), index.end(), [](const IndexEntry& a, const IndexEntry& b) {
@@ -80,29 +72,25 @@ Result<std::optional<Extent>> BaseExtents::Find(const ChunkFingerprint& fingerpr
   if (found == index->end() || found->fingerprint_low != low) return std::optional<Extent>();
   const uint32_t file = static_cast<uint32_t>(found->where >> 44);
   const uint64_t offset = found->where & ((uint64_t{1} << 44) - 1);
-  rocksdb::ReadOptions r;
-  r.snapshot = view_;
-  rocksdb::PinnableSlice value;
-  rocksdb::Status s =
-      db_->db()->Get(r, db_->extents(), keys::ExtentKey(key_, file, offset), &value);
-  if (s.IsNotFound()) return Status::Corruption("the base snapshot's extent index changed");
-  GPUCKPT_RETURN_IF_ERROR(FromRocks(s, "reading the base snapshot's extents"));
-  GPUCKPT_ASSIGN_OR_RETURN(Extent e, DecodeExtentRecord(offset, value.ToStringView()));
+  GPUCKPT_ASSIGN_OR_RETURN(
+      std::optional<Extent> e,
+      catalog_.FindExtent(key_, file, offset, "reading the base snapshot's extents", &view_));
+  if (!e) return Status::Corruption("the base snapshot's extent index changed");
   // The whole fingerprint and the length decide; the index only held 8
   // bytes of it.
-  if (e.fingerprint != fingerprint || e.length != length) return std::optional<Extent>();
-  return std::optional<Extent>(std::move(e));
+  if (e->fingerprint != fingerprint || e->length != length) return std::optional<Extent>();
+  return e;
 }
 
 std::unique_ptr<BaseExtents::Cursor> BaseExtents::Open(const std::string& path) const {
   auto found = file_index_by_path_.find(path);
   if (found == file_index_by_path_.end()) return nullptr;
-  return std::unique_ptr<Cursor>(new Cursor(db_, view_, key_, found->second));
+  return std::unique_ptr<Cursor>(new Cursor(catalog_, &view_, key_, found->second));
 }
 
-BaseExtents::Cursor::Cursor(StoreDb* db, const rocksdb::Snapshot* view, uint64_t key,
+BaseExtents::Cursor::Cursor(const SnapshotCatalog& catalog, const StoreView* view, uint64_t key,
                             uint32_t file_index)
-    : extents_(db, ExtentIndex::Scope::File(key, file_index),
+    : extents_(catalog, ExtentIndex::Scope::File(key, file_index),
                // One pass over records nobody reads again soon.
                ExtentIndex::ReadOptions{.view = view, .fill_cache = false}) {
   extents_.SeekToFirst();
@@ -116,7 +104,7 @@ Result<std::optional<Extent>> BaseExtents::Cursor::At(uint64_t offset) {
     GPUCKPT_ASSIGN_OR_RETURN(Extent e, extents_.Decode());
     return std::optional<Extent>(std::move(e));
   }
-  GPUCKPT_RETURN_IF_ERROR(FromRocks(extents_.status(), "reading the base snapshot's extents"));
+  GPUCKPT_RETURN_IF_ERROR(extents_.status("reading the base snapshot's extents"));
   return std::optional<Extent>();
 }
 

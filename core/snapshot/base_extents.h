@@ -11,15 +11,13 @@
 //
 // BaseExtents is read-only once made and may be shared by the threads of
 // one writer; each file opens its own Cursor, used by one thread, which must
-// go before the BaseExtents. Both borrow the StoreDb. They read the base as
-// it was when the BaseExtents was made (a RocksDB snapshot), so the base
+// go before the BaseExtents. Both borrow the store's SnapshotCatalog. They
+// read the base as it was when the BaseExtents was made (a StoreView), so the base
 // may be deleted meanwhile; the caller holds the store's gc lock for as
 // long as it uses what they return, so the base's chunks stay until the
 // new snapshot, which names them, is published.
 #ifndef GPUCKPT_CORE_SNAPSHOT_BASE_EXTENTS_H_
 #define GPUCKPT_CORE_SNAPSHOT_BASE_EXTENTS_H_
-
-#include <rocksdb/snapshot.h>
 
 #include <cstdint>
 #include <future>
@@ -30,8 +28,9 @@
 #include <utility>
 #include <vector>
 
-#include "core/snapshot/extent_index.h"
-#include "core/snapshot/records.h"
+#include "core/catalog/extent_index.h"
+#include "core/catalog/records.h"
+#include "core/catalog/snapshot_catalog.h"
 #include "core/snapshot/store_impl.h"
 #include "core/store/store_db.h"
 #include "gpuckpt/status.h"
@@ -43,7 +42,7 @@ class BaseExtents {
  public:
   // Snapshot `id` of `store` as it holds it now; nullptr when there is no
   // such snapshot, or when it is not in dedup domain `dedup_domain` (a
-  // chunk name never crosses domains). Borrows the store's StoreDb.
+  // chunk name never crosses domains). Borrows the store's catalog.
   static Result<std::unique_ptr<BaseExtents>> Load(StoreImpl* store, const std::string& id,
                                                    std::optional<uint32_t> dedup_domain);
   ~BaseExtents();
@@ -65,7 +64,8 @@ class BaseExtents {
 
    private:
     friend class BaseExtents;
-    Cursor(StoreDb* db, const rocksdb::Snapshot* view, uint64_t key, uint32_t file_index);
+    Cursor(const SnapshotCatalog& catalog, const StoreView* view, uint64_t key,
+           uint32_t file_index);
 
     ExtentIndex extents_;
   };
@@ -89,11 +89,11 @@ class BaseExtents {
   };
   using Index = std::vector<IndexEntry>;
 
-  BaseExtents(StoreDb* db, const rocksdb::Snapshot* view) : db_(db), view_(view) {}
+  BaseExtents(const SnapshotCatalog& catalog, const StoreDb& db) : catalog_(catalog), view_(db) {}
   Result<Index> BuildIndex() const;
 
-  StoreDb* db_;
-  const rocksdb::Snapshot* view_;  // owned: released by the destructor
+  const SnapshotCatalog& catalog_;
+  const StoreView view_;
   bool spooled_ = false;
   std::string id_;
   uint64_t key_ = 0;

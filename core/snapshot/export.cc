@@ -18,8 +18,8 @@
 #include "core/base/scope_exit.h"
 #include "core/base/unique_fd.h"
 #include "core/base/work_queue.h"
-#include "core/snapshot/extent_index.h"
-#include "core/snapshot/records.h"
+#include "core/catalog/extent_index.h"
+#include "core/catalog/records.h"
 #include "core/snapshot/store_impl.h"
 
 namespace gpuckpt {
@@ -139,9 +139,10 @@ Status MoveIntoPlace(const std::string& tmp, const std::string& dest_dir) {
 // writing its piece in place.
 class ContentWriter {
  public:
-  ContentWriter(const StoreDb* db, const ChunkStore* chunks, const ChunkDomainKey* domain,
-                const StoreOptions& options, const ProgressFn& progress, uint64_t total)
-      : db_(db),
+  ContentWriter(const SnapshotCatalog* catalog, const ChunkStore* chunks,
+                const ChunkDomainKey* domain, const StoreOptions& options,
+                const ProgressFn& progress, uint64_t total)
+      : catalog_(catalog),
         chunks_(chunks),
         domain_(domain),
         options_(options),
@@ -154,10 +155,10 @@ class ContentWriter {
     WorkQueue queue(options_.read_threads, options_.max_in_flight_bytes);
     // The file is already its full size (ftruncate): holes stay holes, only
     // the extents' bytes are written.
-    ExtentIndex extents(db_, ExtentIndex::Scope::File(info.key, index, e.holes));
+    ExtentIndex extents(*catalog_, ExtentIndex::Scope::File(info.key, index, e.holes));
     Status submit_status = SubmitExtents(info.id, e, &extents, &queue, fd, path);
     Status finish = queue.Finish();
-    GPUCKPT_RETURN_IF_ERROR(FromRocks(extents.status(), "reading the extent index"));
+    GPUCKPT_RETURN_IF_ERROR(extents.status("reading the extent index"));
     GPUCKPT_RETURN_IF_ERROR(submit_status);
     GPUCKPT_RETURN_IF_ERROR(finish);
     if (extents.covered_to() != e.size) {
@@ -235,7 +236,7 @@ class ContentWriter {
     }
   }
 
-  const StoreDb* db_;
+  const SnapshotCatalog* catalog_;
   const ChunkStore* chunks_;
   const ChunkDomainKey* domain_;  // what kFullHash verification names the chunks with
   const StoreOptions& options_;
@@ -289,7 +290,7 @@ Status StoreImpl::Export(const std::string& id, const std::string& dest_dir_in,
   // Pinned: a Remove() (and Gc()) while the export runs leaves it whole.
   GPUCKPT_ASSIGN_OR_RETURN(auto pinned, PinSnapshot(id));
   const SnapshotInfo& info = pinned.first;
-  GPUCKPT_ASSIGN_OR_RETURN(FileRecords records, ReadFileRecords(info.key));
+  GPUCKPT_ASSIGN_OR_RETURN(FileRecords records, catalog_->ReadFiles(info.key));
   const std::optional<ChunkDomainKey> domain_key = db_->domain_key(info.dedup_domain);
   GPUCKPT_RETURN_IF_ERROR(CheckDestinationIsFree(dest_dir));
   GPUCKPT_ASSIGN_OR_RETURN(const std::string tmp, MakeTemporaryTree(dest_dir, dir()));
@@ -305,8 +306,8 @@ Status StoreImpl::Export(const std::string& id, const std::string& dest_dir_in,
   std::sort(records.begin(), records.end(),
             [](const auto& a, const auto& b) { return a.second.path < b.second.path; });
   GPUCKPT_RETURN_IF_ERROR(CreateDirectoriesAndSymlinks(tmp, records, as_root));
-  ContentWriter writer(db_.get(), chunk_store_.get(), domain_key ? &*domain_key : nullptr, options_,
-                       progress, total);
+  ContentWriter writer(catalog_.get(), chunk_store_.get(), domain_key ? &*domain_key : nullptr,
+                       options_, progress, total);
   for (const auto& [index, e] : records) {
     if (e.type != FileType::kRegular) continue;
     if (e.spooled) {

@@ -8,8 +8,8 @@
 #include <memory>
 #include <vector>
 
-#include "core/snapshot/extent_index.h"
-#include "core/snapshot/records.h"
+#include "core/catalog/extent_index.h"
+#include "core/catalog/records.h"
 #include "core/snapshot/store_impl.h"
 
 namespace gpuckpt {
@@ -77,7 +77,7 @@ Result<FileReader::ReadPieces> FileReaderImpl::Read(uint64_t offset, size_t len)
     return out;
   }
 
-  ExtentIndex index(store_->db(),
+  ExtentIndex index(store_->catalog(),
                     ExtentIndex::Scope::File(snapshot_key_, file_index_, entry_.holes));
   // One seek: the extent starting at or before `pos`.
   index.SeekTo(pos);
@@ -90,7 +90,7 @@ Result<FileReader::ReadPieces> FileReaderImpl::Read(uint64_t offset, size_t len)
     const uint64_t at = index.walked_to();
     GPUCKPT_ASSIGN_OR_RETURN(std::optional<ExtentIndex::Step> step, index.NextInOrder());
     if (!step) {
-      GPUCKPT_RETURN_IF_ERROR(FromRocks(index.status(), "reading the extent index"));
+      GPUCKPT_RETURN_IF_ERROR(index.status("reading the extent index"));
       return MissingExtent(at);
     }
     if (step->join != ExtentJoin::kContiguous && step->join != ExtentJoin::kAfterHole) {

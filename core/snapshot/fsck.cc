@@ -3,8 +3,6 @@
 // re-hashed, the meta records against the chunks, and every file's extents
 // against the chunks. Problems are collected in the report, not returned:
 // fsck names everything it finds.
-#include <rocksdb/db.h>
-#include <rocksdb/iterator.h>
 #include <sys/stat.h>
 
 #include <algorithm>
@@ -18,13 +16,12 @@
 #include <utility>
 #include <vector>
 
-#include "core/snapshot/extent_index.h"
-#include "core/snapshot/records.h"
+#include "core/catalog/extent_index.h"
+#include "core/catalog/records.h"
 #include "core/snapshot/store_impl.h"
 #include "core/store/chunk_codec.h"
 #include "core/store/chunk_packs.h"
 #include "core/store/format.h"
-#include "core/store/keys.h"
 
 namespace gpuckpt {
 namespace {
@@ -37,49 +34,30 @@ struct ChunkMetas {
   std::vector<std::pair<ChunkHash, ChunkMeta>> records;
 };
 
-// Fsck reads every table as of one RocksDB snapshot: a writer committing
-// or the settler settling meanwhile (they hold off gc, not fsck) would
-// otherwise show fsck file records whose chunks its earlier pass over the
-// chunk records did not see. A read-only secondary's view moves only when
-// it catches up (Fsck() does that between passes): it reads as it is.
-class FsckView {
- public:
-  explicit FsckView(const StoreDb& db)
-      : db_(db), view_(db.read_only() ? nullptr : db.db()->GetSnapshot()) {}
-  ~FsckView() {
-    if (view_ != nullptr) db_.db()->ReleaseSnapshot(view_);
-  }
-  FsckView(const FsckView&) = delete;
-  FsckView& operator=(const FsckView&) = delete;
+// Fsck reads every table as of one StoreView (a RocksDB snapshot): a
+// writer committing or the settler settling meanwhile (they hold off gc,
+// not fsck) would otherwise show fsck file records whose chunks its
+// earlier pass over the chunk records did not see. A read-only secondary's
+// view moves only when it catches up (Fsck() does that between passes): it
+// reads as it is. Every pass is one over records nobody reads again soon.
+ChunkStore::Scan FsckScan(const StoreView& view) {
+  return ChunkStore::Scan{.view = &view, .fill_cache = false};
+}
 
-  const rocksdb::Snapshot* get() const { return view_; }
-  rocksdb::ReadOptions Read() const {
-    rocksdb::ReadOptions r;
-    r.snapshot = view_;
-    r.fill_cache = false;  // one pass over records nobody reads again soon
-    return r;
-  }
-
- private:
-  const StoreDb& db_;
-  const rocksdb::Snapshot* view_;  // owned
-};
-
-ChunkMetas ReadChunkMetas(const StoreDb& db, const FsckView& view, FsckReport* report) {
+ChunkMetas ReadChunkMetas(const ChunkStore& chunk_store, const StoreView& view,
+                          FsckReport* report) {
   ChunkMetas metas;
-  std::unique_ptr<rocksdb::Iterator> it(db.db()->NewIterator(view.Read(), db.chunk_meta()));
-  for (it->SeekToFirst(); it->Valid(); it->Next()) {
-    auto hash = ChunkHash::FromBytes(it->key().ToStringView());
-    auto meta = DecodeChunkMeta(it->value().ToStringView());
-    if (!hash.ok() || !meta.ok()) {
-      report->problems.push_back("malformed chunk meta record");
-      continue;
-    }
-    metas.names.emplace(meta->seq, *hash);
-    metas.records.emplace_back(*hash, *meta);
-  }
-  if (!it->status().ok())
-    report->problems.push_back("scanning chunk meta records: " + it->status().ToString());
+  Status scanned = chunk_store.ForEachChunk(
+      FsckScan(view), [&](const Result<ChunkHash>& hash, const Result<ChunkMeta>& meta) {
+        if (!hash.ok() || !meta.ok()) {
+          report->problems.push_back("malformed chunk meta record");
+          return Status::Ok();
+        }
+        metas.names.emplace(meta->seq, hash.value());
+        metas.records.emplace_back(hash.value(), meta.value());
+        return Status::Ok();
+      });
+  if (!scanned.ok()) report->problems.push_back(scanned.message());
   return metas;
 }
 
@@ -91,13 +69,13 @@ ChunkMetas ReadChunkMetas(const StoreDb& db, const FsckView& view, FsckReport* r
 // catches accidental damage as well), never reported for its name.
 class ChunkDomains {
  public:
-  void Learn(const StoreDb& db, const FsckView& view, const std::vector<SnapshotInfo>& snapshots,
-             FsckReport* report) {
+  void Learn(const StoreDb& db, const SnapshotCatalog& catalog, const StoreView& view,
+             const std::vector<SnapshotInfo>& snapshots, FsckReport* report) {
     std::map<std::optional<uint32_t>, uint32_t> slots;  // domain -> slot
     for (const auto& snap : snapshots) {
       auto [slot, added] = slots.try_emplace(snap.dedup_domain, keys_.size());
       if (added) keys_.push_back(db.domain_key(snap.dedup_domain));
-      LearnFrom(db, view, snap, slot->second, report);
+      LearnFrom(catalog, view, snap, slot->second, report);
     }
   }
 
@@ -118,10 +96,10 @@ class ChunkDomains {
   }
 
  private:
-  void LearnFrom(const StoreDb& db, const FsckView& view, const SnapshotInfo& snap, uint32_t slot,
-                 FsckReport* report) {
-    ExtentIndex extents(&db, ExtentIndex::Scope::Snapshot(snap.key),
-                        ExtentIndex::ReadOptions{.view = view.get(), .fill_cache = false});
+  void LearnFrom(const SnapshotCatalog& catalog, const StoreView& view, const SnapshotInfo& snap,
+                 uint32_t slot, FsckReport* report) {
+    ExtentIndex extents(catalog, ExtentIndex::Scope::Snapshot(snap.key),
+                        ExtentIndex::ReadOptions{.view = &view, .fill_cache = false});
     for (extents.SeekToFirst(); extents.Valid(); extents.Next()) {
       auto e = extents.Decode();
       if (!e.ok()) continue;  // reported by CheckFileExtents()
@@ -131,9 +109,8 @@ class ChunkDomains {
         if (std::find(more.begin(), more.end(), slot) == more.end()) more.push_back(slot);
       }
     }
-    if (!extents.status().ok()) {
-      report->problems.push_back("snapshot '" + snap.id +
-                                 "': reading its extents: " + extents.status().ToString());
+    if (Status s = extents.status("reading its extents"); !s.ok()) {
+      report->problems.push_back("snapshot '" + snap.id + "': " + s.message());
     }
   }
 
@@ -166,43 +143,50 @@ std::string WhereChunkLies(uint64_t seq, std::string_view value) {
   return where;
 }
 
+// One chunk record of CheckChunkRecords(), the one stored under `seq`
+// (`value`: where it lies), into `chunks`.
+void CheckChunkRecord(const ChunkStore& chunk_store, uint64_t seq, std::string_view value,
+                      const ChunkMetas& metas, const ChunkDomains& domains, CheckedChunks* chunks,
+                      FsckReport* report) {
+  Status damage;
+  auto record = chunk_store.RecordOf(value);
+  if (!record.ok()) {
+    damage = record.status();
+  } else {
+    auto checked = ChunkStore::Check(*record, seq, domains.Of(seq));
+    if (checked.ok()) {
+      chunks->good[seq] = *checked;
+      return;
+    }
+    damage = checked.status();
+  }
+  chunks->bad.insert(seq);
+  ++report->damaged_chunks;
+  auto name = metas.names.find(seq);
+  report->problems.push_back(
+      "damaged chunk " +
+      (name != metas.names.end() ? name->second.Hex() : std::string("(unnamed)")) + " (" +
+      WhereChunkLies(seq, value) + "): " + damage.message());
+}
+
 // Every chunk record: decodes, and its bytes hash to the name it carries.
 // A damaged chunk is one line, however many extents name it; the files
 // that use it are named by CheckFileExtents(), once each.
-CheckedChunks CheckChunkRecords(const StoreDb& db, const FsckView& view,
-                                const ChunkStore& chunk_store, const ChunkMetas& metas,
-                                const ChunkDomains& domains, FsckReport* report) {
+CheckedChunks CheckChunkRecords(const StoreView& view, const ChunkStore& chunk_store,
+                                const ChunkMetas& metas, const ChunkDomains& domains,
+                                FsckReport* report) {
   CheckedChunks chunks;
-  std::unique_ptr<rocksdb::Iterator> it(db.db()->NewIterator(view.Read(), db.chunks()));
-  for (it->SeekToFirst(); it->Valid(); it->Next()) {
-    ++report->chunks_checked;
-    if (it->key().size() != 8) {
-      report->problems.push_back("chunk key of " + std::to_string(it->key().size()) + " bytes");
-      continue;
-    }
-    const uint64_t seq = keys::GetBigEndian(it->key().ToStringView(), 8);
-    const std::string_view value = it->value().ToStringView();
-    Status damage;
-    auto record = chunk_store.RecordOf(value);
-    if (!record.ok()) {
-      damage = record.status();
-    } else {
-      auto checked = ChunkStore::Check(*record, seq, domains.Of(seq));
-      if (checked.ok()) {
-        chunks.good[seq] = *checked;
-        continue;
-      }
-      damage = checked.status();
-    }
-    chunks.bad.insert(seq);
-    ++report->damaged_chunks;
-    auto name = metas.names.find(seq);
-    report->problems.push_back(
-        "damaged chunk " +
-        (name != metas.names.end() ? name->second.Hex() : std::string("(unnamed)")) + " (" +
-        WhereChunkLies(seq, value) + "): " + damage.message());
-  }
-  if (!it->status().ok()) report->problems.push_back("scanning chunks: " + it->status().ToString());
+  Status scanned = chunk_store.ForEachRecord(
+      FsckScan(view), [&](const Result<uint64_t>& seq, std::string_view value) {
+        ++report->chunks_checked;
+        if (!seq.ok()) {
+          report->problems.push_back(seq.status().message());
+        } else {
+          CheckChunkRecord(chunk_store, seq.value(), value, metas, domains, &chunks, report);
+        }
+        return Status::Ok();
+      });
+  if (!scanned.ok()) report->problems.push_back(scanned.message());
   return chunks;
 }
 
@@ -283,12 +267,12 @@ class FileDamage {
 // One regular file: its extents follow each other from offset 0 to its
 // size, past its recorded holes only, and name good chunks of the lengths
 // they say.
-void CheckFileExtents(const StoreDb& db, const FsckView& view, const SnapshotInfo& snap,
-                      uint32_t index, const FileEntry& entry, const CheckedChunks& chunks,
-                      FsckReport* report) {
+void CheckFileExtents(const SnapshotCatalog& catalog, const StoreView& view,
+                      const SnapshotInfo& snap, uint32_t index, const FileEntry& entry,
+                      const CheckedChunks& chunks, FsckReport* report) {
   const std::string where = "snapshot '" + snap.id + "' file '" + entry.path + "'";
-  ExtentIndex extents(&db, ExtentIndex::Scope::File(snap.key, index, entry.holes),
-                      ExtentIndex::ReadOptions{.view = view.get(), .fill_cache = false});
+  ExtentIndex extents(catalog, ExtentIndex::Scope::File(snap.key, index, entry.holes),
+                      ExtentIndex::ReadOptions{.view = &view, .fill_cache = false});
   FileDamage damage;
   bool broken = false;
   extents.SeekToFirst();
@@ -312,8 +296,8 @@ void CheckFileExtents(const StoreDb& db, const FsckView& view, const SnapshotInf
     }
     damage.Count((*step)->extent, chunks);
   }
-  if (!extents.status().ok()) {
-    report->problems.push_back(where + ": reading its extents: " + extents.status().ToString());
+  if (Status s = extents.status("reading its extents"); !s.ok()) {
+    report->problems.push_back(where + ": " + s.message());
     broken = true;
   }
   if (damage.any()) {
@@ -350,10 +334,10 @@ void CheckSpooledFile(const Spool& spool, const SnapshotInfo& snap, uint32_t ind
 
 // One snapshot: its file records are as many as its manifest says, and
 // each regular file's extents are whole.
-void CheckSnapshot(StoreImpl* store, const FsckView& view, const SnapshotInfo& snap,
+void CheckSnapshot(StoreImpl* store, const StoreView& view, const SnapshotInfo& snap,
                    const CheckedChunks& chunks, FsckReport* report) {
   ++report->snapshots_checked;
-  auto files = store->ReadFileRecords(snap.key, view.get());
+  auto files = store->catalog().ReadFiles(snap.key, &view);
   if (!files.ok()) {
     report->problems.push_back("snapshot '" + snap.id + "': " + files.status().message());
     return;
@@ -368,7 +352,7 @@ void CheckSnapshot(StoreImpl* store, const FsckView& view, const SnapshotInfo& s
     if (entry.spooled) {
       CheckSpooledFile(store->spool(), snap, index, entry, report);
     } else {
-      CheckFileExtents(*store->db(), view, snap, index, entry, chunks, report);
+      CheckFileExtents(store->catalog(), view, snap, index, entry, chunks, report);
     }
   }
 }
@@ -379,14 +363,13 @@ Result<FsckReport> StoreImpl::FsckOnce() {
   // Gc moves chunks between packs and punches them out: not while fsck
   // reads them. Writers and the settler run on; fsck's view is from before.
   SharedMutexHold gc_guard = LockAgainstGc();
-  const FsckView view(*db_);
+  const StoreView view(*db_);
   FsckReport report;
-  const ChunkMetas metas = ReadChunkMetas(*db_, view, &report);
-  GPUCKPT_ASSIGN_OR_RETURN(const std::vector<SnapshotInfo> snapshots, LocalList(view.get()));
+  const ChunkMetas metas = ReadChunkMetas(*chunk_store_, view, &report);
+  GPUCKPT_ASSIGN_OR_RETURN(const std::vector<SnapshotInfo> snapshots, LocalList(&view));
   ChunkDomains domains;
-  domains.Learn(*db_, view, snapshots, &report);
-  const CheckedChunks chunks =
-      CheckChunkRecords(*db_, view, *chunk_store_, metas, domains, &report);
+  domains.Learn(*db_, *catalog_, view, snapshots, &report);
+  const CheckedChunks chunks = CheckChunkRecords(view, *chunk_store_, metas, domains, &report);
   CheckMetaRecords(metas, chunks, &report);
   for (const auto& snap : snapshots) CheckSnapshot(this, view, snap, chunks, &report);
   return report;

@@ -1,7 +1,6 @@
 #include "core/snapshot/pool_link.h"
 
 #include <fmt/format.h>
-#include <rocksdb/write_batch.h>
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
@@ -15,12 +14,11 @@
 
 #include "core/base/log.h"
 #include "core/base/mono_clock.h"
+#include "core/catalog/extent_index.h"
+#include "core/catalog/records.h"
 #include "core/pool/pool_gc.h"
-#include "core/snapshot/extent_index.h"
-#include "core/snapshot/records.h"
 #include "core/snapshot/store_impl.h"
 #include "core/store/chunk_store.h"
-#include "core/store/keys.h"
 
 namespace gpuckpt {
 
@@ -85,9 +83,10 @@ Result<std::unordered_map<ChunkHash, pool::IndexEntry, ChunkHashHasher>> LookUpI
 }
 
 // One regular file's extents in offset order, checked to cover it whole.
-Result<std::vector<Extent>> FileExtents(const StoreDb* db, uint64_t key, const FileEntry& file) {
+Result<std::vector<Extent>> FileExtents(const SnapshotCatalog& catalog, uint64_t key,
+                                        const FileEntry& file) {
   std::vector<Extent> out;
-  ExtentIndex index(db, ExtentIndex::Scope::File(key, file.index, file.holes));
+  ExtentIndex index(catalog, ExtentIndex::Scope::File(key, file.index, file.holes));
   index.SeekToFirst();
   for (;;) {
     GPUCKPT_ASSIGN_OR_RETURN(auto step, index.NextInOrder());
@@ -100,7 +99,7 @@ Result<std::vector<Extent>> FileExtents(const StoreDb* db, uint64_t key, const F
     }
     out.push_back(step->extent);
   }
-  GPUCKPT_RETURN_IF_ERROR(FromRocks(index.status(), "reading the extents of '" + file.path + "'"));
+  GPUCKPT_RETURN_IF_ERROR(index.status("reading the extents of '" + file.path + "'"));
   if (index.covered_to() != file.size || !index.crossed_every_hole()) {
     return Status::Corruption(fmt::format("the extents of '{}' cover {} of its {} bytes", file.path,
                                           index.covered_to(), file.size));
@@ -274,7 +273,7 @@ Result<uint64_t> PoolLink::Push(StoreImpl* store, const SnapshotInfo& info) {
 }
 
 Result<uint64_t> PoolLink::PushOnce(StoreImpl* store, const SnapshotInfo& info) {
-  GPUCKPT_ASSIGN_OR_RETURN(auto files, store->ReadFileRecords(info.key));
+  GPUCKPT_ASSIGN_OR_RETURN(auto files, store->catalog().ReadFiles(info.key));
   // The body, and each distinct chunk once (with where it lies here).
   pool::BodyEncoder body;
   std::unordered_map<ChunkHash, std::pair<uint64_t, uint64_t>, ChunkHashHasher> chunks;
@@ -282,7 +281,7 @@ Result<uint64_t> PoolLink::PushOnce(StoreImpl* store, const SnapshotInfo& info) 
   for (auto& [index, file] : files) {
     std::vector<pool::BodyExtent> extents;
     if (file.type == FileType::kRegular) {
-      GPUCKPT_ASSIGN_OR_RETURN(auto stored, FileExtents(db_, info.key, file));
+      GPUCKPT_ASSIGN_OR_RETURN(auto stored, FileExtents(store->catalog(), info.key, file));
       for (const Extent& e : stored) {
         extents.push_back({e.hash, e.length, e.fingerprint});
         if (chunks.emplace(e.hash, std::make_pair(e.seq, e.length)).second) order.push_back(e.hash);
@@ -580,8 +579,8 @@ Result<SnapshotInfo> PoolLink::Pull(StoreImpl* store, const std::string& id,
   GPUCKPT_ASSIGN_OR_RETURN(auto files, pool::DecodeBody(encoded, "'" + id + "'"));
   const std::optional<ChunkDomainKey> domain = db_->domain_key(info.dedup_domain);
   GPUCKPT_ASSIGN_OR_RETURN(auto seqs, StoreChunksOf(store, files, domain ? &*domain : nullptr));
-  GPUCKPT_RETURN_IF_ERROR(WriteFetchedRecords(id, files, seqs, key));
-  GPUCKPT_RETURN_IF_ERROR(db_->FlushAll());
+  GPUCKPT_RETURN_IF_ERROR(WriteFetchedRecords(&store->catalog(), id, files, seqs, key));
+  GPUCKPT_RETURN_IF_ERROR(store->catalog().MakeIndexDurable());
   counters_.pulls++;
   info.key = key;
   info.pool_only = false;
@@ -610,19 +609,17 @@ Result<PoolLink::ChunkSeqs> PoolLink::StoreChunksOf(StoreImpl* store,
   return seqs;
 }
 
-Status PoolLink::WriteFetchedRecords(const std::string& id,
+Status PoolLink::WriteFetchedRecords(SnapshotCatalog* catalog, const std::string& id,
                                      const std::vector<pool::BodyFile>& files,
                                      const ChunkSeqs& seqs, uint64_t key) {
   // The records, as a writer of this store would have written them.
-  rocksdb::WriteBatch batch;
-  rocksdb::WriteOptions w;
-  w.disableWAL = true;  // made durable by the caller's flush, before publication
+  // Made durable by the caller's MakeIndexDurable(), before publication.
+  StoreBatch batch;
   for (size_t i = 0; i < files.size(); ++i) {
     const uint32_t index = static_cast<uint32_t>(i);
     GPUCKPT_ASSIGN_OR_RETURN(FileEntry file, DecodeFileRecord(files[i].file_record));
     GPUCKPT_RETURN_IF_ERROR(ValidateEntryPath(file.path));
-    GPUCKPT_RETURN_IF_ERROR(FromRocks(
-        batch.Put(db_->files(), keys::FileKey(key, index), files[i].file_record), "batching"));
+    GPUCKPT_RETURN_IF_ERROR(catalog->AddFile(&batch, key, index, files[i].file_record));
     // Each extent follows the one before, or the recorded hole that starts
     // where that one ends (FORMAT.md, "The shared pool"); a hole no extent
     // steps over (but a last one) is not between extents.
@@ -635,9 +632,8 @@ Status PoolLink::WriteFetchedRecords(const std::string& id,
     for (const pool::BodyExtent& e : files[i].extents) {
       past_hole();
       GPUCKPT_RETURN_IF_ERROR(
-          FromRocks(batch.Put(db_->extents(), keys::ExtentKey(key, index, offset),
-                              EncodeExtentRecord(e.hash, seqs.at(e.hash), e.length, e.fingerprint)),
-                    "batching"));
+          catalog->AddExtent(&batch, key, index, offset,
+                             EncodeExtentRecord(e.hash, seqs.at(e.hash), e.length, e.fingerprint)));
       offset += e.length;
     }
     past_hole();
@@ -648,12 +644,11 @@ Status PoolLink::WriteFetchedRecords(const std::string& id,
           "snapshot '{}' in pool {}: the extents of '{}' cover {} bytes of its {}", id,
           options_.pool, file.path, offset, file.type == FileType::kRegular ? file.size : 0));
     }
-    if (batch.GetDataSize() > (4u << 20)) {
-      GPUCKPT_RETURN_IF_ERROR(FromRocks(db_->db()->Write(w, &batch), "writing fetched records"));
-      batch.Clear();
+    if (batch.bytes() > (4u << 20)) {
+      GPUCKPT_RETURN_IF_ERROR(catalog->WriteIndex(&batch, "writing fetched records"));
     }
   }
-  return FromRocks(db_->db()->Write(w, &batch), "writing fetched records");
+  return catalog->WriteIndex(&batch, "writing fetched records");
 }
 
 Status PoolLink::Remove(const std::string& id, uint64_t incarnation) {

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "core/base/mutex.h"
+#include "core/catalog/snapshot_catalog.h"
 #include "core/pool/pool_format.h"
 #include "core/pool/pool_gc.h"
 #include "core/pool/rados_pool.h"
@@ -121,8 +122,9 @@ class PoolLink {
   // lacks them; then their file and extent records under `key`.
   Result<ChunkSeqs> StoreChunksOf(StoreImpl* store, const std::vector<pool::BodyFile>& files,
                                   const ChunkDomainKey* domain);
-  Status WriteFetchedRecords(const std::string& id, const std::vector<pool::BodyFile>& files,
-                             const ChunkSeqs& seqs, uint64_t key);
+  Status WriteFetchedRecords(SnapshotCatalog* catalog, const std::string& id,
+                             const std::vector<pool::BodyFile>& files, const ChunkSeqs& seqs,
+                             uint64_t key);
   struct ChunkTally {
     uint64_t uploaded_chunks = 0, uploaded_bytes = 0, reused_chunks = 0;
   };

@@ -1,6 +1,5 @@
 // StoreImpl's settler: chunks the files spooling writers made durable raw
 // (see store_impl.h, "Settling", and spool.h).
-#include <rocksdb/write_batch.h>
 #include <sched.h>
 #include <spdlog/spdlog.h>
 
@@ -8,11 +7,10 @@
 #include <map>
 
 #include "core/base/log.h"
-#include "core/snapshot/records.h"
+#include "core/catalog/records.h"
 #include "core/snapshot/snapshot_writer_impl.h"
 #include "core/snapshot/store_impl.h"
 #include "core/store/chunker.h"
-#include "core/store/keys.h"
 
 namespace gpuckpt {
 
@@ -137,7 +135,7 @@ Status StoreImpl::SettleLocked(const std::string& id, bool in_background) {
   Result<SnapshotInfo> info = LocalGet(id);
   if (!info.ok() && info.status().code() == StatusCode::kNotFound) return Status::Ok();  // gc's
   GPUCKPT_RETURN_IF_ERROR(info.status());
-  GPUCKPT_ASSIGN_OR_RETURN(auto records, ReadFileRecords(info->key));
+  GPUCKPT_ASSIGN_OR_RETURN(auto records, catalog_->ReadFiles(info->key));
   std::vector<uint32_t> spooled;
   for (const auto& [index, e] : records) {
     if (e.spooled) spooled.push_back(index);
@@ -173,17 +171,12 @@ Status StoreImpl::SettleLocked(const std::string& id, bool in_background) {
   GPUCKPT_RETURN_IF_ERROR(writer.LoadBase());
 
   // Extents an interrupted settle left go first: chunk sizes may differ now.
-  rocksdb::WriteBatch stale;
+  StoreBatch stale;
   for (uint32_t index : spooled) {
-    GPUCKPT_RETURN_IF_ERROR(FromRocks(
-        stale.DeleteRange(db_->extents(), keys::FileKey(info->key, index),
-                          keys::FileKey(info->key, index) + std::string(8, '\xff') + '\xff'),
-        "batching stale extents"));
+    GPUCKPT_RETURN_IF_ERROR(catalog_->DeleteExtentsOf(&stale, info->key, index));
   }
-  rocksdb::WriteOptions no_wal;
-  no_wal.disableWAL = true;
   GPUCKPT_RETURN_IF_ERROR(
-      FromRocks(db_->db()->Write(no_wal, &stale), "removing the stale extents of '" + id + "'"));
+      catalog_->WriteIndex(&stale, "removing the stale extents of '" + id + "'"));
 
   for (uint32_t index : spooled) {
     Result<UniqueFd> fd = spool_->OpenForReading(info->key, index);
@@ -197,7 +190,7 @@ Status StoreImpl::SettleLocked(const std::string& id, bool in_background) {
   GPUCKPT_ASSIGN_OR_RETURN(const bool recorded, RecordSettled(*info, settled));
   if (!recorded) return Status::Ok();  // removed meanwhile: gc's
   // The extents and records durable, then the spool files may go.
-  GPUCKPT_RETURN_IF_ERROR(db_->FlushAll());
+  GPUCKPT_RETURN_IF_ERROR(catalog_->MakeIndexDurable());
   settled_snapshots_.fetch_add(1, std::memory_order_acq_rel);
   for (uint32_t index : spooled) GPUCKPT_RETURN_IF_ERROR(spool_->Remove(info->key, index));
   spdlog::info("settle snapshot={} result=ok files={} total_s={:.3f}", LogValue(id), spooled.size(),
@@ -210,26 +203,20 @@ Result<bool> StoreImpl::RecordSettled(const SnapshotInfo& info,
   // The file records only: the snapshot-record (its manifest.json) stays as
   // it was published, so that a copy taken before settling still compares
   // equal; its totals are what the snapshot held when it was committed.
-  rocksdb::WriteBatch batch;
+  StoreBatch batch;
   for (const auto& [index, e] : settled) {
-    GPUCKPT_RETURN_IF_ERROR(
-        FromRocks(batch.Put(db_->files(), keys::FileKey(info.key, index), EncodeFileRecord(e)),
-                  "batching settled file records"));
+    GPUCKPT_RETURN_IF_ERROR(catalog_->AddFile(&batch, info.key, index, EncodeFileRecord(e)));
   }
   // Under the pins' lock, as Remove() writes: the snapshot is either still
   // there, and its records are replaced, or removed, and nothing is
   // written back.
   MutexLock pins_lock(&pins_->mu);
-  std::string record;
-  rocksdb::Status s = db_->db()->Get(rocksdb::ReadOptions(), db_->snapshots(), info.id, &record);
-  if (s.IsNotFound()) return false;
-  GPUCKPT_RETURN_IF_ERROR(FromRocks(s, "looking up snapshot '" + info.id + "'"));
-  GPUCKPT_ASSIGN_OR_RETURN(const SnapshotInfo current, DecodeSnapshotRecord(info.id, record));
-  if (current.key != info.key) return false;
-  rocksdb::WriteOptions no_wal;
-  no_wal.disableWAL = true;
+  GPUCKPT_ASSIGN_OR_RETURN(
+      const std::optional<SnapshotInfo> current,
+      catalog_->FindSnapshot(info.id, "looking up snapshot '" + info.id + "'"));
+  if (!current || current->key != info.key) return false;
   GPUCKPT_RETURN_IF_ERROR(
-      FromRocks(db_->db()->Write(no_wal, &batch), "writing the settled records of " + info.id));
+      catalog_->WriteIndex(&batch, "writing the settled records of " + info.id));
   return true;
 }
 

@@ -9,9 +9,8 @@
 #include <cstring>
 
 #include "core/base/time_text.h"
+#include "core/catalog/records.h"
 #include "core/snapshot/fd_source.h"
-#include "core/snapshot/records.h"
-#include "core/store/keys.h"
 #include "gpuckpt/version.h"
 
 namespace gpuckpt {
@@ -426,9 +425,8 @@ Status SnapshotWriterImpl::ProcessChunk(unsigned worker, uint32_t file_index, ui
                              store_->chunks().Put(hash, data, len, store_->options().zstd_level));
   }
   Batch* b = batches_[worker].get();
-  auto s = b->batch.Put(store_->db()->extents(), keys::ExtentKey(key_, file_index, offset),
-                        EncodeExtentRecord(hash, put.seq, len, fingerprint));
-  if (!s.ok()) return FromRocks(s, "batching extent");
+  GPUCKPT_RETURN_IF_ERROR(store_->catalog().AddExtent(
+      &b->batch, key_, file_index, offset, EncodeExtentRecord(hash, put.seq, len, fingerprint)));
   {
     MutexLock lock(&totals_mu_);
     FileTotals& t = totals_[file_index];
@@ -440,19 +438,14 @@ Status SnapshotWriterImpl::ProcessChunk(unsigned worker, uint32_t file_index, ui
       t.stored_bytes += put.stored_bytes;
     }
   }
-  if (b->batch.GetDataSize() >= kBatchBytes) return WriteBatch(b);
+  if (b->batch.bytes() >= kBatchBytes) return WriteBatch(b);
   return Status::Ok();
 }
 
 Status SnapshotWriterImpl::WriteBatch(Batch* b) {
-  rocksdb::WriteOptions w;
-  // Bulk data skips the WAL (it would write every byte twice); Commit()
-  // flushes the memtables before publishing, which makes it durable.
-  w.disableWAL = true;
-  Status s = FromRocks(store_->db()->db()->Write(w, &b->batch),
-                       "writing the index of snapshot '" + spec_.name + "'");
-  b->batch.Clear();
-  return s;
+  // Without the WAL: Commit() makes the index durable before publishing.
+  return store_->catalog().WriteIndex(&b->batch,
+                                      "writing the index of snapshot '" + spec_.name + "'");
 }
 
 Result<SnapshotInfo> SnapshotWriterImpl::Commit() {
@@ -465,15 +458,13 @@ Result<SnapshotInfo> SnapshotWriterImpl::Commit() {
   const auto spool_sync_start = std::chrono::steady_clock::now();
   if (Status s = SyncSpool(); !s.ok()) return Fail(s);
   SnapshotInfo info = ManifestOfSpec();
-  rocksdb::WriteBatch files;
+  StoreBatch files;
   if (Status s = TotalUpFiles(&info, &files); !s.ok()) return Fail(s);
-  rocksdb::WriteOptions w;
-  w.disableWAL = true;
-  if (Status s = FromRocks(store_->db()->db()->Write(w, &files), "writing file records"); !s.ok())
+  if (Status s = store_->catalog().WriteIndex(&files, "writing file records"); !s.ok())
     return Fail(s);
   // Everything the manifest will name must be on disk before it is.
   const auto sync_start = spool_ ? spool_sync_start : std::chrono::steady_clock::now();
-  if (Status s = store_->db()->FlushAll(); !s.ok()) return Fail(s);
+  if (Status s = store_->catalog().MakeIndexDurable(); !s.ok()) return Fail(s);
 
   info.created_ns = UnixNowNs();
   const auto now = std::chrono::steady_clock::now();
@@ -511,7 +502,7 @@ SnapshotInfo SnapshotWriterImpl::ManifestOfSpec() const {
   return info;
 }
 
-Status SnapshotWriterImpl::TotalUpFiles(SnapshotInfo* info, rocksdb::WriteBatch* files) {
+Status SnapshotWriterImpl::TotalUpFiles(SnapshotInfo* info, StoreBatch* files) {
   // Nothing else runs now (Commit() comes after the last AddFile()), so
   // the locks are never waited for; taken all the same, for what the
   // workers wrote under them.
@@ -531,9 +522,7 @@ Status SnapshotWriterImpl::TotalUpFiles(SnapshotInfo* info, rocksdb::WriteBatch*
     info->stored_bytes += t.stored_bytes;
     info->base_chunks += t.base_chunks;
     GPUCKPT_RETURN_IF_ERROR(
-        FromRocks(files->Put(store_->db()->files(), keys::FileKey(key_, static_cast<uint32_t>(i)),
-                             EncodeFileRecord(e)),
-                  "batching file records"));
+        store_->catalog().AddFile(files, key_, static_cast<uint32_t>(i), EncodeFileRecord(e)));
   }
   info->file_count = entries_.size();
   return Status::Ok();

@@ -15,8 +15,6 @@
 #ifndef GPUCKPT_CORE_SNAPSHOT_SNAPSHOT_WRITER_IMPL_H_
 #define GPUCKPT_CORE_SNAPSHOT_SNAPSHOT_WRITER_IMPL_H_
 
-#include <rocksdb/write_batch.h>
-
 #include <atomic>
 #include <chrono>
 #include <functional>
@@ -88,7 +86,7 @@ class SnapshotWriterImpl final : public SnapshotWriter {
 
  private:
   struct Batch {
-    rocksdb::WriteBatch batch;  // extents
+    StoreBatch batch;  // extents
   };
   struct FileTotals {
     uint64_t chunks = 0;
@@ -157,8 +155,7 @@ class SnapshotWriterImpl final : public SnapshotWriter {
   // records (batched into `files`) and the manifest.
   Status WriteExtents();
   SnapshotInfo ManifestOfSpec() const;
-  Status TotalUpFiles(SnapshotInfo* info, rocksdb::WriteBatch* files)
-      EXCLUDES(entries_mu_, totals_mu_);
+  Status TotalUpFiles(SnapshotInfo* info, StoreBatch* files) EXCLUDES(entries_mu_, totals_mu_);
 
   // `base`: the base snapshot's extent at the same offset of the same file.
   Status ProcessChunk(unsigned worker, uint32_t file_index, uint64_t offset, const uint8_t* data,

@@ -1,7 +1,5 @@
 #include "core/snapshot/store_impl.h"
 
-#include <rocksdb/db.h>
-#include <rocksdb/iterator.h>
 #include <sys/stat.h>
 
 #include <algorithm>
@@ -9,14 +7,12 @@
 #include <unordered_set>
 #include <vector>
 
-#include "core/snapshot/extent_index.h"
+#include "core/catalog/extent_index.h"
+#include "core/catalog/records.h"
 #include "core/snapshot/file_reader_impl.h"
 #include "core/snapshot/pool_link.h"
-#include "core/snapshot/records.h"
 #include "core/snapshot/snapshot_writer_impl.h"
 #include "core/store/chunk_codec.h"
-#include "core/store/format.h"
-#include "core/store/keys.h"
 
 namespace gpuckpt {
 namespace {
@@ -103,27 +99,26 @@ Result<std::unique_ptr<Store>> OpenStoreWithEnv(const std::string& dir, const St
   GPUCKPT_ASSIGN_OR_RETURN(auto chunks,
                            ChunkStore::Open(db.get(), cache.get(), options.verify_on_read));
   GPUCKPT_ASSIGN_OR_RETURN(auto spool, Spool::Open(db->dir(), db->file_ops(), !options.read_only));
+  GPUCKPT_ASSIGN_OR_RETURN(auto catalog, SnapshotCatalog::Open(db.get()));
   std::unique_ptr<PoolLink> pool;
   if (options.pool) {
-    std::unique_ptr<rocksdb::Iterator> it(
-        db->db()->NewIterator(rocksdb::ReadOptions(), db->snapshots()));
-    it->SeekToFirst();
-    const bool has_snapshots = it->Valid();
-    GPUCKPT_RETURN_IF_ERROR(FromRocks(it->status(), "listing snapshots"));
+    GPUCKPT_ASSIGN_OR_RETURN(const bool has_snapshots, catalog->HasAnySnapshot());
     GPUCKPT_ASSIGN_OR_RETURN(
         pool, PoolLink::Open(*options.pool, db.get(), has_snapshots, options.read_only));
   }
-  auto store =
-      std::unique_ptr<StoreImpl>(new StoreImpl(std::move(db), std::move(cache), std::move(chunks),
-                                               std::move(spool), std::move(pool), options));
+  auto store = std::unique_ptr<StoreImpl>(
+      new StoreImpl(std::move(db), std::move(catalog), std::move(cache), std::move(chunks),
+                    std::move(spool), std::move(pool), options));
   if (!options.read_only) GPUCKPT_RETURN_IF_ERROR(store->ResumeSettling());
   return std::unique_ptr<Store>(std::move(store));
 }
 
-StoreImpl::StoreImpl(std::unique_ptr<StoreDb> db, std::unique_ptr<ChunkCache> cache,
-                     std::unique_ptr<ChunkStore> chunks, std::unique_ptr<Spool> spool,
-                     std::unique_ptr<PoolLink> pool, const StoreOptions& options)
+StoreImpl::StoreImpl(std::unique_ptr<StoreDb> db, std::unique_ptr<SnapshotCatalog> catalog,
+                     std::unique_ptr<ChunkCache> cache, std::unique_ptr<ChunkStore> chunks,
+                     std::unique_ptr<Spool> spool, std::unique_ptr<PoolLink> pool,
+                     const StoreOptions& options)
     : db_(std::move(db)),
+      catalog_(std::move(catalog)),
       options_(options),
       cache_(std::move(cache)),
       chunk_store_(std::move(chunks)),
@@ -158,26 +153,7 @@ Result<uint64_t> StoreImpl::AllocateSnapshotKey() {
   // last, handing its successor out again after a crash. Only
   // BeginSnapshot() comes here, once per snapshot.
   MutexLock lock(&key_mu_);
-  std::string value;
-  uint64_t next = 1;
-  rocksdb::Status s =
-      db_->db()->Get(rocksdb::ReadOptions(), db_->meta(), format::kMetaNextSnapshotKey, &value);
-  if (s.ok()) {
-    if (value.size() != 8) return Status::Corruption("next snapshot key record is malformed");
-    next = keys::GetBigEndian(value, 8);
-  } else if (!s.IsNotFound()) {
-    return FromRocks(s, "reading the next snapshot key");
-  }
-  // Persisted (synced) before use: a key is never handed out twice, so the
-  // records of a writer that died can never mix with a later snapshot's.
-  std::string encoded;
-  keys::PutBigEndian(&encoded, next + 1, 8);
-  rocksdb::WriteOptions w;
-  w.sync = true;
-  GPUCKPT_RETURN_IF_ERROR(
-      FromRocks(db_->db()->Put(w, db_->meta(), format::kMetaNextSnapshotKey, encoded),
-                "storing the next snapshot key"));
-  return next;
+  return catalog_->AllocateKey();
 }
 
 Result<std::unique_ptr<SnapshotWriter>> StoreImpl::BeginSnapshot(
@@ -239,12 +215,11 @@ Status StoreImpl::ReserveLocalName(const std::string& name) {
   // a writer that held the name before published it, if it did, before it
   // let the name go, so its snapshot is found here; and no writer can
   // publish it from now on but ours.
-  std::string ignored;
-  rocksdb::Status s = db_->db()->Get(rocksdb::ReadOptions(), db_->snapshots(), name, &ignored);
-  if (s.IsNotFound()) return Status::Ok();
+  Result<bool> exists = catalog_->HasSnapshot(name);
+  if (exists.ok() && !*exists) return Status::Ok();
   ReleaseName(name, NameFate::kAbandoned);
-  if (s.ok()) return Status::AlreadyExists("snapshot '" + name + "' already exists");
-  return FromRocks(s, "looking up snapshot '" + name + "'");
+  if (exists.ok()) return Status::AlreadyExists("snapshot '" + name + "' already exists");
+  return exists.status();
 }
 
 void StoreImpl::ReleaseName(const std::string& name, NameFate fate) {
@@ -267,66 +242,24 @@ Status StoreImpl::Publish(const SnapshotInfo& info) {
       return Status::Internal("snapshot '" + info.id + "' published without its name reserved");
     }
   }
-  std::string ignored;
-  rocksdb::Status s = db_->db()->Get(rocksdb::ReadOptions(), db_->snapshots(), info.id, &ignored);
-  if (s.ok()) return Status::AlreadyExists("snapshot '" + info.id + "' already exists");
-  if (!s.IsNotFound()) return FromRocks(s, "looking up snapshot '" + info.id + "'");
-  rocksdb::WriteOptions w;
-  w.sync = options_.sync;
-  return FromRocks(db_->db()->Put(w, db_->snapshots(), info.id, EncodeSnapshotRecord(info)),
-                   "publishing snapshot '" + info.id + "'");
-}
-
-Result<std::vector<SnapshotInfo>> StoreImpl::LocalList(const rocksdb::Snapshot* view) {
-  std::vector<SnapshotInfo> out;
-  rocksdb::ReadOptions r;
-  r.snapshot = view;
-  std::unique_ptr<rocksdb::Iterator> it(db_->db()->NewIterator(r, db_->snapshots()));
-  for (it->SeekToFirst(); it->Valid(); it->Next()) {
-    GPUCKPT_ASSIGN_OR_RETURN(SnapshotInfo info, DecodeSnapshotRecord(it->key().ToStringView(),
-                                                                     it->value().ToStringView()));
-    out.push_back(std::move(info));
-  }
-  GPUCKPT_RETURN_IF_ERROR(FromRocks(it->status(), "listing snapshots"));
-  std::stable_sort(out.begin(), out.end(),
-                   [](const SnapshotInfo& a, const SnapshotInfo& b) { return a.key < b.key; });
-  return out;
+  GPUCKPT_ASSIGN_OR_RETURN(const bool exists, catalog_->HasSnapshot(info.id));
+  if (exists) return Status::AlreadyExists("snapshot '" + info.id + "' already exists");
+  return catalog_->PutSnapshot(info, options_.sync, "publishing snapshot '" + info.id + "'");
 }
 
 Result<SnapshotInfo> StoreImpl::LocalGet(const std::string& id) {
   if (!ValidateSnapshotName(id).ok()) {
     return Status::NotFound("no snapshot '" + id + "' (not a valid snapshot id)");
   }
-  std::string record;
-  rocksdb::Status s = db_->db()->Get(rocksdb::ReadOptions(), db_->snapshots(), id, &record);
-  if (s.IsNotFound()) return Status::NotFound("no snapshot '" + id + "' in store " + dir());
-  GPUCKPT_RETURN_IF_ERROR(FromRocks(s, "reading snapshot '" + id + "'"));
-  return DecodeSnapshotRecord(id, record);
-}
-
-Result<std::vector<std::pair<uint32_t, FileEntry>>> StoreImpl::ReadFileRecords(
-    uint64_t key, const rocksdb::Snapshot* view) {
-  std::vector<std::pair<uint32_t, FileEntry>> out;
-  const std::string lower = keys::SnapshotPrefix(key);
-  const std::string upper = keys::SnapshotPrefix(key + 1);
-  rocksdb::Slice upper_slice(upper);
-  rocksdb::ReadOptions r;
-  r.snapshot = view;
-  r.iterate_upper_bound = &upper_slice;
-  std::unique_ptr<rocksdb::Iterator> it(db_->db()->NewIterator(r, db_->files()));
-  for (it->Seek(lower); it->Valid(); it->Next()) {
-    if (it->key().size() != 12) return Status::Corruption("malformed file record key");
-    GPUCKPT_ASSIGN_OR_RETURN(FileEntry e, DecodeFileRecord(it->value().ToStringView()));
-    e.index = keys::FileIndexOf(it->key().ToStringView());
-    out.emplace_back(e.index, std::move(e));
-  }
-  GPUCKPT_RETURN_IF_ERROR(FromRocks(it->status(), "reading file records"));
-  return out;
+  GPUCKPT_ASSIGN_OR_RETURN(std::optional<SnapshotInfo> info,
+                           catalog_->FindSnapshot(id, "reading snapshot '" + id + "'"));
+  if (!info) return Status::NotFound("no snapshot '" + id + "' in store " + dir());
+  return std::move(*info);
 }
 
 Result<std::vector<FileEntry>> StoreImpl::ListFiles(const std::string& id) {
   GPUCKPT_ASSIGN_OR_RETURN(SnapshotInfo info, EnsureLocal(id));
-  GPUCKPT_ASSIGN_OR_RETURN(auto records, ReadFileRecords(info.key));
+  GPUCKPT_ASSIGN_OR_RETURN(auto records, catalog_->ReadFiles(info.key));
   std::vector<FileEntry> out;
   out.reserve(records.size());
   for (auto& [index, e] : records) out.push_back(std::move(e));
@@ -357,7 +290,7 @@ Result<std::unique_ptr<FileReader>> StoreImpl::OpenFile(const std::string& id,
                                                         const std::string& path) {
   GPUCKPT_ASSIGN_OR_RETURN(auto pinned, PinSnapshot(id));
   const SnapshotInfo& info = pinned.first;
-  GPUCKPT_ASSIGN_OR_RETURN(auto records, ReadFileRecords(info.key));
+  GPUCKPT_ASSIGN_OR_RETURN(auto records, catalog_->ReadFiles(info.key));
   for (auto& [index, e] : records) {
     if (e.path != path) continue;
     if (e.type != FileType::kRegular) {
@@ -384,17 +317,15 @@ Result<std::unique_ptr<FileReader>> StoreImpl::MakeReader(SnapshotPin pin, const
       spool_file = std::move(*opened);
     } else if (opened.status().code() == StatusCode::kNotFound) {
       // Settled since the record was read: its extents are durable now.
-      std::string record;
-      GPUCKPT_RETURN_IF_ERROR(FromRocks(db_->db()->Get(rocksdb::ReadOptions(), db_->files(),
-                                                       keys::FileKey(info.key, index), &record),
-                                        "reading a file record of '" + info.id + "'"));
-      GPUCKPT_ASSIGN_OR_RETURN(FileEntry settled, DecodeFileRecord(record));
-      if (settled.spooled || settled.path != entry.path) {
+      GPUCKPT_ASSIGN_OR_RETURN(
+          std::optional<FileEntry> settled,
+          catalog_->FindFile(info.key, index, "reading a file record of '" + info.id + "'"));
+      if (!settled || settled->spooled || settled->path != entry.path) {
         return Status::Corruption("snapshot '" + info.id + "' file '" + entry.path +
                                   "': its spool file is missing");
       }
-      settled.index = entry.index;
-      entry = std::move(settled);
+      settled->index = entry.index;
+      entry = std::move(*settled);
     } else {
       return opened.status();
     }
@@ -410,13 +341,11 @@ Result<std::unique_ptr<FileReader>> StoreImpl::OpenListedFile(const std::string&
   const SnapshotInfo& info = pinned.first;
   if (info.key != key)
     return Status::NotFound("snapshot '" + id + "' was removed since it was listed");
-  std::string record;
-  rocksdb::Status s = db_->db()->Get(rocksdb::ReadOptions(), db_->files(),
-                                     keys::FileKey(key, entry.index), &record);
-  if (s.IsNotFound())
-    return Status::NotFound("no file '" + entry.path + "' in snapshot '" + id + "'");
-  GPUCKPT_RETURN_IF_ERROR(FromRocks(s, "reading a file record of '" + id + "'"));
-  GPUCKPT_ASSIGN_OR_RETURN(FileEntry e, DecodeFileRecord(record));
+  GPUCKPT_ASSIGN_OR_RETURN(
+      std::optional<FileEntry> found,
+      catalog_->FindFile(key, entry.index, "reading a file record of '" + id + "'"));
+  if (!found) return Status::NotFound("no file '" + entry.path + "' in snapshot '" + id + "'");
+  FileEntry e = std::move(*found);
   // The record the listing named, or the listing is not of this snapshot.
   if (e.path != entry.path)
     return Status::NotFound("no file '" + entry.path + "' in snapshot '" + id + "'");
@@ -433,8 +362,8 @@ Status StoreImpl::RemoveLocal(const std::string& id) {
 
 Status StoreImpl::RemoveOnce(const std::string& id) {
   GPUCKPT_ASSIGN_OR_RETURN(SnapshotInfo info, LocalGet(id));
-  rocksdb::WriteBatch batch;
-  auto s = batch.Delete(db_->snapshots(), id);
+  StoreBatch batch;
+  Status s = catalog_->DeleteSnapshot(&batch, id);
   // Held until the write is done, so that a reader pins either before (and
   // keeps the records) or after (and finds the snapshot gone). A lock across
   // a synced write, then, but only PinSnapshot(), a pin's release and Gc()
@@ -444,15 +373,10 @@ Status StoreImpl::RemoveOnce(const std::string& id) {
     // Nobody reads it: its index goes in the same atomic batch. Otherwise
     // the records stay for the readers, and the first Gc() after them
     // sweeps them.
-    const std::string lower = keys::SnapshotPrefix(info.key);
-    const std::string upper = keys::SnapshotPrefix(info.key + 1);
-    if (s.ok()) s = batch.DeleteRange(db_->files(), lower, upper);
-    if (s.ok()) s = batch.DeleteRange(db_->extents(), lower, upper);
+    if (s.ok()) s = catalog_->DeleteRecordsOf(&batch, info.key);
   }
-  if (!s.ok()) return FromRocks(s, "batching the removal of '" + id + "'");
-  rocksdb::WriteOptions w;
-  w.sync = options_.sync;
-  return FromRocks(db_->db()->Write(w, &batch), "removing snapshot '" + id + "'");
+  if (!s.ok()) return s;
+  return catalog_->Write(&batch, options_.sync, "removing snapshot '" + id + "'");
 }
 
 Result<GcReport> StoreImpl::Gc() {
@@ -495,9 +419,10 @@ struct GcMarks {
 // Mark: every chunk named by an extent of a live or pinned snapshot.
 // Extents of other keys belong to writers that never committed, or to
 // snapshots removed while a reader had them pinned: their keys are orphans.
-Result<GcMarks> MarkLiveChunks(const StoreDb* db, const std::unordered_set<uint64_t>& live_keys) {
+Result<GcMarks> MarkLiveChunks(const SnapshotCatalog& catalog,
+                               const std::unordered_set<uint64_t>& live_keys) {
   GcMarks marks;
-  ExtentIndex extents(db, ExtentIndex::Scope::Store());
+  ExtentIndex extents(catalog, ExtentIndex::Scope::Store());
   extents.SeekToFirst();
   while (extents.Valid()) {
     GPUCKPT_ASSIGN_OR_RETURN(const ExtentKeyParts key, extents.Key());
@@ -513,81 +438,32 @@ Result<GcMarks> MarkLiveChunks(const StoreDb* db, const std::unordered_set<uint6
     marks.chunks.insert(e.seq);
     extents.Next();
   }
-  GPUCKPT_RETURN_IF_ERROR(FromRocks(extents.status(), "scanning extents"));
+  GPUCKPT_RETURN_IF_ERROR(extents.status("scanning extents"));
   return marks;
 }
 
 // Orphans that have file records but no extents (a snapshot of directories
 // and empty files only, say).
-Status AddOrphansOfFileRecords(const StoreDb* db, const std::unordered_set<uint64_t>& live_keys,
+Status AddOrphansOfFileRecords(const SnapshotCatalog& catalog,
+                               const std::unordered_set<uint64_t>& live_keys,
                                std::vector<uint64_t>* orphan_keys) {
-  std::unique_ptr<rocksdb::Iterator> it(db->db()->NewIterator(rocksdb::ReadOptions(), db->files()));
-  for (it->SeekToFirst(); it->Valid(); it->Next()) {
-    const uint64_t snap = keys::SnapshotKeyOf(it->key().ToStringView());
+  GPUCKPT_ASSIGN_OR_RETURN(const std::vector<uint64_t> with_files, catalog.KeysWithFiles());
+  for (uint64_t snap : with_files) {
     if (live_keys.count(snap) == 0 &&
         std::find(orphan_keys->begin(), orphan_keys->end(), snap) == orphan_keys->end()) {
       orphan_keys->push_back(snap);
     }
   }
-  return FromRocks(it->status(), "scanning file records");
-}
-
-Status BatchOrphanRemoval(const StoreDb* db, const std::vector<uint64_t>& orphan_keys,
-                          rocksdb::WriteBatch* batch, GcReport* report) {
-  for (uint64_t k : orphan_keys) {
-    auto s = batch->DeleteRange(db->files(), keys::SnapshotPrefix(k), keys::SnapshotPrefix(k + 1));
-    if (s.ok())
-      s = batch->DeleteRange(db->extents(), keys::SnapshotPrefix(k), keys::SnapshotPrefix(k + 1));
-    if (!s.ok()) return FromRocks(s, "batching orphan removal");
-    ++report->orphan_records_deleted;
-  }
   return Status::Ok();
 }
 
-// Sweep: every chunk not marked. Walks the small meta records, not the
-// chunk data; writes `batch` whenever it grows past a few MiB.
-Status SweepUnmarkedChunks(const StoreDb* db, ChunkCache* cache,
-                           const std::unordered_set<uint64_t>& marked, rocksdb::WriteBatch* batch,
-                           GcReport* report) {
-  std::unique_ptr<rocksdb::Iterator> it(
-      db->db()->NewIterator(rocksdb::ReadOptions(), db->chunk_meta()));
-  for (it->SeekToFirst(); it->Valid(); it->Next()) {
-    auto hash = ChunkHash::FromBytes(it->key().ToStringView());
-    auto meta = DecodeChunkMeta(it->value().ToStringView());
-    if (!hash.ok() || !meta.ok()) {
-      return Status::Corruption("malformed chunk meta record; run fsck");
-    }
-    if (marked.count(meta->seq) != 0) {
-      ++report->chunks_kept;
-      continue;
-    }
-    ++report->chunks_deleted;
-    report->bytes_deleted += meta->stored_length;
-    auto s = batch->Delete(db->chunks(), ChunkSeqKey(meta->seq));
-    if (s.ok()) s = batch->Delete(db->chunk_meta(), it->key());
-    if (!s.ok()) return FromRocks(s, "batching chunk deletion");
-    cache->Erase(*hash);
-    if (batch->GetDataSize() > (4u << 20)) {
-      rocksdb::WriteOptions w;
-      GPUCKPT_RETURN_IF_ERROR(FromRocks(db->db()->Write(w, batch), "deleting chunks"));
-      batch->Clear();
-    }
+Status BatchOrphanRemoval(const SnapshotCatalog& catalog, const std::vector<uint64_t>& orphan_keys,
+                          StoreBatch* batch, GcReport* report) {
+  for (uint64_t k : orphan_keys) {
+    GPUCKPT_RETURN_IF_ERROR(catalog.DeleteRecordsOf(batch, k));
+    ++report->orphan_records_deleted;
   }
-  return FromRocks(it->status(), "scanning chunk meta records");
-}
-
-// Gives the space of deleted chunks back now: rewrites the chunk tables
-// and forces blob garbage collection so files holding only dead chunks are
-// deleted.
-Status CompactChunkTables(StoreDb* db) {
-  rocksdb::CompactRangeOptions c;
-  c.blob_garbage_collection_policy = rocksdb::BlobGarbageCollectionPolicy::kForce;
-  c.blob_garbage_collection_age_cutoff = 1.0;
-  c.bottommost_level_compaction = rocksdb::BottommostLevelCompaction::kForce;
-  // A compaction flushes first: see StoreDb::Resume().
-  GPUCKPT_RETURN_IF_ERROR(db->Resume());
-  return FromRocks(db->db()->CompactRange(c, db->chunks(), nullptr, nullptr),
-                   "compacting after gc");
+  return Status::Ok();
 }
 
 Status RemoveGarbageFromPacks(ChunkStore* chunks, GcReport* report) {
@@ -606,22 +482,25 @@ Result<GcReport> StoreImpl::GcLocked() {
   GPUCKPT_ASSIGN_OR_RETURN(const std::vector<SnapshotInfo> snapshots, LocalList());
   // Read after the list: see PinSnapshot().
   const std::unordered_set<uint64_t> live_keys = LiveOrPinnedKeys(snapshots, pins_.get());
-  GPUCKPT_ASSIGN_OR_RETURN(GcMarks marks, MarkLiveChunks(db_.get(), live_keys));
-  GPUCKPT_RETURN_IF_ERROR(AddOrphansOfFileRecords(db_.get(), live_keys, &marks.orphan_keys));
+  GPUCKPT_ASSIGN_OR_RETURN(GcMarks marks, MarkLiveChunks(*catalog_, live_keys));
+  GPUCKPT_RETURN_IF_ERROR(AddOrphansOfFileRecords(*catalog_, live_keys, &marks.orphan_keys));
 
-  rocksdb::WriteBatch batch;
-  GPUCKPT_RETURN_IF_ERROR(BatchOrphanRemoval(db_.get(), marks.orphan_keys, &batch, &report));
-  GPUCKPT_RETURN_IF_ERROR(
-      SweepUnmarkedChunks(db_.get(), cache_.get(), marks.chunks, &batch, &report));
-  // A chunk record without a meta record (possible only through damage) is
-  // never swept; fsck reports it.
-  rocksdb::WriteOptions w;
-  w.sync = options_.sync;
-  GPUCKPT_RETURN_IF_ERROR(FromRocks(db_->db()->Write(w, &batch), "deleting chunks"));
+  // The orphans' records and the unmarked chunks go in one batch, written
+  // at once (the sweep writes it early where it grows past a few MiB).
+  StoreBatch batch;
+  GPUCKPT_RETURN_IF_ERROR(BatchOrphanRemoval(*catalog_, marks.orphan_keys, &batch, &report));
+  ChunkStore::SweepCounts swept;
+  GPUCKPT_RETURN_IF_ERROR(chunk_store_->SweepUnmarked(marks.chunks, &batch, &swept));
+  report.chunks_kept += swept.kept;
+  report.chunks_deleted += swept.deleted;
+  report.bytes_deleted += swept.bytes_deleted;
+  GPUCKPT_RETURN_IF_ERROR(db_->Write(
+      &batch, options_.sync ? StoreDb::Durability::kSynced : StoreDb::Durability::kLogged,
+      "deleting chunks"));
   // No writer runs now: a spool file of a key gone from the listing is a
   // removed snapshot's, or one that was never published.
   GPUCKPT_RETURN_IF_ERROR(RemoveOrphanSpoolFiles(live_keys));
-  if (report.chunks_deleted > 0) GPUCKPT_RETURN_IF_ERROR(CompactChunkTables(db_.get()));
+  if (report.chunks_deleted > 0) GPUCKPT_RETURN_IF_ERROR(chunk_store_->CompactIndex());
   // Also when nothing was deleted now: packs left by a crash, or by a gc
   // that failed half-way, hold only garbage.
   GPUCKPT_RETURN_IF_ERROR(RemoveGarbageFromPacks(chunk_store_.get(), &report));
@@ -646,11 +525,11 @@ Result<uint64_t> StoreImpl::HeldBytes(const std::vector<std::string>& ids) {
     if (!info.ok() && info.status().code() == StatusCode::kNotFound) continue;
     if (!info.ok()) return info.status();
     // Spooled files hold their whole size on the disk until they settle.
-    GPUCKPT_ASSIGN_OR_RETURN(auto records, ReadFileRecords(info->key));
+    GPUCKPT_ASSIGN_OR_RETURN(auto records, catalog_->ReadFiles(info->key));
     for (const auto& [index, e] : records) {
       if (e.spooled) held += e.size;
     }
-    ExtentIndex extents(db_.get(), ExtentIndex::Scope::Snapshot(info->key),
+    ExtentIndex extents(*catalog_, ExtentIndex::Scope::Snapshot(info->key),
                         ExtentIndex::ReadOptions{.fill_cache = false});
     extents.SeekToFirst();
     for (; extents.Valid(); extents.Next()) {
@@ -659,7 +538,7 @@ Result<uint64_t> StoreImpl::HeldBytes(const std::vector<std::string>& ids) {
       GPUCKPT_ASSIGN_OR_RETURN(std::optional<ChunkMeta> meta, chunk_store_->Lookup(e.hash));
       if (meta) held += meta->stored_length;  // else collected meanwhile
     }
-    GPUCKPT_RETURN_IF_ERROR(FromRocks(extents.status(), "scanning the extents of " + id));
+    GPUCKPT_RETURN_IF_ERROR(extents.status("scanning the extents of " + id));
   }
   return held;
 }
@@ -669,15 +548,14 @@ Result<StoreStats> StoreImpl::Stats() {
   GPUCKPT_ASSIGN_OR_RETURN(auto snapshots, LocalList());
   stats.snapshot_count = snapshots.size();
   for (const auto& s : snapshots) stats.logical_bytes += s.logical_bytes;
-  std::unique_ptr<rocksdb::Iterator> it(
-      db_->db()->NewIterator(rocksdb::ReadOptions(), db_->chunk_meta()));
-  for (it->SeekToFirst(); it->Valid(); it->Next()) {
-    GPUCKPT_ASSIGN_OR_RETURN(ChunkMeta meta, DecodeChunkMeta(it->value().ToStringView()));
-    ++stats.chunk_count;
-    stats.unique_bytes += meta.raw_length;
-    stats.stored_bytes += meta.stored_length;
-  }
-  GPUCKPT_RETURN_IF_ERROR(FromRocks(it->status(), "scanning chunk meta records"));
+  GPUCKPT_RETURN_IF_ERROR(chunk_store_->ForEachChunk(
+      ChunkStore::Scan(), [&](const Result<ChunkHash>&, const Result<ChunkMeta>& meta) {
+        if (!meta.ok()) return meta.status();
+        ++stats.chunk_count;
+        stats.unique_bytes += meta->raw_length;
+        stats.stored_bytes += meta->stored_length;
+        return Status::Ok();
+      }));
   stats.disk_bytes = DiskUsage(dir());
   GPUCKPT_ASSIGN_OR_RETURN(stats.spooled_bytes, spool_->Bytes());
   return stats;

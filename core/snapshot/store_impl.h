@@ -10,6 +10,10 @@
 // across one write of Remove() (see RemoveOnce()); key_mu_ across the
 // synced write of the next snapshot key (see AllocateSnapshotKey()).
 //
+// The store's tables are reached only through their owners: the chunk
+// tables through the ChunkStore, the snapshot, file and extent records
+// through the SnapshotCatalog (and its ExtentIndex).
+//
 // Pins: a FileReader (and an Export) holds a SnapshotPin on the snapshot's
 // key for its whole life. Remove() deletes the snapshot record at once (it
 // is gone from List and Get), but leaves the file and extent records of a
@@ -31,6 +35,7 @@
 #include <utility>
 
 #include "core/base/mutex.h"
+#include "core/catalog/snapshot_catalog.h"
 #include "core/snapshot/spool.h"
 #include "core/store/chunk_cache.h"
 #include "core/store/chunk_store.h"
@@ -84,9 +89,10 @@ class PoolLink;
 class StoreImpl final : public Store {
  public:
   // `pool`: the shared pool's link, or null (StoreOptions::pool).
-  StoreImpl(std::unique_ptr<StoreDb> db, std::unique_ptr<ChunkCache> cache,
-            std::unique_ptr<ChunkStore> chunks, std::unique_ptr<Spool> spool,
-            std::unique_ptr<PoolLink> pool, const StoreOptions& options);
+  StoreImpl(std::unique_ptr<StoreDb> db, std::unique_ptr<SnapshotCatalog> catalog,
+            std::unique_ptr<ChunkCache> cache, std::unique_ptr<ChunkStore> chunks,
+            std::unique_ptr<Spool> spool, std::unique_ptr<PoolLink> pool,
+            const StoreOptions& options);
   ~StoreImpl() override;
 
   using Store::BeginSnapshot;
@@ -125,6 +131,7 @@ class StoreImpl final : public Store {
 
   // For the snapshot writer.
   StoreDb* db() const { return db_.get(); }
+  SnapshotCatalog& catalog() const { return *catalog_; }
   ChunkStore& chunks() const { return *chunk_store_; }
   const StoreOptions& options() const { return options_; }
   const Spool& spool() const { return *spool_; }
@@ -187,16 +194,13 @@ class StoreImpl final : public Store {
   void AfterPublish(const SnapshotInfo& info) EXCLUDES(pusher_mu_);
 
   // This store's own snapshots, oldest first (List() adds the pool's); as
-  // of `view` when given (a RocksDB snapshot of db()), else as of now.
-  Result<std::vector<SnapshotInfo>> LocalList(const rocksdb::Snapshot* view = nullptr);
+  // of `view` when given, else as of now.
+  Result<std::vector<SnapshotInfo>> LocalList(const StoreView* view = nullptr) {
+    return catalog_->ListSnapshots(view);
+  }
 
   // Held by a writer for its whole life: Gc waits for it.
   SharedMutexHold LockAgainstGc() { return SharedMutexHold(&gc_mu_); }
-
-  // Files of snapshot `key` with their index numbers, in index order; as of
-  // `view` when given (a RocksDB snapshot of db()), else as of now.
-  Result<std::vector<std::pair<uint32_t, FileEntry>>> ReadFileRecords(
-      uint64_t key, const rocksdb::Snapshot* view = nullptr);
 
   // Snapshot `id` and a pin that keeps it readable, even if it is removed
   // meanwhile. kNotFound when there is no such snapshot.
@@ -267,10 +271,11 @@ class StoreImpl final : public Store {
   Status RemoveLocal(const std::string& id);
   Result<GcReport> GcLocked() REQUIRES(gc_mu_) EXCLUDES(pins_->mu);
   // One pass of Fsck() over the database as this Store sees it now: one
-  // RocksDB snapshot of it, with gc held off.
+  // StoreView of it, with gc held off.
   Result<FsckReport> FsckOnce() EXCLUDES(gc_mu_);
 
   std::unique_ptr<StoreDb> db_;
+  std::unique_ptr<SnapshotCatalog> catalog_;  // borrows db_
   StoreOptions options_;
   std::unique_ptr<ChunkCache> cache_;
   std::unique_ptr<ChunkStore> chunk_store_;  // borrows db_ and cache_

@@ -3,7 +3,6 @@
 // read, publishing commits there (at once or in the background), and
 // removals.
 #include <fmt/format.h>
-#include <rocksdb/db.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -11,8 +10,8 @@
 
 #include "core/base/log.h"
 #include "core/base/scope_exit.h"
+#include "core/catalog/records.h"
 #include "core/snapshot/pool_link.h"
-#include "core/snapshot/records.h"
 #include "core/snapshot/store_impl.h"
 
 namespace gpuckpt {
@@ -355,10 +354,8 @@ Status StoreImpl::RecordPoolIncarnation(const std::string& id, uint64_t key, uin
   GPUCKPT_ASSIGN_OR_RETURN(SnapshotInfo info, LocalGet(id));
   if (info.key != key) return Status::NotFound("snapshot '" + id + "' was replaced");
   info.pool_incarnation = incarnation;
-  rocksdb::WriteOptions w;
-  w.sync = options_.sync;
-  return FromRocks(db_->db()->Put(w, db_->snapshots(), id, EncodeSnapshotRecord(info)),
-                   "recording that snapshot '" + id + "' is in the pool");
+  return catalog_->PutSnapshot(info, options_.sync,
+                               "recording that snapshot '" + id + "' is in the pool");
 }
 
 }  // namespace gpuckpt

@@ -11,8 +11,8 @@
 #include <unordered_set>
 #include <vector>
 
+#include "core/base/big_endian.h"
 #include "core/base/scope_exit.h"
-#include "core/store/keys.h"
 
 namespace gpuckpt {
 namespace {
@@ -130,7 +130,7 @@ Status PunchGarbage(ChunkPacks& packs, const std::vector<ChunkPacks::PackFile>& 
 
 std::string ChunkSeqKey(uint64_t seq) {
   std::string k;
-  keys::PutBigEndian(&k, seq, 8);
+  PutBigEndian(&k, seq, 8);
   return k;
 }
 
@@ -146,10 +146,80 @@ Result<std::unique_ptr<ChunkStore>> ChunkStore::Open(StoreDb* db, ChunkCache* ca
   uint64_t next = 1;
   if (it->Valid()) {
     if (it->key().size() != 8) return Status::Corruption("malformed chunk key");
-    next = keys::GetBigEndian(it->key().ToStringView(), 8) + 1;
+    next = GetBigEndian(it->key().ToStringView(), 8) + 1;
   }
   GPUCKPT_RETURN_IF_ERROR(FromRocks(it->status(), "reading the last chunk"));
   return std::unique_ptr<ChunkStore>(new ChunkStore(db, cache, verify, next));
+}
+
+namespace {
+
+rocksdb::ReadOptions ScanOptions(const ChunkStore::Scan& scan) {
+  rocksdb::ReadOptions r;
+  r.snapshot = scan.view != nullptr ? scan.view->rocks() : nullptr;
+  r.fill_cache = scan.fill_cache;
+  return r;
+}
+
+}  // namespace
+
+Status ChunkStore::ForEachChunk(const Scan& scan, const MetaVisitor& visit) const {
+  std::unique_ptr<rocksdb::Iterator> it(
+      db_->db()->NewIterator(ScanOptions(scan), db_->chunk_meta()));
+  for (it->SeekToFirst(); it->Valid(); it->Next()) {
+    GPUCKPT_RETURN_IF_ERROR(visit(ChunkHash::FromBytes(it->key().ToStringView()),
+                                  DecodeChunkMeta(it->value().ToStringView())));
+  }
+  return FromRocks(it->status(), "scanning chunk meta records");
+}
+
+Status ChunkStore::ForEachRecord(const Scan& scan, const RecordVisitor& visit) const {
+  std::unique_ptr<rocksdb::Iterator> it(db_->db()->NewIterator(ScanOptions(scan), db_->chunks()));
+  for (it->SeekToFirst(); it->Valid(); it->Next()) {
+    const std::string_view key = it->key().ToStringView();
+    Result<uint64_t> seq = key.size() == 8
+                               ? Result<uint64_t>(GetBigEndian(key, 8))
+                               : Result<uint64_t>(Status::Corruption(
+                                     "chunk key of " + std::to_string(key.size()) + " bytes"));
+    GPUCKPT_RETURN_IF_ERROR(visit(seq, it->value().ToStringView()));
+  }
+  return FromRocks(it->status(), "scanning chunks");
+}
+
+Status ChunkStore::SweepUnmarked(const std::unordered_set<uint64_t>& keep, StoreBatch* batch,
+                                 SweepCounts* counts) {
+  // Walks the small meta records, not the chunk data.
+  return ForEachChunk(Scan(), [&](const Result<ChunkHash>& hash, const Result<ChunkMeta>& meta) {
+    if (!hash.ok() || !meta.ok())
+      return Status::Corruption("malformed chunk meta record; run fsck");
+    if (keep.count(meta->seq) != 0) {
+      ++counts->kept;
+      return Status::Ok();
+    }
+    ++counts->deleted;
+    counts->bytes_deleted += meta->stored_length;
+    auto s = batch->rocks().Delete(db_->chunks(), ChunkSeqKey(meta->seq));
+    if (s.ok()) s = batch->rocks().Delete(db_->chunk_meta(), HashSlice(hash.value()));
+    if (!s.ok()) return FromRocks(s, "batching chunk deletion");
+    cache_->Erase(hash.value());
+    if (batch->bytes() > (4u << 20)) {
+      return db_->Write(batch, StoreDb::Durability::kLogged, "deleting chunks");
+    }
+    return Status::Ok();
+  });
+}
+
+Status ChunkStore::CompactIndex() {
+  // Forces blob garbage collection too, so that files holding only dead
+  // chunks (stores of version 1) are deleted.
+  rocksdb::CompactRangeOptions c;
+  c.blob_garbage_collection_policy = rocksdb::BlobGarbageCollectionPolicy::kForce;
+  c.blob_garbage_collection_age_cutoff = 1.0;
+  c.bottommost_level_compaction = rocksdb::BottommostLevelCompaction::kForce;
+  // A compaction flushes first: see StoreDb::Resume().
+  GPUCKPT_RETURN_IF_ERROR(db_->Resume());
+  return FromRocks(db_->db()->CompactRange(c, db_->chunks(), nullptr, nullptr),
+                   "compacting after gc");
 }
 
 void ChunkStore::Claim(const ChunkHash& hash) {

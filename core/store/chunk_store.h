@@ -28,6 +28,7 @@
 #define GPUCKPT_CORE_STORE_CHUNK_STORE_H_
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -126,6 +127,44 @@ class ChunkStore {
   // deletions that made it garbage are durable). Readers may run; Put()
   // must not.
   Result<PackCompaction> CompactPacks();
+
+  // Walking every chunk (gc, fsck, Stats): through here, never by the
+  // families' records, whose encoding is this module's.
+  struct Scan {
+    const StoreView* view = nullptr;  // none: the database as it is now
+    bool fill_cache = true;           // false: one pass nobody repeats soon
+  };
+  // Calls `visit` with each chunk's meta record, in name order: its name
+  // and its meta, either of which may be malformed (callers judge that:
+  // gc stops, fsck reports it and goes on). Stops at the first error
+  // `visit` returns, and returns it; a failed scan is an error "scanning
+  // chunk meta records: ...".
+  using MetaVisitor =
+      std::function<Status(const Result<ChunkHash>& hash, const Result<ChunkMeta>& meta)>;
+  Status ForEachChunk(const Scan& scan, const MetaVisitor& visit) const;
+  // Calls `visit` with each chunk record, in sequence order: its sequence
+  // number (kCorruption "chunk key of N bytes" for a malformed key) and its
+  // value in the chunks family, for RecordOf(). As ForEachChunk(); a failed
+  // scan is an error "scanning chunks: ...".
+  using RecordVisitor = std::function<Status(const Result<uint64_t>& seq, std::string_view value)>;
+  Status ForEachRecord(const Scan& scan, const RecordVisitor& visit) const;
+
+  struct SweepCounts {
+    uint64_t kept = 0;
+    uint64_t deleted = 0;
+    uint64_t bytes_deleted = 0;  // stored bytes of the chunks deleted
+  };
+  // Gc's sweep: deletes every chunk whose sequence number is not in `keep`
+  // into `batch`, written (logged, not synced) whenever it grows past a
+  // few MiB; the caller writes the rest, with whatever it added before.
+  // The cache forgets them. A malformed meta record stops it (kCorruption).
+  // A chunk record without a meta record (possible only through damage) is
+  // never swept; fsck reports it. No Put() may overlap it.
+  Status SweepUnmarked(const std::unordered_set<uint64_t>& keep, StoreBatch* batch,
+                       SweepCounts* counts);
+  // Gives the index space of deleted chunks back now: rewrites the chunk
+  // tables (gc, after a sweep that deleted some).
+  Status CompactIndex();
 
   ChunkCache* cache() const { return cache_; }
 

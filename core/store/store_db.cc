@@ -822,4 +822,27 @@ Status StoreDb::FlushAll() {
   return FromRocks(db_->Flush(f, handles_), "flushing store " + dir_);
 }
 
+StoreView::StoreView(const StoreDb& db)
+    : db_(db), snapshot_(db.read_only() ? nullptr : db.db()->GetSnapshot()) {}
+
+StoreView::~StoreView() {
+  if (snapshot_ != nullptr) db_.db()->ReleaseSnapshot(snapshot_);
+}
+
+rocksdb::ColumnFamilyHandle* StoreDb::family(std::string_view name) const {
+  for (rocksdb::ColumnFamilyHandle* h : handles_) {
+    if (h->GetName() == name) return h;
+  }
+  return nullptr;
+}
+
+Status StoreDb::Write(StoreBatch* batch, Durability durability, std::string_view context) {
+  rocksdb::WriteOptions w;
+  w.disableWAL = durability == Durability::kAtFlush;
+  w.sync = durability == Durability::kSynced;
+  Status s = FromRocks(db_->Write(w, &batch->batch_), context);
+  batch->batch_.Clear();
+  return s;
+}
+
 }  // namespace gpuckpt

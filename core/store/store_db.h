@@ -24,10 +24,12 @@
 #define GPUCKPT_CORE_STORE_STORE_DB_H_
 
 #include <rocksdb/db.h>
+#include <rocksdb/write_batch.h>
 
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/base/mutex.h"
@@ -50,6 +52,47 @@ inline constexpr char kNoSpaceOnStoreDisk[] = "no space left on the store's disk
 // `status` (kNoSpace) with those words in front of its message; any other
 // status as it is.
 Status OnStoreDisk(Status status);
+
+class StoreDb;
+
+// Writes to the store's database that are applied together (StoreDb::
+// Write()): the chunk store and the snapshot catalog each add the records
+// of their own families, so that one atomic write may span both (gc deletes
+// orphaned snapshot records and the chunks nothing names in one). Not
+// thread-safe: one thread fills one batch.
+class StoreBatch {
+ public:
+  // Bytes the batch holds: callers write it when it grows large.
+  size_t bytes() const { return batch_.GetDataSize(); }
+  bool empty() const { return batch_.Count() == 0; }
+  // For the modules that own families, to add their records.
+  rocksdb::WriteBatch& rocks() { return batch_; }
+
+ private:
+  friend class StoreDb;
+  rocksdb::WriteBatch batch_;
+};
+
+// A consistent view of the whole database as it was when the view was made
+// (a RocksDB snapshot), which reads through the chunk store and the
+// snapshot catalog may share; released when destroyed. A reader beside the
+// holder (StoreDb::OpenReadOnly()) takes none: its view moves only when it
+// catches up, so it reads as it is. Borrows the StoreDb, which must outlive
+// it. Thread-safe; neither copyable nor movable.
+class StoreView {
+ public:
+  explicit StoreView(const StoreDb& db);
+  ~StoreView();
+  StoreView(const StoreView&) = delete;
+  StoreView& operator=(const StoreView&) = delete;
+
+  // For the modules that own families, to read through: null without one.
+  const rocksdb::Snapshot* rocks() const { return snapshot_; }
+
+ private:
+  const StoreDb& db_;
+  const rocksdb::Snapshot* snapshot_;  // owned
+};
 
 class StoreDb {
  public:
@@ -84,13 +127,29 @@ class StoreDb {
   StoreDb& operator=(const StoreDb&) = delete;
 
   rocksdb::DB* db() const { return db_.get(); }
+  // The store's own families (format.h); their records are chunk_store's,
+  // but for the meta family's, which each owner reads and writes by key.
   rocksdb::ColumnFamilyHandle* meta() const { return handles_[0]; }
   rocksdb::ColumnFamilyHandle* chunks() const { return handles_[1]; }
   rocksdb::ColumnFamilyHandle* chunk_meta() const { return handles_[2]; }
-  rocksdb::ColumnFamilyHandle* snapshots() const { return handles_[3]; }
-  rocksdb::ColumnFamilyHandle* files() const { return handles_[4]; }
-  rocksdb::ColumnFamilyHandle* extents() const { return handles_[5]; }
-  const std::vector<rocksdb::ColumnFamilyHandle*>& all_families() const { return handles_; }
+  // Family `name` (format::k*Family), opened with the others; null for a
+  // name the store has none of. Families whose records the store does not
+  // know (those of the snapshot catalog) are reached only this way, by
+  // their owner.
+  rocksdb::ColumnFamilyHandle* family(std::string_view name) const;
+
+  // How a write (Write()) is made durable.
+  enum class Durability {
+    // Without RocksDB's WAL: durable once a later FlushAll() returns. For
+    // bulk index records, which the WAL would write twice; a crash before
+    // the flush loses them, and nothing durable may name them until then.
+    kAtFlush,
+    kLogged,  // through the WAL, not synced: survives a killed process
+    kSynced,  // through the WAL, synced before Write() returns
+  };
+  // Applies `batch` at once (all of it or none), then clears it; errors
+  // name `context`.
+  Status Write(StoreBatch* batch, Durability durability, std::string_view context);
 
   ChunkPacks& packs() const { return *packs_; }
   // Where the store's own files outside RocksDB are written (the packs',

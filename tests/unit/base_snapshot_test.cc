@@ -10,7 +10,7 @@
 #include <string>
 #include <thread>
 
-#include "core/snapshot/records.h"
+#include "core/catalog/records.h"
 #include "core/store/chunk_fingerprint.h"
 #include "gpuckpt/store.h"
 #include "tests/unit/test_util.h"

@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "core/snapshot/records.h"
+#include "core/catalog/records.h"
 #include "core/snapshot/store_impl.h"
 #include "core/store/chunk_codec.h"
 #include "core/store/chunk_hash.h"

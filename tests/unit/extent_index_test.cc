@@ -1,6 +1,6 @@
-// ExtentIndex on a StoreDb whose extent records the tests write by hand,
+// ExtentIndex on a catalog whose extent records the tests write by hand,
 // damaged ones included.
-#include "core/snapshot/extent_index.h"
+#include "core/catalog/extent_index.h"
 
 #include <gtest/gtest.h>
 #include <rocksdb/db.h>
@@ -10,8 +10,10 @@
 #include <string>
 #include <vector>
 
-#include "core/snapshot/records.h"
-#include "core/store/keys.h"
+#include "core/catalog/catalog_keys.h"
+#include "core/catalog/records.h"
+#include "core/catalog/snapshot_catalog.h"
+#include "core/store/format.h"
 #include "core/store/store_db.h"
 #include "tests/unit/test_util.h"
 
@@ -26,6 +28,9 @@ class ExtentIndexTest : public ::testing::Test {
     auto db = StoreDb::Open(dir_.Sub("store"), /*create_if_missing=*/true, 8u << 20);
     ASSERT_OK(db);
     db_ = std::move(db).value();
+    auto catalog = SnapshotCatalog::Open(db_.get());
+    ASSERT_OK(catalog);
+    catalog_ = std::move(catalog).value();
   }
 
   // An extent of `length` bytes at `offset` whose chunk is sequence number
@@ -34,7 +39,9 @@ class ExtentIndexTest : public ::testing::Test {
     PutRaw(keys::ExtentKey(snapshot, file, offset), Record(seq, length));
   }
   void PutRaw(const std::string& key, const std::string& value) {
-    ASSERT_TRUE(db_->db()->Put(rocksdb::WriteOptions(), db_->extents(), key, value).ok());
+    ASSERT_TRUE(db_->db()
+                    ->Put(rocksdb::WriteOptions(), db_->family(format::kExtentsFamily), key, value)
+                    .ok());
   }
   static std::string Record(uint64_t seq, uint64_t length) {
     auto hash = ChunkHash::FromBytes(std::string(32, static_cast<char>('a' + seq % 26)));
@@ -65,6 +72,7 @@ class ExtentIndexTest : public ::testing::Test {
 
   TempDir dir_;
   std::unique_ptr<StoreDb> db_;
+  std::unique_ptr<SnapshotCatalog> catalog_;  // borrows db_
 };
 
 TEST_F(ExtentIndexTest, ContiguousExtentsWalkInOffsetOrder) {
@@ -72,7 +80,7 @@ TEST_F(ExtentIndexTest, ContiguousExtentsWalkInOffsetOrder) {
   PutExtent(7, 1, 150, 10, 3);
   PutExtent(7, 1, 0, 100, 1);
   PutExtent(7, 1, 100, 50, 2);
-  ExtentIndex index(db_.get(), ExtentIndex::Scope::File(7, 1));
+  ExtentIndex index(*catalog_, ExtentIndex::Scope::File(7, 1));
   index.SeekToFirst();
   const Walk walk = WalkToEnd(&index);
   ASSERT_OK(walk.error);
@@ -86,13 +94,13 @@ TEST_F(ExtentIndexTest, ContiguousExtentsWalkInOffsetOrder) {
     EXPECT_EQ(walk.steps[i].join, ExtentJoin::kContiguous) << "extent at " << offsets[i];
   }
   EXPECT_EQ(index.walked_to(), 160u);
-  EXPECT_TRUE(index.status().ok());
+  EXPECT_TRUE(index.status("reading").ok());
 }
 
 TEST_F(ExtentIndexTest, GapIsReportedWithTheOffsetExpected) {
   PutExtent(7, 1, 0, 100, 1);
   PutExtent(7, 1, 150, 10, 2);
-  ExtentIndex index(db_.get(), ExtentIndex::Scope::File(7, 1));
+  ExtentIndex index(*catalog_, ExtentIndex::Scope::File(7, 1));
   index.SeekToFirst();
   const Walk walk = WalkToEnd(&index);
   ASSERT_OK(walk.error);
@@ -105,7 +113,7 @@ TEST_F(ExtentIndexTest, GapIsReportedWithTheOffsetExpected) {
 
 TEST_F(ExtentIndexTest, FirstExtentPastZeroIsAGap) {
   PutExtent(7, 1, 10, 100, 1);
-  ExtentIndex index(db_.get(), ExtentIndex::Scope::File(7, 1));
+  ExtentIndex index(*catalog_, ExtentIndex::Scope::File(7, 1));
   index.SeekToFirst();
   const Walk walk = WalkToEnd(&index);
   ASSERT_OK(walk.error);
@@ -117,7 +125,7 @@ TEST_F(ExtentIndexTest, FirstExtentPastZeroIsAGap) {
 TEST_F(ExtentIndexTest, OverlapIsReportedWithTheOffsetExpected) {
   PutExtent(7, 1, 0, 100, 1);
   PutExtent(7, 1, 50, 100, 2);
-  ExtentIndex index(db_.get(), ExtentIndex::Scope::File(7, 1));
+  ExtentIndex index(*catalog_, ExtentIndex::Scope::File(7, 1));
   index.SeekToFirst();
   const Walk walk = WalkToEnd(&index);
   ASSERT_OK(walk.error);
@@ -131,7 +139,7 @@ TEST_F(ExtentIndexTest, SeekInsideAnExtentStartsOnIt) {
   PutExtent(7, 1, 0, 100, 1);
   PutExtent(7, 1, 100, 50, 2);
   PutExtent(7, 1, 150, 10, 3);
-  ExtentIndex index(db_.get(), ExtentIndex::Scope::File(7, 1));
+  ExtentIndex index(*catalog_, ExtentIndex::Scope::File(7, 1));
   index.SeekTo(120);
   EXPECT_EQ(index.walked_to(), 120u);
   const Walk walk = WalkToEnd(&index);
@@ -157,7 +165,7 @@ TEST_F(ExtentIndexTest, SeekInsideAnExtentStartsOnIt) {
 TEST_F(ExtentIndexTest, SeekToBytesNoExtentHoldsIsAGap) {
   PutExtent(7, 1, 0, 100, 1);
   PutExtent(7, 1, 150, 10, 2);
-  ExtentIndex index(db_.get(), ExtentIndex::Scope::File(7, 1));
+  ExtentIndex index(*catalog_, ExtentIndex::Scope::File(7, 1));
   // Between the two: the extent before ends short of the offset.
   index.SeekTo(120);
   auto step = index.NextInOrder();
@@ -178,12 +186,12 @@ TEST_F(ExtentIndexTest, SeekToBytesNoExtentHoldsIsAGap) {
 TEST_F(ExtentIndexTest, SeekBeforeAnyExtentFindsNone) {
   PutExtent(7, 1, 100, 10, 1);
   PutExtent(7, 0, 0, 500, 2);  // the file before: out of scope
-  ExtentIndex index(db_.get(), ExtentIndex::Scope::File(7, 1));
+  ExtentIndex index(*catalog_, ExtentIndex::Scope::File(7, 1));
   index.SeekTo(50);
   auto step = index.NextInOrder();
   ASSERT_OK(step);
   EXPECT_FALSE(step->has_value());
-  EXPECT_TRUE(index.status().ok());
+  EXPECT_TRUE(index.status("reading").ok());
 }
 
 TEST_F(ExtentIndexTest, ScopesSeeTheirOwnRecordsOnly) {
@@ -195,13 +203,13 @@ TEST_F(ExtentIndexTest, ScopesSeeTheirOwnRecordsOnly) {
   PutExtent(8, 1, 0, 10, 6);
   const auto seqs_of = [&](ExtentIndex::Scope scope) {
     std::vector<uint64_t> seqs;
-    ExtentIndex index(db_.get(), std::move(scope));
+    ExtentIndex index(*catalog_, std::move(scope));
     for (index.SeekToFirst(); index.Valid(); index.Next()) {
       auto e = index.Decode();
       EXPECT_OK(e);
       if (e.ok()) seqs.push_back(e->seq);
     }
-    EXPECT_TRUE(index.status().ok());
+    EXPECT_TRUE(index.status("reading").ok());
     return seqs;
   };
   EXPECT_EQ(seqs_of(ExtentIndex::Scope::File(7, 1)), (std::vector<uint64_t>{3, 4}));
@@ -213,7 +221,7 @@ TEST_F(ExtentIndexTest, KeyPartsAndSeekPastSnapshot) {
   PutExtent(6, 1, 0, 10, 1);
   PutExtent(6, 2, 0, 10, 2);
   PutExtent(9, 4, 4096, 10, 3);
-  ExtentIndex index(db_.get(), ExtentIndex::Scope::Store());
+  ExtentIndex index(*catalog_, ExtentIndex::Scope::Store());
   index.SeekToFirst();
   ASSERT_TRUE(index.Valid());
   auto key = index.Key();
@@ -230,14 +238,14 @@ TEST_F(ExtentIndexTest, KeyPartsAndSeekPastSnapshot) {
   EXPECT_EQ(key->offset, 4096u);
   index.SeekPastSnapshot(9);
   EXPECT_FALSE(index.Valid());
-  EXPECT_TRUE(index.status().ok());
+  EXPECT_TRUE(index.status("reading").ok());
 }
 
 TEST_F(ExtentIndexTest, MalformedKeyIsCorruption) {
   PutExtent(7, 1, 0, 100, 1);
   // Of the file, but too short to hold an offset.
   PutRaw(keys::FileKey(7, 1) + std::string(3, '\xff'), Record(2, 10));
-  ExtentIndex index(db_.get(), ExtentIndex::Scope::File(7, 1));
+  ExtentIndex index(*catalog_, ExtentIndex::Scope::File(7, 1));
   index.SeekToFirst();
   const Walk walk = WalkToEnd(&index);
   ASSERT_EQ(walk.steps.size(), 1u);
@@ -252,7 +260,7 @@ TEST_F(ExtentIndexTest, MalformedKeyIsCorruption) {
 TEST_F(ExtentIndexTest, MalformedValueIsCorruption) {
   PutExtent(7, 1, 0, 100, 1);
   PutRaw(keys::ExtentKey(7, 1, 100), "not an extent record");
-  ExtentIndex index(db_.get(), ExtentIndex::Scope::File(7, 1));
+  ExtentIndex index(*catalog_, ExtentIndex::Scope::File(7, 1));
   index.SeekToFirst();
   const Walk walk = WalkToEnd(&index);
   ASSERT_EQ(walk.steps.size(), 1u);
@@ -266,18 +274,17 @@ TEST_F(ExtentIndexTest, MalformedValueIsCorruption) {
 
 TEST_F(ExtentIndexTest, ReadsAsOfAView) {
   PutExtent(7, 1, 0, 100, 1);
-  const rocksdb::Snapshot* view = db_->db()->GetSnapshot();
+  const StoreView view(*db_);
   PutExtent(7, 1, 100, 100, 2);
   {
-    ExtentIndex index(db_.get(), ExtentIndex::Scope::File(7, 1),
-                      ExtentIndex::ReadOptions{.view = view, .fill_cache = false});
+    ExtentIndex index(*catalog_, ExtentIndex::Scope::File(7, 1),
+                      ExtentIndex::ReadOptions{.view = &view, .fill_cache = false});
     index.SeekToFirst();
     const Walk walk = WalkToEnd(&index);
     ASSERT_OK(walk.error);
     EXPECT_EQ(walk.steps.size(), 1u);
     EXPECT_EQ(index.walked_to(), 100u);
   }
-  db_->db()->ReleaseSnapshot(view);
 }
 
 }  // namespace

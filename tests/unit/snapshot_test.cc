@@ -14,7 +14,7 @@
 #include <set>
 #include <thread>
 
-#include "core/snapshot/records.h"
+#include "core/catalog/records.h"
 #include "core/store/chunker.h"
 #include "gpuckpt/store.h"
 #include "tests/unit/test_util.h"

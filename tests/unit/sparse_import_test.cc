@@ -16,7 +16,7 @@
 
 #include "core/base/unique_fd.h"
 #include "core/snapshot/container_archive.h"
-#include "core/snapshot/records.h"
+#include "core/catalog/records.h"
 #include "gpuckpt/store.h"
 #include "tests/unit/test_util.h"
 

@@ -16,7 +16,7 @@
 #include <thread>
 #include <vector>
 
-#include "core/snapshot/records.h"
+#include "core/catalog/records.h"
 #include "core/snapshot/store_impl.h"
 #include "gpuckpt/store.h"
 #include "tests/unit/test_util.h"

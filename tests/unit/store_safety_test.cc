@@ -21,10 +21,9 @@
 #include <string>
 #include <vector>
 
-#include "core/snapshot/records.h"
+#include "core/catalog/records.h"
 #include "core/snapshot/store_impl.h"
 #include "core/store/format.h"
-#include "core/store/keys.h"
 #include "gpuckpt/store.h"
 #include "tests/unit/test_util.h"
 
@@ -118,14 +117,13 @@ TEST(StoreSafetyTest, RemovingAnUnreadSnapshotDeletesItsIndexAtOnce) {
 Result<Extent> FirstExtent(Store& store, const std::string& id, const std::string& path) {
   auto& impl = static_cast<StoreImpl&>(store);
   GPUCKPT_ASSIGN_OR_RETURN(SnapshotInfo info, store.Get(id));
-  GPUCKPT_ASSIGN_OR_RETURN(auto records, impl.ReadFileRecords(info.key));
+  GPUCKPT_ASSIGN_OR_RETURN(auto records, impl.catalog().ReadFiles(info.key));
   for (const auto& [index, entry] : records) {
     if (entry.path != path) continue;
-    std::string value;
-    rocksdb::Status s = impl.db()->db()->Get(rocksdb::ReadOptions(), impl.db()->extents(),
-                                             keys::ExtentKey(info.key, index, 0), &value);
-    if (!s.ok()) return Status::IOError(s.ToString());
-    return DecodeExtentRecord(0, value);
+    GPUCKPT_ASSIGN_OR_RETURN(std::optional<Extent> extent,
+                             impl.catalog().FindExtent(info.key, index, 0, "reading"));
+    if (!extent) return Status::IOError("no extent at 0");
+    return std::move(*extent);
   }
   return Status::NotFound(path);
 }

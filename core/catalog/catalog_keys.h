@@ -1,24 +1,17 @@
-// Key encodings of the index column families (see FORMAT.md). Big-endian
-// integers so that RocksDB's bytewise order is numeric order: a snapshot's
-// files are one contiguous range, a file's extents another, in offset order.
-#ifndef GPUCKPT_CORE_STORE_KEYS_H_
-#define GPUCKPT_CORE_STORE_KEYS_H_
+// Key encodings of the catalog's column families (see core/store/FORMAT.md).
+// Big-endian integers so that RocksDB's bytewise order is numeric order: a
+// snapshot's files are one contiguous range, a file's extents another, in
+// offset order. The snapshots family is keyed by the snapshot's id itself.
+#ifndef GPUCKPT_CORE_CATALOG_CATALOG_KEYS_H_
+#define GPUCKPT_CORE_CATALOG_CATALOG_KEYS_H_
 
 #include <cstdint>
 #include <string>
 #include <string_view>
 
+#include "core/base/big_endian.h"
+
 namespace gpuckpt::keys {
-
-inline void PutBigEndian(std::string* dst, uint64_t v, int bytes) {
-  for (int i = bytes - 1; i >= 0; --i) dst->push_back(static_cast<char>((v >> (8 * i)) & 0xff));
-}
-
-inline uint64_t GetBigEndian(std::string_view src, int bytes) {
-  uint64_t v = 0;
-  for (int i = 0; i < bytes; ++i) v = (v << 8) | static_cast<uint8_t>(src[i]);
-  return v;
-}
 
 // files: snapshot_key:u64 file_index:u32
 inline std::string FileKey(uint64_t snapshot_key, uint32_t file_index) {
@@ -27,6 +20,7 @@ inline std::string FileKey(uint64_t snapshot_key, uint32_t file_index) {
   PutBigEndian(&k, file_index, 4);
   return k;
 }
+inline constexpr size_t kFileKeySize = 12;
 
 // extents: snapshot_key:u64 file_index:u32 offset:u64
 inline std::string ExtentKey(uint64_t snapshot_key, uint32_t file_index, uint64_t offset) {
@@ -52,4 +46,4 @@ inline uint64_t ExtentOffsetOf(std::string_view key) { return GetBigEndian(key.s
 
 }  // namespace gpuckpt::keys
 
-#endif  // GPUCKPT_CORE_STORE_KEYS_H_
+#endif  // GPUCKPT_CORE_CATALOG_CATALOG_KEYS_H_

@@ -1,5 +1,5 @@
 // ExtentIndex: the extent records (column family `extents`, keys of
-// core/store/keys.h) of one file of a snapshot, of a whole snapshot, or of
+// catalog_keys.h) of one file of a snapshot, of a whole snapshot, or of
 // the whole store: iterator bounds, key checks and decoding in one place.
 //
 // Two ways to walk it:
@@ -12,22 +12,23 @@
 //   overlapping. Readers, export and fsck judge a damaged index from that
 //   value instead of each re-deriving it.
 //
-// Borrows the StoreDb (and the RocksDB snapshot `view`, when given, and the
+// Borrows the SnapshotCatalog (and the StoreView `view`, when given, and the
 // holes a file scope is given), which must outlive it. Not thread-safe: one thread walks one
 // ExtentIndex. Not copyable or movable (the iterator points into the bounds it owns).
-#ifndef GPUCKPT_CORE_SNAPSHOT_EXTENT_INDEX_H_
-#define GPUCKPT_CORE_SNAPSHOT_EXTENT_INDEX_H_
+#ifndef GPUCKPT_CORE_CATALOG_EXTENT_INDEX_H_
+#define GPUCKPT_CORE_CATALOG_EXTENT_INDEX_H_
 
 #include <rocksdb/iterator.h>
-#include <rocksdb/snapshot.h>
 
 #include <cstdint>
 #include <memory>
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 
-#include "core/snapshot/records.h"
+#include "core/catalog/records.h"
+#include "core/catalog/snapshot_catalog.h"
 #include "core/store/store_db.h"
 #include "gpuckpt/status.h"
 
@@ -65,13 +66,14 @@ class ExtentIndex {
     std::span<const FileHole> holes;          // in offset order
   };
   struct ReadOptions {
-    const rocksdb::Snapshot* view = nullptr;  // none: the database as it is now
+    const StoreView* view = nullptr;  // none: the database as it is now
     // False for one pass over records nobody reads again soon.
     bool fill_cache = true;
   };
 
-  ExtentIndex(const StoreDb* db, Scope scope, ReadOptions options);
-  ExtentIndex(const StoreDb* db, Scope scope) : ExtentIndex(db, std::move(scope), ReadOptions()) {}
+  ExtentIndex(const SnapshotCatalog& catalog, Scope scope, ReadOptions options);
+  ExtentIndex(const SnapshotCatalog& catalog, Scope scope)
+      : ExtentIndex(catalog, std::move(scope), ReadOptions()) {}
   ExtentIndex(const ExtentIndex&) = delete;
   ExtentIndex& operator=(const ExtentIndex&) = delete;
 
@@ -86,8 +88,9 @@ class ExtentIndex {
   Result<ExtentKeyParts> Key() const;
   // The record; a malformed key or value is Corruption.
   Result<Extent> Decode() const;
-  // Why Valid() is false, if not for the end of the scope.
-  rocksdb::Status status() const { return it_->status(); }
+  // Why Valid() is false, if not for the end of the scope: an error that
+  // names `context`, or OK.
+  Status status(std::string_view context) const { return FromRocks(it_->status(), context); }
 
   // In offset order, through a file's extents. SeekToFirst() starts the walk
   // at offset 0; SeekTo() at `offset`, on the extent at or before it.
@@ -130,4 +133,4 @@ class ExtentIndex {
 
 }  // namespace gpuckpt
 
-#endif  // GPUCKPT_CORE_SNAPSHOT_EXTENT_INDEX_H_
+#endif  // GPUCKPT_CORE_CATALOG_EXTENT_INDEX_H_

@@ -1,11 +1,11 @@
-#include "core/snapshot/extent_index.h"
+#include "core/catalog/extent_index.h"
 
 #include <rocksdb/db.h>
 
 #include <algorithm>
 #include <utility>
 
-#include "core/store/keys.h"
+#include "core/catalog/catalog_keys.h"
 
 namespace gpuckpt {
 
@@ -27,10 +27,10 @@ ExtentIndex::Scope ExtentIndex::Scope::Snapshot(uint64_t snapshot_key) {
   return scope;
 }
 
-ExtentIndex::ExtentIndex(const StoreDb* db, Scope scope, ReadOptions options)
+ExtentIndex::ExtentIndex(const SnapshotCatalog& catalog, Scope scope, ReadOptions options)
     : scope_(std::move(scope)) {
   rocksdb::ReadOptions r;
-  r.snapshot = options.view;
+  r.snapshot = options.view != nullptr ? options.view->rocks() : nullptr;
   r.fill_cache = options.fill_cache;
   if (scope_.lower) {
     lower_slice_ = std::make_unique<rocksdb::Slice>(*scope_.lower);
@@ -40,7 +40,7 @@ ExtentIndex::ExtentIndex(const StoreDb* db, Scope scope, ReadOptions options)
     upper_slice_ = std::make_unique<rocksdb::Slice>(*scope_.upper);
     r.iterate_upper_bound = upper_slice_.get();
   }
-  it_.reset(db->db()->NewIterator(r, db->extents()));
+  it_.reset(catalog.db_->db()->NewIterator(r, catalog.extents_));
 }
 
 void ExtentIndex::SeekToFirst() {
@@ -63,7 +63,7 @@ void ExtentIndex::SeekPastSnapshot(uint64_t snapshot_key) {
 void ExtentIndex::SeekTo(uint64_t offset) {
   // Every key of a file scope shares the prefix given to Scope::File().
   std::string target = scope_.lower.value_or(std::string());
-  keys::PutBigEndian(&target, offset, 8);
+  PutBigEndian(&target, offset, 8);
   it_->SeekForPrev(target);
   walked_to_ = offset;
   holes_crossed_ = 0;

@@ -1,8 +1,8 @@
-// Encoding of the snapshot module's records (see core/store/FORMAT.md):
-// the snapshot manifest, file records and extent records. Pure functions of
-// their inputs; thread-safe.
-#ifndef GPUCKPT_CORE_SNAPSHOT_RECORDS_H_
-#define GPUCKPT_CORE_SNAPSHOT_RECORDS_H_
+// Encoding of the catalog's records (see core/store/FORMAT.md), and the rules
+// for what may be in them: the snapshot manifest, file records and extent
+// records. Pure functions of their inputs; thread-safe.
+#ifndef GPUCKPT_CORE_CATALOG_RECORDS_H_
+#define GPUCKPT_CORE_CATALOG_RECORDS_H_
 
 #include <optional>
 #include <string>
@@ -55,4 +55,4 @@ Result<Extent> DecodeExtentRecord(uint64_t offset, std::string_view record);
 
 }  // namespace gpuckpt
 
-#endif  // GPUCKPT_CORE_SNAPSHOT_RECORDS_H_
+#endif  // GPUCKPT_CORE_CATALOG_RECORDS_H_

@@ -1,4 +1,4 @@
-#include "core/snapshot/records.h"
+#include "core/catalog/records.h"
 
 #include <algorithm>
 #include <nlohmann/json.hpp>
