@@ -74,3 +74,55 @@ function(gpuckpt_check_headers_declared)
     endif()
   endforeach()
 endfunction()
+
+# A library on the system include path (RocksDB's headers are in
+# /usr/include) is reachable from every module however the targets are
+# linked, so the trees above cannot keep a module from including it.
+# gpuckpt_forbid_includes() does: it fails the configure step, and then the
+# build whenever one of the files changes, when a source or header under
+# one of DIRS includes a header whose path starts with PREFIX.
+#
+# gpuckpt_forbid_includes(<name> PREFIX <prefix> DIRS <dir>... BEFORE <target> WHY <text>)
+# DIRS are paths from the source root; the check runs before <target>
+# (one that every build compiles) and as part of `all`.
+function(gpuckpt_forbid_includes name)
+  cmake_parse_arguments(PARSE_ARGV 1 arg "" "PREFIX;BEFORE;WHY" "DIRS")
+  set(files "")
+  foreach(dir IN LISTS arg_DIRS)
+    file(GLOB_RECURSE found CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/${dir}/*.h
+         ${PROJECT_SOURCE_DIR}/${dir}/*.cc)
+    list(APPEND files ${found})
+  endforeach()
+  _gpuckpt_check_includes("${arg_PREFIX}" "${files}" "${arg_WHY}")
+  list(JOIN arg_DIRS ", " dirs)
+  set(out ${PROJECT_BINARY_DIR}/forbidden_includes)
+  file(WRITE ${out}/${name}.files "${files}")
+  add_custom_command(
+    OUTPUT ${out}/${name}.checked
+    COMMAND ${CMAKE_COMMAND} -DGPUCKPT_FORBIDDEN_PREFIX=${arg_PREFIX}
+            -DGPUCKPT_FILES_LIST=${out}/${name}.files "-DGPUCKPT_WHY=${arg_WHY}"
+            -P ${CMAKE_CURRENT_FUNCTION_LIST_FILE}
+    COMMAND ${CMAKE_COMMAND} -E touch ${out}/${name}.checked
+    DEPENDS ${files} ${out}/${name}.files
+    COMMENT "Checking that no file under ${dirs} includes <${arg_PREFIX}...>"
+    VERBATIM)
+  add_custom_target(gpuckpt_no_${name}_includes ALL DEPENDS ${out}/${name}.checked)
+  add_dependencies(${arg_BEFORE} gpuckpt_no_${name}_includes)
+endfunction()
+
+function(_gpuckpt_check_includes prefix files why)
+  foreach(f IN LISTS files)
+    file(STRINGS ${f} lines REGEX "^[ \t]*#[ \t]*include[ \t]*[<\"]${prefix}")
+    if(lines)
+      list(GET lines 0 line)
+      string(STRIP "${line}" line)
+      message(FATAL_ERROR "${f}: ${line}: ${why}")
+    endif()
+  endforeach()
+endfunction()
+
+# Run as a script (cmake -P) by the build step of gpuckpt_forbid_includes().
+if(CMAKE_SCRIPT_MODE_FILE AND DEFINED GPUCKPT_FILES_LIST)
+  file(READ ${GPUCKPT_FILES_LIST} files)
+  _gpuckpt_check_includes("${GPUCKPT_FORBIDDEN_PREFIX}" "${files}" "${GPUCKPT_WHY}")
+endif()

@@ -12,7 +12,7 @@
 //   overlapping. Readers, export and fsck judge a damaged index from that
 //   value instead of each re-deriving it.
 //
-// Borrows the SnapshotCatalog (and the StoreView `view`, when given, and the
+// Borrows the SnapshotCatalog (and the DbView `view`, when given, and the
 // holes a file scope is given), which must outlive it. Not thread-safe: one thread walks one
 // ExtentIndex. Not copyable or movable (the iterator points into the bounds it owns).
 #ifndef GPUCKPT_CORE_CATALOG_EXTENT_INDEX_H_
@@ -66,7 +66,7 @@ class ExtentIndex {
     std::span<const FileHole> holes;          // in offset order
   };
   struct ReadOptions {
-    const StoreView* view = nullptr;  // none: the database as it is now
+    const DbView* view = nullptr;  // none: the database as it is now
     // False for one pass over records nobody reads again soon.
     bool fill_cache = true;
   };

@@ -12,7 +12,7 @@
 namespace gpuckpt {
 namespace {
 
-rocksdb::ReadOptions ReadAsOf(const StoreView* view) {
+rocksdb::ReadOptions ReadAsOf(const DbView* view) {
   rocksdb::ReadOptions r;
   r.snapshot = view != nullptr ? view->rocks() : nullptr;
   return r;
@@ -53,7 +53,7 @@ Result<uint64_t> SnapshotCatalog::AllocateKey() {
 
 Result<std::optional<SnapshotInfo>> SnapshotCatalog::FindSnapshot(const std::string& id,
                                                                   std::string_view context,
-                                                                  const StoreView* view) const {
+                                                                  const DbView* view) const {
   std::string record;
   rocksdb::Status s = db_->db()->Get(ReadAsOf(view), snapshots_, id, &record);
   if (s.IsNotFound()) return std::optional<SnapshotInfo>();
@@ -78,7 +78,7 @@ Result<bool> SnapshotCatalog::HasAnySnapshot() const {
   return any;
 }
 
-Result<std::vector<SnapshotInfo>> SnapshotCatalog::ListSnapshots(const StoreView* view) const {
+Result<std::vector<SnapshotInfo>> SnapshotCatalog::ListSnapshots(const DbView* view) const {
   std::vector<SnapshotInfo> out;
   std::unique_ptr<rocksdb::Iterator> it(db_->db()->NewIterator(ReadAsOf(view), snapshots_));
   for (it->SeekToFirst(); it->Valid(); it->Next()) {
@@ -99,7 +99,7 @@ Status SnapshotCatalog::PutSnapshot(const SnapshotInfo& info, bool sync, std::st
 }
 
 Result<std::vector<std::pair<uint32_t, FileEntry>>> SnapshotCatalog::ReadFiles(
-    uint64_t key, const StoreView* view) const {
+    uint64_t key, const DbView* view) const {
   std::vector<std::pair<uint32_t, FileEntry>> out;
   const std::string lower = keys::SnapshotPrefix(key);
   const std::string upper = keys::SnapshotPrefix(key + 1);
@@ -132,7 +132,7 @@ Result<std::optional<FileEntry>> SnapshotCatalog::FindFile(uint64_t key, uint32_
 
 Result<std::optional<Extent>> SnapshotCatalog::FindExtent(uint64_t key, uint32_t index,
                                                           uint64_t offset, std::string_view context,
-                                                          const StoreView* view) const {
+                                                          const DbView* view) const {
   rocksdb::PinnableSlice value;
   rocksdb::Status s =
       db_->db()->Get(ReadAsOf(view), extents_, keys::ExtentKey(key, index, offset), &value);

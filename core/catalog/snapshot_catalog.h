@@ -50,20 +50,20 @@ class SnapshotCatalog {
   // Snapshot records. Reads are as of `view` when given, else as of now.
   // Snapshot `id`'s record; nullopt without one. Errors name `context`.
   Result<std::optional<SnapshotInfo>> FindSnapshot(const std::string& id, std::string_view context,
-                                                   const StoreView* view = nullptr) const;
+                                                   const DbView* view = nullptr) const;
   // Whether there is a snapshot record `id`.
   Result<bool> HasSnapshot(const std::string& id) const;
   // Whether there is any snapshot record.
   Result<bool> HasAnySnapshot() const;
   // Every snapshot record, oldest (smallest key) first.
-  Result<std::vector<SnapshotInfo>> ListSnapshots(const StoreView* view = nullptr) const;
+  Result<std::vector<SnapshotInfo>> ListSnapshots(const DbView* view = nullptr) const;
   // Writes `info`'s record (replacing one of its id) through the WAL,
   // synced when `sync`; errors name `context`.
   Status PutSnapshot(const SnapshotInfo& info, bool sync, std::string_view context);
 
   // File records of snapshot `key`, with their index numbers, in index order.
-  Result<std::vector<std::pair<uint32_t, FileEntry>>> ReadFiles(
-      uint64_t key, const StoreView* view = nullptr) const;
+  Result<std::vector<std::pair<uint32_t, FileEntry>>> ReadFiles(uint64_t key,
+                                                                const DbView* view = nullptr) const;
   // File `index` of snapshot `key`; nullopt without one. Errors name `context`.
   Result<std::optional<FileEntry>> FindFile(uint64_t key, uint32_t index,
                                             std::string_view context) const;
@@ -71,7 +71,7 @@ class SnapshotCatalog {
   // without one. Errors name `context`.
   Result<std::optional<Extent>> FindExtent(uint64_t key, uint32_t index, uint64_t offset,
                                            std::string_view context,
-                                           const StoreView* view = nullptr) const;
+                                           const DbView* view = nullptr) const;
   // The keys of the snapshots that have file records, each once, in order
   // (gc finds orphans among them: a snapshot of directories and empty
   // files only has no extents).

@@ -88,7 +88,7 @@ std::unique_ptr<BaseExtents::Cursor> BaseExtents::Open(const std::string& path) 
   return std::unique_ptr<Cursor>(new Cursor(catalog_, &view_, key_, found->second));
 }
 
-BaseExtents::Cursor::Cursor(const SnapshotCatalog& catalog, const StoreView* view, uint64_t key,
+BaseExtents::Cursor::Cursor(const SnapshotCatalog& catalog, const DbView* view, uint64_t key,
                             uint32_t file_index)
     : extents_(catalog, ExtentIndex::Scope::File(key, file_index),
                // One pass over records nobody reads again soon.

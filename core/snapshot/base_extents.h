@@ -12,7 +12,7 @@
 // BaseExtents is read-only once made and may be shared by the threads of
 // one writer; each file opens its own Cursor, used by one thread, which must
 // go before the BaseExtents. Both borrow the store's SnapshotCatalog. They
-// read the base as it was when the BaseExtents was made (a StoreView), so the base
+// read the base as it was when the BaseExtents was made (a DbView), so the base
 // may be deleted meanwhile; the caller holds the store's gc lock for as
 // long as it uses what they return, so the base's chunks stay until the
 // new snapshot, which names them, is published.
@@ -64,8 +64,7 @@ class BaseExtents {
 
    private:
     friend class BaseExtents;
-    Cursor(const SnapshotCatalog& catalog, const StoreView* view, uint64_t key,
-           uint32_t file_index);
+    Cursor(const SnapshotCatalog& catalog, const DbView* view, uint64_t key, uint32_t file_index);
 
     ExtentIndex extents_;
   };
@@ -93,7 +92,7 @@ class BaseExtents {
   Result<Index> BuildIndex() const;
 
   const SnapshotCatalog& catalog_;
-  const StoreView view_;
+  const DbView view_;
   bool spooled_ = false;
   std::string id_;
   uint64_t key_ = 0;

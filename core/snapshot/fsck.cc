@@ -34,18 +34,17 @@ struct ChunkMetas {
   std::vector<std::pair<ChunkHash, ChunkMeta>> records;
 };
 
-// Fsck reads every table as of one StoreView (a RocksDB snapshot): a
+// Fsck reads every table as of one DbView (a RocksDB snapshot): a
 // writer committing or the settler settling meanwhile (they hold off gc,
 // not fsck) would otherwise show fsck file records whose chunks its
 // earlier pass over the chunk records did not see. A read-only secondary's
 // view moves only when it catches up (Fsck() does that between passes): it
 // reads as it is. Every pass is one over records nobody reads again soon.
-ChunkStore::Scan FsckScan(const StoreView& view) {
+ChunkStore::Scan FsckScan(const DbView& view) {
   return ChunkStore::Scan{.view = &view, .fill_cache = false};
 }
 
-ChunkMetas ReadChunkMetas(const ChunkStore& chunk_store, const StoreView& view,
-                          FsckReport* report) {
+ChunkMetas ReadChunkMetas(const ChunkStore& chunk_store, const DbView& view, FsckReport* report) {
   ChunkMetas metas;
   Status scanned = chunk_store.ForEachChunk(
       FsckScan(view), [&](const Result<ChunkHash>& hash, const Result<ChunkMeta>& meta) {
@@ -69,7 +68,7 @@ ChunkMetas ReadChunkMetas(const ChunkStore& chunk_store, const StoreView& view,
 // catches accidental damage as well), never reported for its name.
 class ChunkDomains {
  public:
-  void Learn(const StoreDb& db, const SnapshotCatalog& catalog, const StoreView& view,
+  void Learn(const StoreDb& db, const SnapshotCatalog& catalog, const DbView& view,
              const std::vector<SnapshotInfo>& snapshots, FsckReport* report) {
     std::map<std::optional<uint32_t>, uint32_t> slots;  // domain -> slot
     for (const auto& snap : snapshots) {
@@ -96,7 +95,7 @@ class ChunkDomains {
   }
 
  private:
-  void LearnFrom(const SnapshotCatalog& catalog, const StoreView& view, const SnapshotInfo& snap,
+  void LearnFrom(const SnapshotCatalog& catalog, const DbView& view, const SnapshotInfo& snap,
                  uint32_t slot, FsckReport* report) {
     ExtentIndex extents(catalog, ExtentIndex::Scope::Snapshot(snap.key),
                         ExtentIndex::ReadOptions{.view = &view, .fill_cache = false});
@@ -172,7 +171,7 @@ void CheckChunkRecord(const ChunkStore& chunk_store, uint64_t seq, std::string_v
 // Every chunk record: decodes, and its bytes hash to the name it carries.
 // A damaged chunk is one line, however many extents name it; the files
 // that use it are named by CheckFileExtents(), once each.
-CheckedChunks CheckChunkRecords(const StoreView& view, const ChunkStore& chunk_store,
+CheckedChunks CheckChunkRecords(const DbView& view, const ChunkStore& chunk_store,
                                 const ChunkMetas& metas, const ChunkDomains& domains,
                                 FsckReport* report) {
   CheckedChunks chunks;
@@ -267,9 +266,9 @@ class FileDamage {
 // One regular file: its extents follow each other from offset 0 to its
 // size, past its recorded holes only, and name good chunks of the lengths
 // they say.
-void CheckFileExtents(const SnapshotCatalog& catalog, const StoreView& view,
-                      const SnapshotInfo& snap, uint32_t index, const FileEntry& entry,
-                      const CheckedChunks& chunks, FsckReport* report) {
+void CheckFileExtents(const SnapshotCatalog& catalog, const DbView& view, const SnapshotInfo& snap,
+                      uint32_t index, const FileEntry& entry, const CheckedChunks& chunks,
+                      FsckReport* report) {
   const std::string where = "snapshot '" + snap.id + "' file '" + entry.path + "'";
   ExtentIndex extents(catalog, ExtentIndex::Scope::File(snap.key, index, entry.holes),
                       ExtentIndex::ReadOptions{.view = &view, .fill_cache = false});
@@ -334,7 +333,7 @@ void CheckSpooledFile(const Spool& spool, const SnapshotInfo& snap, uint32_t ind
 
 // One snapshot: its file records are as many as its manifest says, and
 // each regular file's extents are whole.
-void CheckSnapshot(StoreImpl* store, const StoreView& view, const SnapshotInfo& snap,
+void CheckSnapshot(StoreImpl* store, const DbView& view, const SnapshotInfo& snap,
                    const CheckedChunks& chunks, FsckReport* report) {
   ++report->snapshots_checked;
   auto files = store->catalog().ReadFiles(snap.key, &view);
@@ -363,7 +362,7 @@ Result<FsckReport> StoreImpl::FsckOnce() {
   // Gc moves chunks between packs and punches them out: not while fsck
   // reads them. Writers and the settler run on; fsck's view is from before.
   SharedMutexHold gc_guard = LockAgainstGc();
-  const StoreView view(*db_);
+  const DbView view(*db_);
   FsckReport report;
   const ChunkMetas metas = ReadChunkMetas(*chunk_store_, view, &report);
   GPUCKPT_ASSIGN_OR_RETURN(const std::vector<SnapshotInfo> snapshots, LocalList(&view));

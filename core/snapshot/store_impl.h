@@ -195,7 +195,7 @@ class StoreImpl final : public Store {
 
   // This store's own snapshots, oldest first (List() adds the pool's); as
   // of `view` when given, else as of now.
-  Result<std::vector<SnapshotInfo>> LocalList(const StoreView* view = nullptr) {
+  Result<std::vector<SnapshotInfo>> LocalList(const DbView* view = nullptr) {
     return catalog_->ListSnapshots(view);
   }
 
@@ -271,7 +271,7 @@ class StoreImpl final : public Store {
   Status RemoveLocal(const std::string& id);
   Result<GcReport> GcLocked() REQUIRES(gc_mu_) EXCLUDES(pins_->mu);
   // One pass of Fsck() over the database as this Store sees it now: one
-  // StoreView of it, with gc held off.
+  // DbView of it, with gc held off.
   Result<FsckReport> FsckOnce() EXCLUDES(gc_mu_);
 
   std::unique_ptr<StoreDb> db_;

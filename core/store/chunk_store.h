@@ -131,8 +131,8 @@ class ChunkStore {
   // Walking every chunk (gc, fsck, Stats): through here, never by the
   // families' records, whose encoding is this module's.
   struct Scan {
-    const StoreView* view = nullptr;  // none: the database as it is now
-    bool fill_cache = true;           // false: one pass nobody repeats soon
+    const DbView* view = nullptr;  // none: the database as it is now
+    bool fill_cache = true;        // false: one pass nobody repeats soon
   };
   // Calls `visit` with each chunk's meta record, in name order: its name
   // and its meta, either of which may be malformed (callers judge that:

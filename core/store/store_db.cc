@@ -822,10 +822,10 @@ Status StoreDb::FlushAll() {
   return FromRocks(db_->Flush(f, handles_), "flushing store " + dir_);
 }
 
-StoreView::StoreView(const StoreDb& db)
+DbView::DbView(const StoreDb& db)
     : db_(db), snapshot_(db.read_only() ? nullptr : db.db()->GetSnapshot()) {}
 
-StoreView::~StoreView() {
+DbView::~DbView() {
   if (snapshot_ != nullptr) db_.db()->ReleaseSnapshot(snapshot_);
 }
 

@@ -79,12 +79,12 @@ class StoreBatch {
 // holder (StoreDb::OpenReadOnly()) takes none: its view moves only when it
 // catches up, so it reads as it is. Borrows the StoreDb, which must outlive
 // it. Thread-safe; neither copyable nor movable.
-class StoreView {
+class DbView {
  public:
-  explicit StoreView(const StoreDb& db);
-  ~StoreView();
-  StoreView(const StoreView&) = delete;
-  StoreView& operator=(const StoreView&) = delete;
+  explicit DbView(const StoreDb& db);
+  ~DbView();
+  DbView(const DbView&) = delete;
+  DbView& operator=(const DbView&) = delete;
 
   // For the modules that own families, to read through: null without one.
   const rocksdb::Snapshot* rocks() const { return snapshot_; }

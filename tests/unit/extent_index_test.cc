@@ -274,7 +274,7 @@ TEST_F(ExtentIndexTest, MalformedValueIsCorruption) {
 
 TEST_F(ExtentIndexTest, ReadsAsOfAView) {
   PutExtent(7, 1, 0, 100, 1);
-  const StoreView view(*db_);
+  const DbView view(*db_);
   PutExtent(7, 1, 100, 100, 2);
   {
     ExtentIndex index(*catalog_, ExtentIndex::Scope::File(7, 1),
