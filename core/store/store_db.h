@@ -64,7 +64,6 @@ class StoreBatch {
  public:
   // Bytes the batch holds: callers write it when it grows large.
   size_t bytes() const { return batch_.GetDataSize(); }
-  bool empty() const { return batch_.Count() == 0; }
   // For the modules that own families, to add their records.
   rocksdb::WriteBatch& rocks() { return batch_; }
 
