@@ -191,8 +191,14 @@ Status StoreImpl::SettleLocked(const std::string& id, bool in_background) {
   if (!recorded) return Status::Ok();  // removed meanwhile: gc's
   // The extents and records durable, then the spool files may go.
   GPUCKPT_RETURN_IF_ERROR(catalog_->MakeIndexDurable());
+  Status removed = Status::Ok();
+  for (uint32_t index : spooled)
+    if (removed.ok()) removed = spool_->Remove(info->key, index);
+  // Counted once its spool files are gone too: whoever measures the store
+  // again when the count changes (quotas, metrics) then finds it settled
+  // whole.
   settled_snapshots_.fetch_add(1, std::memory_order_acq_rel);
-  for (uint32_t index : spooled) GPUCKPT_RETURN_IF_ERROR(spool_->Remove(info->key, index));
+  GPUCKPT_RETURN_IF_ERROR(removed);
   spdlog::info("settle snapshot={} result=ok files={} total_s={:.3f}", LogValue(id), spooled.size(),
                std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   return Status::Ok();

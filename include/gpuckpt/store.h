@@ -234,8 +234,8 @@ class Store {
   // (or only in a pool, not fetched) counts nothing. A scan of their extents
   // and one index lookup per distinct chunk.
   virtual Result<uint64_t> HeldBytes(const std::vector<std::string>& ids) = 0;
-  // How many snapshots this Store has settled (its spooled files chunked)
-  // since it was opened. What HeldBytes() says of a snapshot changes when
+  // How many snapshots this Store has settled (its spooled files chunked,
+  // and their spool files removed) since it was opened. What HeldBytes() says of a snapshot changes when
   // it settles (a spooled file counts its whole size, its chunks their
   // stored size), so a caller that keeps HeldBytes() measures again when
   // this moves. Cheap (no I/O); thread-safe.
