@@ -1,7 +1,9 @@
 // A process's nodes: <pid>/ with its ctl, status, status.json and
 // checkpoints/ of links to its checkpoints. They belong to the process's
 // owner, and are absent (kNotFound) to anyone else but root.
-#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
 
 #include "core/base/time_text.h"
 #include "fs/node_handler.h"
@@ -69,41 +71,26 @@ class PidCtlNode : public ProcessNode {
   Result<struct stat> Shape(const NodeId&) override { return FileStat(0600, 0); }
 };
 
+// <pid>/status and <pid>/status.json: the engine's report of the process,
+// with its checkpoints as <pid>/checkpoints/ lists them.
 class PidStatusNode : public ProcessNode {
  public:
-  using ProcessNode::ProcessNode;
+  // `json`: status.json, else status.
+  PidStatusNode(const NodeContext* context, bool json) : ProcessNode(context), json_(json) {}
 
   Result<std::string> Content(const NodeId& node, const Caller&) override {
     GPUCKPT_ASSIGN_OR_RETURN(ProcessInfo p, context_.Process(node.pid));
-    std::string text = RenderStatusText(context_.engine->ProcessStatus(p));
-    auto ids = context_.CheckpointsOf(node.pid);
-    if (ids.ok())
-      text += "checkpoints: " + std::to_string(ids->size()) +
-              (ids->empty() ? "" : " (latest " + ids->back() + ")") + "\n";
-    return text;
+    const ProcessStatusReport report = context_.engine->ProcessStatus(p);
+    std::optional<std::vector<std::string>> checkpoints;
+    if (auto ids = context_.CheckpointsOf(node.pid); ids.ok()) checkpoints = std::move(*ids);
+    return json_ ? StatusJsonFile(report, checkpoints) : StatusFile(report, checkpoints);
   }
 
  protected:
   Result<struct stat> Shape(const NodeId&) override { return FileStat(0400, 0); }
-};
 
-class PidStatusJsonNode : public ProcessNode {
- public:
-  using ProcessNode::ProcessNode;
-
-  Result<std::string> Content(const NodeId& node, const Caller&) override {
-    GPUCKPT_ASSIGN_OR_RETURN(ProcessInfo p, context_.Process(node.pid));
-    nlohmann::json j = RenderStatusJson(context_.engine->ProcessStatus(p));
-    auto ids = context_.CheckpointsOf(node.pid);
-    if (ids.ok())
-      j["checkpoints"] = {
-          {"count", ids->size()},
-          {"latest", ids->empty() ? nlohmann::json() : nlohmann::json(ids->back())}};
-    return j.dump(2) + "\n";
-  }
-
- protected:
-  Result<struct stat> Shape(const NodeId&) override { return FileStat(0400, 0); }
+ private:
+  const bool json_;
 };
 
 // <pid>/checkpoints/: 1, 2, ... oldest first, and latest.
@@ -166,8 +153,8 @@ class PidCheckpointLinkNode : public ProcessNode {
 void AddProcessNodes(const NodeContext* context, NodeHandlers* handlers) {
   PutHandler<PidDirNode>(NodeKind::kPidDir, context, handlers);
   PutHandler<PidCtlNode>(NodeKind::kPidCtl, context, handlers);
-  PutHandler<PidStatusNode>(NodeKind::kPidStatus, context, handlers);
-  PutHandler<PidStatusJsonNode>(NodeKind::kPidStatusJson, context, handlers);
+  PutHandler<PidStatusNode>(NodeKind::kPidStatus, context, handlers, /*json=*/false);
+  PutHandler<PidStatusNode>(NodeKind::kPidStatusJson, context, handlers, /*json=*/true);
   PutHandler<PidCheckpointsNode>(NodeKind::kPidCheckpoints, context, handlers);
   PutHandler<PidCheckpointLinkNode>(NodeKind::kPidCheckpointLink, context, handlers);
 }

@@ -157,4 +157,23 @@ nlohmann::json RenderStatusJson(const ProcessStatusReport& report) {
   return j;
 }
 
+std::string StatusFile(const ProcessStatusReport& report,
+                       const std::optional<std::vector<std::string>>& checkpoints) {
+  std::string text = RenderStatusText(report);
+  if (checkpoints)
+    text += "checkpoints: " + std::to_string(checkpoints->size()) +
+            (checkpoints->empty() ? "" : " (latest " + checkpoints->back() + ")") + "\n";
+  return text;
+}
+
+std::string StatusJsonFile(const ProcessStatusReport& report,
+                           const std::optional<std::vector<std::string>>& checkpoints) {
+  nlohmann::json j = RenderStatusJson(report);
+  if (checkpoints)
+    j["checkpoints"] = {
+        {"count", checkpoints->size()},
+        {"latest", checkpoints->empty() ? nlohmann::json() : nlohmann::json(checkpoints->back())}};
+  return j.dump(2) + "\n";
+}
+
 }  // namespace gpuckpt

@@ -151,5 +151,25 @@ TEST(StatusRenderTest, JsonOfAnUnavailableGpuAndAPoolWithNothingToPlace) {
   EXPECT_TRUE(j["pool"]["last_checkpoint"].is_null());
 }
 
+// The whole files add the process's checkpoints where they could be read,
+// and nothing where they could not.
+TEST(StatusRenderTest, TheFilesEndWithTheProcesssCheckpoints) {
+  const std::string text = RenderStatusText(Idle());
+  EXPECT_EQ(StatusFile(Idle(), std::nullopt), text);
+  EXPECT_EQ(StatusFile(Idle(), std::vector<std::string>{}), text + "checkpoints: 0\n");
+  EXPECT_EQ(StatusFile(Idle(), std::vector<std::string>{"4242-1", "4242-2"}),
+            text + "checkpoints: 2 (latest 4242-2)\n");
+
+  const nlohmann::json j = RenderStatusJson(Idle());
+  EXPECT_EQ(StatusJsonFile(Idle(), std::nullopt), j.dump(2) + "\n");
+  const nlohmann::json none =
+      nlohmann::json::parse(StatusJsonFile(Idle(), std::vector<std::string>{}));
+  EXPECT_EQ(none["checkpoints"], nlohmann::json::parse(R"({"count": 0, "latest": null})"));
+  const nlohmann::json two =
+      nlohmann::json::parse(StatusJsonFile(Idle(), std::vector<std::string>{"a", "b"}));
+  EXPECT_EQ(two["checkpoints"], nlohmann::json::parse(R"({"count": 2, "latest": "b"})"));
+  EXPECT_EQ(two.size(), j.size() + 1);
+}
+
 }  // namespace
 }  // namespace gpuckpt
