@@ -25,7 +25,7 @@ Status StoreView::RemoveSnapshot(const NodeId& node, const Caller& caller) {
   if (node.kind != NodeKind::kSnapshotDir) return Status::InvalidArgument("not a checkpoint");
   GPUCKPT_RETURN_IF_ERROR(trees_.Remove(node.snapshot, node.key, caller).status());
   // (Tests of the checkpoint tree alone run without an engine.)
-  if (context_.engine != nullptr) context_.engine->NoteStoreChanged();
+  if (context_.engine != nullptr) context_.engine->NoteRemoved(node.snapshot, node.key);
   return Status::Ok();
 }
 

@@ -643,6 +643,7 @@ Result<SnapshotInfo> EngineImpl::CommitCheckpoint(SnapshotWriter& writer,
   const auto commit_start = std::chrono::steady_clock::now();
   writer.SetExtraJson(EncodeManifest(manifest));
   GPUCKPT_ASSIGN_OR_RETURN(SnapshotInfo info, writer.Commit());
+  catalog_.Add(info);
   metrics_.ObserveStage("checkpoint", "commit", SecondsSince(commit_start));
   return info;
 }
@@ -705,23 +706,12 @@ Result<std::unique_ptr<SnapshotWriter>> EngineImpl::BeginCheckpointSnapshot(
   // chunks with, if it was written for the same owner: chunks the process
   // left unchanged are then recognised without being hashed.
   std::string base;
-  if (auto all = store_->List(); all.ok()) {
-    for (auto it = all->rbegin(); it != all->rend(); ++it) {
-      if (IsCheckpointOfProcess(*it, request.pid, process.creds.ruid)) {
-        manifest->parent = it->id;
-        base = it->id;
-        break;
-      }
-    }
+  if (auto latest = catalog_.LatestOfProcess(request.pid, process.creds.ruid);
+      latest.ok() && latest->has_value()) {
+    manifest->parent = **latest;
+    base = **latest;
   }
-  std::string name;
-  if (request.name.empty()) {
-    GPUCKPT_ASSIGN_OR_RETURN(name, NextCheckpointName(request.pid));
-  } else {
-    GPUCKPT_RETURN_IF_ERROR(CheckCheckpointName(request.name));
-    GPUCKPT_ASSIGN_OR_RETURN(name, CheckpointIdForName(request.name, request.caller));
-  }
-  SnapshotSpec spec{name,
+  SnapshotSpec spec{"",
                     "pid " + std::to_string(request.pid) + " (" + DisplayText(process.comm) + ")",
                     EncodeManifest(*manifest), base, DedupDomainFor(process.creds.ruid)};
   // CRIU's pipes are drained into staging memory as fast as CRIU writes
@@ -745,7 +735,24 @@ Result<std::unique_ptr<SnapshotWriter>> EngineImpl::BeginCheckpointSnapshot(
                                                         : SnapshotWriterOptions::Spool::kUnlessBase;
   writer_options.prefault_bytes = footprint.rss_bytes + manifest->device_memory_bytes.value_or(0);
   writer_options.background = true;
-  return store_->BeginSnapshot(spec, writer_options);
+  return BeginNamedSnapshot(request, std::move(spec), writer_options);
+}
+
+Result<std::unique_ptr<SnapshotWriter>> EngineImpl::BeginNamedSnapshot(
+    const CheckpointRequest& request, SnapshotSpec spec, const SnapshotWriterOptions& options) {
+  if (!request.name.empty()) {
+    GPUCKPT_RETURN_IF_ERROR(CheckCheckpointName(request.name));
+    GPUCKPT_ASSIGN_OR_RETURN(spec.name, CheckpointIdForName(request.name, request.caller));
+    return store_->BeginSnapshot(spec, options);
+  }
+  GPUCKPT_ASSIGN_OR_RETURN(spec.name, NextCheckpointName(request.pid));
+  auto writer = store_->BeginSnapshot(spec, options);
+  if (writer.ok() || writer.status().code() != StatusCode::kAlreadyExists) return writer;
+  // The catalog missed a snapshot of that name: it is read from the store
+  // again, and the next name tried once.
+  catalog_.Load().PermitUnchecked();
+  GPUCKPT_ASSIGN_OR_RETURN(spec.name, NextCheckpointName(request.pid));
+  return store_->BeginSnapshot(spec, options);
 }
 
 CriuCommand EngineImpl::DumpCommand(const CheckpointRequest& request, const ProcessInfo& process,

@@ -190,24 +190,13 @@ std::string CriuLogs::Summary() const {
   return summary;
 }
 
-namespace {
-
-// The owner and the maker of a snapshot, from one read of its manifest:
-// listings ask both of every snapshot in the store.
-struct Provenance {
-  SnapshotOwner owner;
-  SnapshotMaker maker;
-};
-
 Provenance ProvenanceOf(const SnapshotInfo& info) {
   const CheckpointManifest m = ManifestOrEmpty(info.extra_json);
   const ManifestIds owner = m.OwnerOrRoot();
   const ManifestMaker maker = m.MakerOrOwner();
   return {SnapshotOwner{owner.uid, owner.gid, m.pid},
-          SnapshotMaker{maker.uid, maker.gid, maker.groups}};
+          SnapshotMaker{maker.uid, maker.gid, maker.groups}, m.IsOwnDump()};
 }
-
-}  // namespace
 
 SnapshotOwner OwnerOf(const SnapshotInfo& info) { return ProvenanceOf(info).owner; }
 
@@ -217,10 +206,13 @@ ManifestMaker MakerRecordOf(const Caller& caller) {
   return ManifestMaker{caller.uid, caller.gid, caller.groups};
 }
 
-bool IsCheckpointOfProcess(const SnapshotInfo& info, int pid, uint32_t owner_uid) {
-  const Provenance p = ProvenanceOf(info);
+bool CountsForProcess(const Provenance& p, int pid, uint32_t owner_uid) {
   if (p.owner.pid != pid || p.owner.uid != owner_uid) return false;
   return p.maker.uid == owner_uid || p.maker.uid == 0;
+}
+
+bool IsCheckpointOfProcess(const SnapshotInfo& info, int pid, uint32_t owner_uid) {
+  return CountsForProcess(ProvenanceOf(info), pid, owner_uid);
 }
 
 namespace {
@@ -270,6 +262,9 @@ Result<std::unique_ptr<EngineImpl>> EngineImpl::Create(Store* store,
       new EngineImpl(store, std::move(gpu), std::move(options), std::move(criu)));
   GPUCKPT_RETURN_IF_ERROR(MakePrivateDir(engine->CriuLogDir(), 0700));
   RemoveTemporaries(engine->CriuLogDir());
+  // A store that cannot be listed now is listed at the first question.
+  if (Status loaded = engine->catalog_.Load(); !loaded.ok())
+    spdlog::warn("checkpoint catalog not loaded: error={}", LogValue(loaded.message()));
   engine->RecoverInterruptedKills();
   return engine;
 }
@@ -280,7 +275,8 @@ EngineImpl::EngineImpl(Store* store, std::unique_ptr<GpuBackend> gpu, EngineOpti
       gpu_(std::move(gpu)),
       options_(std::move(options)),
       criu_(std::move(criu)),
-      quota_(store, options_.user_quota_bytes),
+      catalog_(store),
+      quota_(store, &catalog_, options_.user_quota_bytes),
       started_ns_(UnixNowNs()) {
   ProcessTableOptions table;
   table.all_processes = options_.all_processes;
@@ -397,18 +393,8 @@ void EngineImpl::FinishWorkDir(const std::string& dir, bool ok) {
 }
 
 Result<std::string> EngineImpl::NextCheckpointName(int pid) {
-  GPUCKPT_ASSIGN_OR_RETURN(auto snapshots, store_->List());
-  const std::string prefix = std::to_string(pid) + "-";
-  uint64_t highest = 0;
-  for (const auto& s : snapshots) {
-    if (s.id.compare(0, prefix.size(), prefix) != 0) continue;
-    const std::string rest = s.id.substr(prefix.size());
-    // Only the engine makes names of this form (CheckCheckpointName), so
-    // they stay far below 2^64.
-    if (!AllDigits(rest) || rest.size() > 18) continue;
-    highest = std::max<uint64_t>(highest, std::stoull(rest));
-  }
-  return prefix + std::to_string(highest + 1);
+  GPUCKPT_ASSIGN_OR_RETURN(const uint64_t highest, catalog_.HighestNumber(pid));
+  return std::to_string(pid) + "-" + std::to_string(highest + 1);
 }
 
 std::optional<uint32_t> EngineImpl::DedupDomainFor(uint32_t owner_uid) const {
@@ -555,6 +541,7 @@ void Engine::SetRestoreResult(uint32_t uid, std::string text) {
 }
 std::string Engine::MetricsText() { return impl_->MetricsText(); }
 void Engine::NoteStoreChanged() { impl_->NoteStoreChanged(); }
+void Engine::NoteRemoved(const std::string& id, uint64_t key) { impl_->NoteRemoved(id, key); }
 int64_t Engine::started_ns() const { return impl_->started_ns(); }
 void Engine::RecordFailure(int pid, const std::string& operation, const Status& status,
                            const Caller& caller) {

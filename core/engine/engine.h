@@ -178,6 +178,10 @@ class Engine {
   std::string MetricsText();
   // Says that the store changed outside the engine (a checkpoint removed).
   void NoteStoreChanged();
+  // Says that checkpoint `id` of key `key` (SnapshotInfo::key) was removed
+  // outside the engine (through the mount); what NoteStoreChanged() says
+  // besides.
+  void NoteRemoved(const std::string& id, uint64_t key);
   // When this engine started (CLOCK_REALTIME ns).
   int64_t started_ns() const;
   // Records a failed request in status, metrics and the log (e.g. a bad

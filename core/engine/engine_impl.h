@@ -25,6 +25,7 @@
 #include "core/base/mutex.h"
 #include "core/criu/criu_runner.h"
 #include "core/criu/images.h"
+#include "core/engine/checkpoint_catalog.h"
 #include "core/engine/engine.h"
 #include "core/engine/engine_internal.h"
 #include "core/engine/metrics.h"
@@ -60,6 +61,10 @@ class EngineImpl {
   void NoteStoreChanged() {
     store_changed_.store(true, std::memory_order_relaxed);
     quota_.NoteStoreChanged();
+  }
+  void NoteRemoved(const std::string& id, uint64_t key) {
+    catalog_.Remove(id, key);
+    NoteStoreChanged();
   }
   int64_t started_ns() const { return started_ns_; }
   void RecordFailure(int pid, const std::string& operation, const Status& status,
@@ -151,6 +156,11 @@ class EngineImpl {
   void RecordDumpResults(const GpuCheckpointOptions& gpu_options,
                          const GpuBackend::LockSpan& held_locks, int64_t dump_end_ns, double dump_s,
                          const std::string& work, CheckpointManifest* manifest);
+  // Begins the snapshot of `spec`, named as the request says (the next
+  // "<pid>-<n>" when it names none).
+  Result<std::unique_ptr<SnapshotWriter>> BeginNamedSnapshot(const CheckpointRequest& request,
+                                                             SnapshotSpec spec,
+                                                             const SnapshotWriterOptions& options);
   // Writes the manifest and publishes the snapshot.
   Result<SnapshotInfo> CommitCheckpoint(SnapshotWriter& writer, const CheckpointManifest& manifest,
                                         OperationBoard::Ticket* ticket);
@@ -259,6 +269,9 @@ class EngineImpl {
   std::unique_ptr<ProcessTable> processes_;
   OperationBoard board_;
   Metrics metrics_;
+  // What every checkpoint is, without reading the store (before quota_,
+  // which asks it).
+  CheckpointCatalog catalog_;
   QuotaLedger quota_;
   std::string empty_plugin_dir_;
   std::shared_ptr<ByteBudget> staging_;  // shared by the checkpoints' writers

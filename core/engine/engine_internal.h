@@ -108,6 +108,16 @@ struct SnapshotMaker {
   std::vector<uint32_t> groups;
 };
 SnapshotMaker MakerOf(const SnapshotInfo& info);
+// A snapshot's owner and maker, and whether gpuckpt itself dumped it (not
+// an import), from one read of its manifest.
+struct Provenance {
+  SnapshotOwner owner;
+  SnapshotMaker maker;
+  bool own_dump = true;
+};
+Provenance ProvenanceOf(const SnapshotInfo& info);
+// IsCheckpointOfProcess() of a snapshot of provenance `p`.
+bool CountsForProcess(const Provenance& p, int pid, uint32_t owner_uid);
 // The manifest's made_by record of `caller`.
 ManifestMaker MakerRecordOf(const Caller& caller);
 

@@ -456,6 +456,7 @@ Result<SnapshotInfo> EngineImpl::CommitImport(const ImportSource& source,
     GPUCKPT_RETURN_IF_ERROR(fill(writer->get(), &manifest));
     (*writer)->SetExtraJson(EncodeManifest(manifest));
     GPUCKPT_ASSIGN_OR_RETURN(SnapshotInfo info, (*writer)->Commit());
+    catalog_.Add(info);
     NoteStoreChanged();
     // What an import adds is known only once it is stored: one that took
     // its owner beyond their quota after all is removed again (what it
@@ -463,7 +464,7 @@ Result<SnapshotInfo> EngineImpl::CommitImport(const ImportSource& source,
     if (Status quota = quota_.CheckHeld(source.caller, caller.uid, "the import of " + source.shown);
         !quota.ok()) {
       store_->Remove(info.id).PermitUnchecked();
-      NoteStoreChanged();
+      NoteRemoved(info.id, info.key);
       return quota;
     }
     return info;

@@ -31,10 +31,7 @@ Result<uint64_t> QuotaLedger::Held(uint32_t owner, uint64_t* epoch) {
     if (it != held_.end() && it->second.epoch == at && it->second.settled == settled)
       return it->second.bytes;
   }
-  GPUCKPT_ASSIGN_OR_RETURN(auto all, store_->List());
-  std::vector<std::string> ids;
-  for (const auto& s : all)
-    if (OwnerOf(s).uid == owner) ids.push_back(s.id);
+  GPUCKPT_ASSIGN_OR_RETURN(const std::vector<std::string> ids, catalog_->HeldBy(owner));
   GPUCKPT_ASSIGN_OR_RETURN(const uint64_t bytes, store_->HeldBytes(ids));
   MutexLock lock(&mu_);
   held_[owner] = Measured{at, settled, bytes};

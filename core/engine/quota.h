@@ -14,7 +14,8 @@
 // a user's copy are that user's); only a request by an ordinary user is
 // refused, root's are counted but never limited.
 //
-// Thread-safe. Borrows the Store, which must outlive it.
+// Thread-safe. Borrows the Store and the catalog (which says which
+// checkpoints an owner holds), which must outlive it.
 #ifndef GPUCKPT_CORE_ENGINE_QUOTA_H_
 #define GPUCKPT_CORE_ENGINE_QUOTA_H_
 
@@ -25,6 +26,7 @@
 #include <string>
 
 #include "core/base/mutex.h"
+#include "core/engine/checkpoint_catalog.h"
 #include "core/proc/caller.h"
 #include "gpuckpt/status.h"
 #include "gpuckpt/store.h"
@@ -34,7 +36,8 @@ namespace gpuckpt {
 class QuotaLedger {
  public:
   // `limit_bytes` 0: no quota (reservations are then free and never refused).
-  QuotaLedger(Store* store, uint64_t limit_bytes) : store_(store), limit_(limit_bytes) {}
+  QuotaLedger(Store* store, CheckpointCatalog* catalog, uint64_t limit_bytes)
+      : store_(store), catalog_(catalog), limit_(limit_bytes) {}
 
   // Bytes reserved for one operation in flight; given back when destroyed.
   class Reservation {
@@ -86,6 +89,7 @@ class QuotaLedger {
                  const std::string& what) const;
 
   Store* const store_;
+  CheckpointCatalog* const catalog_;
   const uint64_t limit_;
   std::atomic<uint64_t> epoch_{0};
   struct Measured {

@@ -84,8 +84,9 @@ bool IsOwnDump(const SnapshotInfo& info) { return ManifestOrEmpty(info.extra_jso
 // own dump of that user's process recorded: `id` is such a checkpoint, or
 // a copy whose socket and connection images equal, byte for byte, those of
 // one (kPermissionDenied otherwise, saying what to do).
-Result<bool> MayRestoreTcpConnections(Store* store, const std::string& id,
-                                      const std::set<std::string>& images, const Caller& as) {
+Result<bool> MayRestoreTcpConnections(Store* store, CheckpointCatalog& catalog,
+                                      const std::string& id, const std::set<std::string>& images,
+                                      const Caller& as) {
   std::vector<std::string> network;
   for (const auto& name : images)
     if (IsTcpStreamImage(name)) network.push_back(name);
@@ -100,13 +101,12 @@ Result<bool> MayRestoreTcpConnections(Store* store, const std::string& id,
   // Only checkpoints of the same process tree (its root's pid) can hold
   // the same connections: the others' images are not read.
   const int root_pid = OwnerOf(info).pid;
-  GPUCKPT_ASSIGN_OR_RETURN(auto all, store->List());
-  for (const auto& s : all) {
-    if (s.id == id || !IsOwnDump(s) || MakerOf(s).uid != as.uid || OwnerOf(s).pid != root_pid)
-      continue;
+  GPUCKPT_ASSIGN_OR_RETURN(auto own_dumps, catalog.OwnDumpsOf(root_pid, as.uid));
+  for (const std::string& theirs_id : own_dumps) {
+    if (theirs_id == id) continue;
     bool same = true;
     for (const auto& [name, bytes] : wanted) {
-      auto theirs = ReadStoredFile(store, s.id, "images/" + name);
+      auto theirs = ReadStoredFile(store, theirs_id, "images/" + name);
       if (!theirs.ok() || *theirs != bytes) {
         same = false;
         break;
@@ -570,7 +570,10 @@ Result<int> EngineImpl::Restore(const RestoreRequest& request) {
   auto pid = ResolveAndRestore(request, &id, &imported, &kept_log);
   // A copy that could not be restored leaves nothing behind in the store:
   // the copy itself is where it was.
-  if (!pid.ok() && imported) store_->Remove(id).PermitUnchecked();
+  if (!pid.ok() && imported) {
+    store_->Remove(id).PermitUnchecked();
+    catalog_.Remove(id);
+  }
   ReleaseFreeMemory();
   if (imported) NoteStoreChanged();
   RecordRestoreEnd(request, id, imported, kept_log, pid, start);
@@ -723,7 +726,7 @@ Result<CriuCommand> EngineImpl::RestoreCommand(const std::string& id,
     cmd.run_as = CriuCredentials{as.uid, as.gid, as.groups,
                                  /*keep_sys_ptrace=*/false, /*keep_setpcap=*/true};
     GPUCKPT_ASSIGN_OR_RETURN(cmd.run_as->keep_net_admin,
-                             MayRestoreTcpConnections(store_, id, images, as));
+                             MayRestoreTcpConnections(store_, catalog_, id, images, as));
   }
   cmd.args.insert(cmd.args.end(), gpu.criu_args.begin(), gpu.criu_args.end());
   cmd.path_prepend = gpu.path_prepend;

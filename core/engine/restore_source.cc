@@ -159,23 +159,16 @@ Result<std::string> EngineImpl::CheckpointAt(const std::string& relative, const 
 
 Result<std::string> EngineImpl::CheckpointOfProcess(int pid, const std::string& which,
                                                     const Caller& caller) {
-  GPUCKPT_ASSIGN_OR_RETURN(auto all, store_->List());
   std::optional<uint32_t> owner;
   if (auto process = processes_->Get(pid); process.ok()) {
     owner = process->creds.ruid;
   } else if (!caller.is_root()) {
     owner = caller.uid;
-  } else {
-    // The process that last had this pid: the owner of the newest
-    // checkpoint gpuckpt itself dumped of it (List() is oldest first).
-    for (auto it = all.rbegin(); it != all.rend() && !owner; ++it)
-      if (OwnerOf(*it).pid == pid && ManifestOrEmpty(it->extra_json).IsOwnDump())
-        owner = OwnerOf(*it).uid;
   }
-  std::vector<std::string> mine;
-  if (owner)
-    for (const auto& s : all)
-      if (IsCheckpointOfProcess(s, pid, *owner)) mine.push_back(s.id);
+  // For root, of a pid no process has: the process that last had it, the
+  // owner of the newest checkpoint gpuckpt itself dumped of it.
+  GPUCKPT_ASSIGN_OR_RETURN(const std::vector<std::string> mine,
+                           catalog_.CheckpointsOfProcess(pid, owner));
   if (which == "latest" && !mine.empty()) return mine.back();
   char* end = nullptr;
   const unsigned long n = std::strtoul(which.c_str(), &end, 10);

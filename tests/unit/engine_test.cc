@@ -35,6 +35,7 @@
 #include "core/engine/kill_journal.h"
 #include "core/engine/metrics.h"
 #include "core/engine/operation_board.h"
+#include "core/manifest/checkpoint_manifest.h"
 #include "fs/commands.h"
 #include "gpuckpt/gpu_backend.h"
 #include "gpuckpt/version.h"
@@ -1003,6 +1004,102 @@ TEST_F(EngineTest, ImportOfACopyLeavesItsDeviceDirectoryOut) {
 }
 
 // A real checkpoint and restore of a small process, through the commands.
+// A Store that forwards every call to another, counting List(): what the
+// engine reads of the whole store.
+class ListCountingStore final : public Store {
+ public:
+  explicit ListCountingStore(Store* store) : store_(store) {}
+  int lists() const { return lists_.load(); }
+
+  using Store::BeginSnapshot;
+  Result<std::unique_ptr<SnapshotWriter>> BeginSnapshot(
+      const SnapshotSpec& spec, const SnapshotWriterOptions& options) override {
+    return store_->BeginSnapshot(spec, options);
+  }
+  Result<SnapshotInfo> ImportDirectory(const std::string& src_dir, const SnapshotSpec& spec,
+                                       const ProgressFn& progress) override {
+    return store_->ImportDirectory(src_dir, spec, progress);
+  }
+  Status Export(const std::string& id, const std::string& dest_dir,
+                const ProgressFn& progress) override {
+    return store_->Export(id, dest_dir, progress);
+  }
+  Result<std::vector<SnapshotInfo>> List() override {
+    ++lists_;
+    return store_->List();
+  }
+  Result<SnapshotInfo> Get(const std::string& id) override { return store_->Get(id); }
+  Result<std::vector<FileEntry>> ListFiles(const std::string& id) override {
+    return store_->ListFiles(id);
+  }
+  Result<std::unique_ptr<FileReader>> OpenFile(const std::string& id,
+                                               const std::string& path) override {
+    return store_->OpenFile(id, path);
+  }
+  Result<std::unique_ptr<FileReader>> OpenListedFile(const std::string& id, uint64_t key,
+                                                     const FileEntry& entry) override {
+    return store_->OpenListedFile(id, key, entry);
+  }
+  Status Remove(const std::string& id) override { return store_->Remove(id); }
+  Result<GcReport> Gc() override { return store_->Gc(); }
+  Result<FsckReport> Fsck() override { return store_->Fsck(); }
+  Result<StoreStats> Stats() override { return store_->Stats(); }
+  Result<uint64_t> HeldBytes(const std::vector<std::string>& ids) override {
+    return store_->HeldBytes(ids);
+  }
+  uint64_t settled_snapshots() const override { return store_->settled_snapshots(); }
+  Result<uint64_t> FreeBytes() override { return store_->FreeBytes(); }
+  CacheStats cache_stats() const override { return store_->cache_stats(); }
+  std::optional<PoolStats> pool_stats() const override { return store_->pool_stats(); }
+  const std::string& dir() const override { return store_->dir(); }
+
+ private:
+  Store* const store_;
+  std::atomic<int> lists_{0};
+};
+
+// A checkpoint asks the engine's catalog, not the store, for its name and
+// its parent: without a shared pool it never lists the store, however
+// many checkpoints the store holds. A checkpoint removed (through the
+// mount, which tells the engine) is nobody's parent any more.
+TEST_F(EngineTest, CheckpointsNeverListTheStore) {
+  ListCountingStore counting(store_.get());
+  EngineOptions options;
+  options.work_dir = tmp_.Sub("work-counted");
+  options.state_dir = tmp_.Sub("state-counted");
+  options.mountpoint = mnt_;
+  options.all_processes = true;
+  options.process_cache_ttl = 0ms;
+  ASSERT_OK_AND_ASSIGN(auto engine, Engine::Create(&counting, MakeNoGpuBackend(), options));
+  EXPECT_EQ(counting.lists(), 1);  // the catalog, loaded once
+  Sleeper child;
+  ASSERT_TRUE(child.started());
+  const std::string p = std::to_string(child.pid());
+  CheckpointRequest request;
+  request.pid = child.pid();
+  request.caller = Root();
+  auto parent_of = [&](const std::string& id) {
+    auto info = store_->Get(id);
+    EXPECT_OK(info.status());
+    return info.ok() ? ManifestOrEmpty(info->extra_json).parent : std::nullopt;
+  };
+
+  ASSERT_OK_AND_ASSIGN(SnapshotInfo first, engine->Checkpoint(request));
+  EXPECT_EQ(first.id, p + "-1");
+  EXPECT_EQ(parent_of(first.id), std::nullopt);
+  ASSERT_OK_AND_ASSIGN(SnapshotInfo second, engine->Checkpoint(request));
+  EXPECT_EQ(second.id, p + "-2");
+  EXPECT_EQ(parent_of(second.id), first.id);
+  EXPECT_EQ(counting.lists(), 1);
+
+  ASSERT_OK(counting.Remove(second.id));
+  engine->NoteRemoved(second.id, second.key);
+  ASSERT_OK_AND_ASSIGN(SnapshotInfo third, engine->Checkpoint(request));
+  EXPECT_EQ(third.id, p + "-2");  // the highest left is 1
+  EXPECT_EQ(parent_of(third.id), first.id);
+  EXPECT_EQ(counting.lists(), 1);
+}
+
 TEST_F(EngineTest, CheckpointAndRestoreThroughCommands) {
   // The restored process is reparented from CRIU to its nearest subreaper:
   // us, so that we can reap it.

@@ -10,8 +10,10 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "core/base/unique_fd.h"
+#include "core/engine/checkpoint_catalog.h"
 #include "core/manifest/checkpoint_manifest.h"
 #include "core/snapshot/store_impl.h"
 #include "gpuckpt/store.h"
@@ -52,8 +54,17 @@ class QuotaTest : public ::testing::Test {
     return info.ok() ? *info : SnapshotInfo{};
   }
 
+  // A catalog of the store as it is now, loaded as the engine loads its
+  // own; kept for the test's length.
+  CheckpointCatalog* Catalog() {
+    catalogs_.push_back(std::make_unique<CheckpointCatalog>(store_.get()));
+    EXPECT_OK(catalogs_.back()->Load());
+    return catalogs_.back().get();
+  }
+
   TempDir tmp_;
   std::unique_ptr<Store> store_;
+  std::vector<std::unique_ptr<CheckpointCatalog>> catalogs_;
   std::string src_;
 };
 
@@ -76,7 +87,7 @@ TEST_F(QuotaTest, HeldBytesCountEachChunkOnceAndStayAfterTheFirstCopyGoes) {
 TEST_F(QuotaTest, ASecondCopyOfTheSameBytesIsChargedOnceTheFirstIsRemoved) {
   const uint64_t size = ImportAs("a", kAlice).stored_bytes;
   ImportAs("b", kAlice);
-  QuotaLedger ledger(store_.get(), size + size / 2);
+  QuotaLedger ledger(store_.get(), Catalog(), size + size / 2);
   ASSERT_OK(store_->Remove("a"));
   ledger.NoteStoreChanged();
   // What b holds is charged: another copy's worth does not fit.
@@ -89,7 +100,7 @@ TEST_F(QuotaTest, ASecondCopyOfTheSameBytesIsChargedOnceTheFirstIsRemoved) {
 }
 
 TEST_F(QuotaTest, OperationsInFlightReserveTheirWorstCase) {
-  QuotaLedger ledger(store_.get(), 100u << 20);
+  QuotaLedger ledger(store_.get(), Catalog(), 100u << 20);
   ASSERT_OK_AND_ASSIGN(auto first, ledger.Reserve(Ordinary(kAlice), kAlice, 60u << 20, "one"));
   // Side by side, a second one that could take the user beyond it is
   // refused, saying that an operation in flight holds part of it.
@@ -102,7 +113,7 @@ TEST_F(QuotaTest, OperationsInFlightReserveTheirWorstCase) {
 }
 
 TEST_F(QuotaTest, RootsRequestsAreChargedToTheOwnerButNeverRefused) {
-  QuotaLedger ledger(store_.get(), 100u << 20);
+  QuotaLedger ledger(store_.get(), Catalog(), 100u << 20);
   ASSERT_OK_AND_ASSIGN(auto roots, ledger.Reserve(Caller{}, kAlice, 150u << 20, "root's"));
   auto users = ledger.Reserve(Ordinary(kAlice), kAlice, 1, "the user's");
   EXPECT_EQ(users.status().code(), StatusCode::kNoSpace);
@@ -112,10 +123,10 @@ TEST_F(QuotaTest, RootsRequestsAreChargedToTheOwnerButNeverRefused) {
 
 TEST_F(QuotaTest, AStoredCheckpointBeyondTheQuotaIsReported) {
   const uint64_t size = ImportAs("a", kAlice).stored_bytes;
-  QuotaLedger ledger(store_.get(), size - 1);
+  QuotaLedger ledger(store_.get(), Catalog(), size - 1);
   EXPECT_EQ(ledger.CheckHeld(Ordinary(kAlice), kAlice, "the import").code(), StatusCode::kNoSpace);
   EXPECT_OK(ledger.CheckHeld(Caller{}, kAlice, "root's import"));
-  QuotaLedger unlimited(store_.get(), 0);
+  QuotaLedger unlimited(store_.get(), Catalog(), 0);
   EXPECT_OK(unlimited.CheckHeld(Ordinary(kAlice), kAlice, "the import"));
 }
 
@@ -146,7 +157,7 @@ TEST_F(QuotaTest, ASpooledCheckpointIsChargedWhatItsChunksHoldOnceItSettles) {
   ASSERT_OK(writer->Commit().status());
 
   // Spooled, it holds its whole size: a quota of half of it is spent.
-  QuotaLedger ledger(store_.get(), size / 2);
+  QuotaLedger ledger(store_.get(), Catalog(), size / 2);
   ASSERT_OK_AND_ASSIGN(uint64_t remaining, ledger.Remaining(kAlice));
   EXPECT_EQ(remaining, 0u);
   // Settled, with no other change of the store noted, it holds what its
