@@ -711,9 +711,11 @@ Result<std::unique_ptr<SnapshotWriter>> EngineImpl::BeginCheckpointSnapshot(
     manifest->parent = **latest;
     base = **latest;
   }
+  // No extra yet: the manifest is complete only after the dump, and
+  // CommitCheckpoint gives it to the writer; nothing reads it before.
   SnapshotSpec spec{"",
                     "pid " + std::to_string(request.pid) + " (" + DisplayText(process.comm) + ")",
-                    EncodeManifest(*manifest), base, DedupDomainFor(process.creds.ruid)};
+                    "", base, DedupDomainFor(process.creds.ruid)};
   // CRIU's pipes are drained into staging memory as fast as CRIU writes
   // them, with hashing, compression and the disk behind, on idle CPU only
   // until CRIU is done: the tree is frozen for as long as CRIU runs. What

@@ -437,8 +437,10 @@ Result<SnapshotInfo> EngineImpl::CommitImport(const ImportSource& source,
     } else {
       GPUCKPT_ASSIGN_OR_RETURN(id, NextCheckpointName(pid));
     }
+    // No extra yet: `fill` may complete the manifest, which the writer is
+    // given before its commit; nothing reads it before.
     auto writer = store_->BeginSnapshot(
-        {id, source.shown, EncodeManifest(manifest), /*base=*/"", DedupDomainFor(caller.uid)});
+        {id, source.shown, /*extra_json=*/"", /*base=*/"", DedupDomainFor(caller.uid)});
     if (!writer.ok()) {
       // The name is taken (by another checkpoint of this pid meanwhile, or
       // by an earlier import of a file of the same name): the next one.
