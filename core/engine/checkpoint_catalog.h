@@ -3,10 +3,10 @@
 // memory so that a checkpoint, an import or a quota check does not read and
 // decode every snapshot's manifest again (Store::List()).
 //
-// Loaded with one List() when the engine is created, then kept current by
-// the engine: Add() when it publishes a snapshot (a checkpoint's or an
-// import's commit), Remove() when it or the mount removes one
-// (Engine::NoteRemoved). A load that failed is tried again at the next
+// Loaded with one List() when the engine is created (Prime), then kept
+// current by the engine: Add() when it publishes a snapshot (a
+// checkpoint's or an import's commit), Remove() when it or the mount
+// removes one (Engine::NoteRemoved). A load that failed is tried again at the next
 // query, which then returns its error (as the List() it replaces did).
 //
 // The shared pool: with one (Store::pool_stats() set), other machines
@@ -46,6 +46,10 @@ class CheckpointCatalog {
   // Reads every snapshot of the store (one List()) in place of what the
   // catalog held.
   Status Load() EXCLUDES(mu_);
+  // Load() when the engine is created, but not with a pool, whose every
+  // query loads anyway (and whose List() may wait on a pool that cannot be
+  // reached). A failed load is tried again at the first query.
+  Status Prime() EXCLUDES(mu_) { return follows_pool_ ? Status::Ok() : Load(); }
   // A snapshot the engine published.
   void Add(const SnapshotInfo& info) EXCLUDES(mu_);
   // A snapshot removed from the store; unknown ids are ignored. With `key`,

@@ -262,8 +262,7 @@ Result<std::unique_ptr<EngineImpl>> EngineImpl::Create(Store* store,
       new EngineImpl(store, std::move(gpu), std::move(options), std::move(criu)));
   GPUCKPT_RETURN_IF_ERROR(MakePrivateDir(engine->CriuLogDir(), 0700));
   RemoveTemporaries(engine->CriuLogDir());
-  // A store that cannot be listed now is listed at the first question.
-  if (Status loaded = engine->catalog_.Load(); !loaded.ok())
+  if (Status loaded = engine->catalog_.Prime(); !loaded.ok())
     spdlog::warn("checkpoint catalog not loaded: error={}", LogValue(loaded.message()));
   engine->RecoverInterruptedKills();
   return engine;
