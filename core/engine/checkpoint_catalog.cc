@@ -99,7 +99,10 @@ void CheckpointCatalog::Apply(const Change& change) {
 
 void CheckpointCatalog::Insert(Entry entry) {
   Erase(entry.id);
-  entry.order = next_order_++;
+  // List()'s order: the store's own is that of the keys, which BeginSnapshot
+  // hands out in turn (not that of the commits); a pool's merges by time,
+  // and is taken as it comes, every query loading it again.
+  entry.order = follows_pool_ ? next_order_++ : entry.key;
   const Provenance p{entry.owner, SnapshotMaker{entry.maker_uid, 0, {}}, entry.own_dump};
   if (CountsForProcess(p, entry.owner.pid, entry.owner.uid))
     of_process_[{entry.owner.pid, entry.owner.uid}][entry.order] = entry.id;

@@ -81,7 +81,7 @@ class CheckpointCatalog {
     SnapshotOwner owner;
     uint32_t maker_uid = 0;
     bool own_dump = false;
-    uint64_t order = 0;  // creation order: List()'s, then publication's
+    uint64_t order = 0;  // List()'s order (Insert)
   };
   // A change made while a load was reading the store.
   struct Change {

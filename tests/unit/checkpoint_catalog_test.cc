@@ -99,5 +99,30 @@ TEST_F(CheckpointCatalogTest, AnswersFromOneLoadAndFollowsChanges) {
   EXPECT_EQ(loaded.CheckpointsOfProcess(7, kAlice).value(), (Ids{"7-1", "7-5"}));
 }
 
+// Checkpoints are in the order they began (the store's keys, as List()
+// has them), not that of their commits: the same after a restart's load.
+TEST_F(CheckpointCatalogTest, CheckpointsAreInTheOrderTheyBegan) {
+  CheckpointCatalog catalog(store_.get());
+  ASSERT_OK(catalog.Load());
+  CheckpointManifest manifest;
+  manifest.pid = 7;
+  manifest.owner = ManifestIds{kAlice, kAlice};
+  manifest.made_by = ManifestMaker{kAlice, kAlice, {}};
+  SnapshotSpec spec;
+  spec.extra_json = EncodeManifest(manifest);
+  spec.name = "7-1";
+  ASSERT_OK_AND_ASSIGN(auto first, store_->BeginSnapshot(spec));
+  spec.name = "7-2";
+  ASSERT_OK_AND_ASSIGN(auto second, store_->BeginSnapshot(spec));
+  ASSERT_OK_AND_ASSIGN(SnapshotInfo second_info, second->Commit());
+  catalog.Add(second_info);
+  ASSERT_OK_AND_ASSIGN(SnapshotInfo first_info, first->Commit());
+  catalog.Add(first_info);
+  EXPECT_EQ(catalog.CheckpointsOfProcess(7, kAlice).value(), (Ids{"7-1", "7-2"}));
+  CheckpointCatalog loaded(store_.get());
+  ASSERT_OK(loaded.Load());
+  EXPECT_EQ(loaded.CheckpointsOfProcess(7, kAlice).value(), (Ids{"7-1", "7-2"}));
+}
+
 }  // namespace
 }  // namespace gpuckpt
