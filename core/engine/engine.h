@@ -176,7 +176,8 @@ class Engine {
   // changed (an operation ended, NoteStoreChanged(), a spooled checkpoint
   // settled); else the last ones are shown.
   std::string MetricsText();
-  // Says that the store changed outside the engine (a checkpoint removed).
+  // Says that the store changed outside the engine (NoteRemoved() says so
+  // of a checkpoint removed).
   void NoteStoreChanged();
   // Says that checkpoint `id` of key `key` (SnapshotInfo::key) was removed
   // outside the engine (through the mount); what NoteStoreChanged() says
