@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "core/catalog/catalog_keys.h"
+#include "core/store/store_db_rocks.h"
 
 namespace gpuckpt {
 
@@ -30,7 +31,7 @@ ExtentIndex::Scope ExtentIndex::Scope::Snapshot(uint64_t snapshot_key) {
 ExtentIndex::ExtentIndex(const SnapshotCatalog& catalog, Scope scope, ReadOptions options)
     : scope_(std::move(scope)) {
   rocksdb::ReadOptions r;
-  r.snapshot = options.view != nullptr ? options.view->rocks() : nullptr;
+  r.snapshot = options.view != nullptr ? StoreDbRocks::snapshot(*options.view) : nullptr;
   r.fill_cache = options.fill_cache;
   if (scope_.lower) {
     lower_slice_ = std::make_unique<rocksdb::Slice>(*scope_.lower);
@@ -40,7 +41,7 @@ ExtentIndex::ExtentIndex(const SnapshotCatalog& catalog, Scope scope, ReadOption
     upper_slice_ = std::make_unique<rocksdb::Slice>(*scope_.upper);
     r.iterate_upper_bound = upper_slice_.get();
   }
-  it_.reset(catalog.db_->db()->NewIterator(r, catalog.extents_));
+  it_.reset(StoreDbRocks::db(*catalog.db_)->NewIterator(r, catalog.extents_));
 }
 
 void ExtentIndex::SeekToFirst() {
@@ -86,6 +87,14 @@ bool ExtentIndex::crossed_every_hole() const {
 uint64_t ExtentIndex::covered_to() const {
   const FileHole* hole = HoleAt(walked_to_);
   return hole != nullptr ? hole->end() : walked_to_;
+}
+
+ExtentIndex::~ExtentIndex() = default;
+
+bool ExtentIndex::Valid() const { return it_->Valid(); }
+
+Status ExtentIndex::status(std::string_view context) const {
+  return FromRocks(it_->status(), context);
 }
 
 void ExtentIndex::Next() {

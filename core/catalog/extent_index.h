@@ -18,8 +18,6 @@
 #ifndef GPUCKPT_CORE_CATALOG_EXTENT_INDEX_H_
 #define GPUCKPT_CORE_CATALOG_EXTENT_INDEX_H_
 
-#include <rocksdb/iterator.h>
-
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -31,6 +29,12 @@
 #include "core/catalog/snapshot_catalog.h"
 #include "core/store/store_db.h"
 #include "gpuckpt/status.h"
+
+// Held by pointer only, so that the modules walking the index see no RocksDB.
+namespace rocksdb {
+class Iterator;
+class Slice;
+}  // namespace rocksdb
 
 namespace gpuckpt {
 
@@ -74,6 +78,7 @@ class ExtentIndex {
   ExtentIndex(const SnapshotCatalog& catalog, Scope scope, ReadOptions options);
   ExtentIndex(const SnapshotCatalog& catalog, Scope scope)
       : ExtentIndex(catalog, std::move(scope), ReadOptions()) {}
+  ~ExtentIndex();
   ExtentIndex(const ExtentIndex&) = delete;
   ExtentIndex& operator=(const ExtentIndex&) = delete;
 
@@ -82,7 +87,7 @@ class ExtentIndex {
   // To the first record of a snapshot after `snapshot_key` (gc skips the
   // records of a snapshot it will delete whole).
   void SeekPastSnapshot(uint64_t snapshot_key);
-  bool Valid() const { return it_->Valid(); }
+  bool Valid() const;
   void Next();
   // The record's key; Corruption "malformed extent key" when it is not one.
   Result<ExtentKeyParts> Key() const;
@@ -90,7 +95,7 @@ class ExtentIndex {
   Result<Extent> Decode() const;
   // Why Valid() is false, if not for the end of the scope: an error that
   // names `context`, or OK.
-  Status status(std::string_view context) const { return FromRocks(it_->status(), context); }
+  Status status(std::string_view context) const;
 
   // In offset order, through a file's extents. SeekToFirst() starts the walk
   // at offset 0; SeekTo() at `offset`, on the extent at or before it.

@@ -8,22 +8,23 @@
 #include "core/base/big_endian.h"
 #include "core/catalog/catalog_keys.h"
 #include "core/store/format.h"
+#include "core/store/store_db_rocks.h"
 
 namespace gpuckpt {
 namespace {
 
 rocksdb::ReadOptions ReadAsOf(const DbView* view) {
   rocksdb::ReadOptions r;
-  r.snapshot = view != nullptr ? view->rocks() : nullptr;
+  r.snapshot = view != nullptr ? StoreDbRocks::snapshot(*view) : nullptr;
   return r;
 }
 
 }  // namespace
 
 Result<std::unique_ptr<SnapshotCatalog>> SnapshotCatalog::Open(StoreDb* db) {
-  rocksdb::ColumnFamilyHandle* snapshots = db->family(format::kSnapshotsFamily);
-  rocksdb::ColumnFamilyHandle* files = db->family(format::kFilesFamily);
-  rocksdb::ColumnFamilyHandle* extents = db->family(format::kExtentsFamily);
+  rocksdb::ColumnFamilyHandle* snapshots = StoreDbRocks::family(*db, format::kSnapshotsFamily);
+  rocksdb::ColumnFamilyHandle* files = StoreDbRocks::family(*db, format::kFilesFamily);
+  rocksdb::ColumnFamilyHandle* extents = StoreDbRocks::family(*db, format::kExtentsFamily);
   if (snapshots == nullptr || files == nullptr || extents == nullptr) {
     return Status::Corruption("store " + db->dir() + " lacks the snapshot catalog's families");
   }
@@ -33,8 +34,8 @@ Result<std::unique_ptr<SnapshotCatalog>> SnapshotCatalog::Open(StoreDb* db) {
 Result<uint64_t> SnapshotCatalog::AllocateKey() {
   std::string value;
   uint64_t next = 1;
-  rocksdb::Status s =
-      db_->db()->Get(rocksdb::ReadOptions(), db_->meta(), format::kMetaNextSnapshotKey, &value);
+  rocksdb::Status s = StoreDbRocks::db(*db_)->Get(rocksdb::ReadOptions(), StoreDbRocks::meta(*db_),
+                                                  format::kMetaNextSnapshotKey, &value);
   if (s.ok()) {
     if (value.size() != 8) return Status::Corruption("next snapshot key record is malformed");
     next = GetBigEndian(value, 8);
@@ -46,7 +47,8 @@ Result<uint64_t> SnapshotCatalog::AllocateKey() {
   rocksdb::WriteOptions w;
   w.sync = true;
   GPUCKPT_RETURN_IF_ERROR(
-      FromRocks(db_->db()->Put(w, db_->meta(), format::kMetaNextSnapshotKey, encoded),
+      FromRocks(StoreDbRocks::db(*db_)->Put(w, StoreDbRocks::meta(*db_),
+                                            format::kMetaNextSnapshotKey, encoded),
                 "storing the next snapshot key"));
   return next;
 }
@@ -55,7 +57,7 @@ Result<std::optional<SnapshotInfo>> SnapshotCatalog::FindSnapshot(const std::str
                                                                   std::string_view context,
                                                                   const DbView* view) const {
   std::string record;
-  rocksdb::Status s = db_->db()->Get(ReadAsOf(view), snapshots_, id, &record);
+  rocksdb::Status s = StoreDbRocks::db(*db_)->Get(ReadAsOf(view), snapshots_, id, &record);
   if (s.IsNotFound()) return std::optional<SnapshotInfo>();
   GPUCKPT_RETURN_IF_ERROR(FromRocks(s, context));
   GPUCKPT_ASSIGN_OR_RETURN(SnapshotInfo info, DecodeSnapshotRecord(id, record));
@@ -64,14 +66,15 @@ Result<std::optional<SnapshotInfo>> SnapshotCatalog::FindSnapshot(const std::str
 
 Result<bool> SnapshotCatalog::HasSnapshot(const std::string& id) const {
   std::string ignored;
-  rocksdb::Status s = db_->db()->Get(rocksdb::ReadOptions(), snapshots_, id, &ignored);
+  rocksdb::Status s = StoreDbRocks::db(*db_)->Get(rocksdb::ReadOptions(), snapshots_, id, &ignored);
   if (s.IsNotFound()) return false;
   GPUCKPT_RETURN_IF_ERROR(FromRocks(s, "looking up snapshot '" + id + "'"));
   return true;
 }
 
 Result<bool> SnapshotCatalog::HasAnySnapshot() const {
-  std::unique_ptr<rocksdb::Iterator> it(db_->db()->NewIterator(rocksdb::ReadOptions(), snapshots_));
+  std::unique_ptr<rocksdb::Iterator> it(
+      StoreDbRocks::db(*db_)->NewIterator(rocksdb::ReadOptions(), snapshots_));
   it->SeekToFirst();
   const bool any = it->Valid();
   GPUCKPT_RETURN_IF_ERROR(FromRocks(it->status(), "listing snapshots"));
@@ -80,7 +83,8 @@ Result<bool> SnapshotCatalog::HasAnySnapshot() const {
 
 Result<std::vector<SnapshotInfo>> SnapshotCatalog::ListSnapshots(const DbView* view) const {
   std::vector<SnapshotInfo> out;
-  std::unique_ptr<rocksdb::Iterator> it(db_->db()->NewIterator(ReadAsOf(view), snapshots_));
+  std::unique_ptr<rocksdb::Iterator> it(
+      StoreDbRocks::db(*db_)->NewIterator(ReadAsOf(view), snapshots_));
   for (it->SeekToFirst(); it->Valid(); it->Next()) {
     GPUCKPT_ASSIGN_OR_RETURN(SnapshotInfo info, DecodeSnapshotRecord(it->key().ToStringView(),
                                                                      it->value().ToStringView()));
@@ -95,7 +99,8 @@ Result<std::vector<SnapshotInfo>> SnapshotCatalog::ListSnapshots(const DbView* v
 Status SnapshotCatalog::PutSnapshot(const SnapshotInfo& info, bool sync, std::string_view context) {
   rocksdb::WriteOptions w;
   w.sync = sync;
-  return FromRocks(db_->db()->Put(w, snapshots_, info.id, EncodeSnapshotRecord(info)), context);
+  return FromRocks(StoreDbRocks::db(*db_)->Put(w, snapshots_, info.id, EncodeSnapshotRecord(info)),
+                   context);
 }
 
 Result<std::vector<std::pair<uint32_t, FileEntry>>> SnapshotCatalog::ReadFiles(
@@ -106,7 +111,7 @@ Result<std::vector<std::pair<uint32_t, FileEntry>>> SnapshotCatalog::ReadFiles(
   rocksdb::Slice upper_slice(upper);
   rocksdb::ReadOptions r = ReadAsOf(view);
   r.iterate_upper_bound = &upper_slice;
-  std::unique_ptr<rocksdb::Iterator> it(db_->db()->NewIterator(r, files_));
+  std::unique_ptr<rocksdb::Iterator> it(StoreDbRocks::db(*db_)->NewIterator(r, files_));
   for (it->Seek(lower); it->Valid(); it->Next()) {
     if (it->key().size() != keys::kFileKeySize) {
       return Status::Corruption("malformed file record key");
@@ -122,8 +127,8 @@ Result<std::vector<std::pair<uint32_t, FileEntry>>> SnapshotCatalog::ReadFiles(
 Result<std::optional<FileEntry>> SnapshotCatalog::FindFile(uint64_t key, uint32_t index,
                                                            std::string_view context) const {
   std::string record;
-  rocksdb::Status s =
-      db_->db()->Get(rocksdb::ReadOptions(), files_, keys::FileKey(key, index), &record);
+  rocksdb::Status s = StoreDbRocks::db(*db_)->Get(rocksdb::ReadOptions(), files_,
+                                                  keys::FileKey(key, index), &record);
   if (s.IsNotFound()) return std::optional<FileEntry>();
   GPUCKPT_RETURN_IF_ERROR(FromRocks(s, context));
   GPUCKPT_ASSIGN_OR_RETURN(FileEntry e, DecodeFileRecord(record));
@@ -134,8 +139,8 @@ Result<std::optional<Extent>> SnapshotCatalog::FindExtent(uint64_t key, uint32_t
                                                           uint64_t offset, std::string_view context,
                                                           const DbView* view) const {
   rocksdb::PinnableSlice value;
-  rocksdb::Status s =
-      db_->db()->Get(ReadAsOf(view), extents_, keys::ExtentKey(key, index, offset), &value);
+  rocksdb::Status s = StoreDbRocks::db(*db_)->Get(ReadAsOf(view), extents_,
+                                                  keys::ExtentKey(key, index, offset), &value);
   if (s.IsNotFound()) return std::optional<Extent>();
   GPUCKPT_RETURN_IF_ERROR(FromRocks(s, context));
   GPUCKPT_ASSIGN_OR_RETURN(Extent e, DecodeExtentRecord(offset, value.ToStringView()));
@@ -144,7 +149,8 @@ Result<std::optional<Extent>> SnapshotCatalog::FindExtent(uint64_t key, uint32_t
 
 Result<std::vector<uint64_t>> SnapshotCatalog::KeysWithFiles() const {
   std::vector<uint64_t> out;
-  std::unique_ptr<rocksdb::Iterator> it(db_->db()->NewIterator(rocksdb::ReadOptions(), files_));
+  std::unique_ptr<rocksdb::Iterator> it(
+      StoreDbRocks::db(*db_)->NewIterator(rocksdb::ReadOptions(), files_));
   for (it->SeekToFirst(); it->Valid(); it->Next()) {
     const uint64_t key = keys::SnapshotKeyOf(it->key().ToStringView());
     if (out.empty() || out.back() != key) out.push_back(key);
@@ -155,34 +161,36 @@ Result<std::vector<uint64_t>> SnapshotCatalog::KeysWithFiles() const {
 
 Status SnapshotCatalog::AddFile(StoreBatch* batch, uint64_t key, uint32_t index,
                                 std::string_view record) const {
-  return FromRocks(batch->rocks().Put(files_, keys::FileKey(key, index), record),
+  return FromRocks(StoreDbRocks::batch(*batch).Put(files_, keys::FileKey(key, index), record),
                    "batching file records");
 }
 
 Status SnapshotCatalog::AddExtent(StoreBatch* batch, uint64_t key, uint32_t index, uint64_t offset,
                                   std::string_view record) const {
-  return FromRocks(batch->rocks().Put(extents_, keys::ExtentKey(key, index, offset), record),
-                   "batching extent");
+  return FromRocks(
+      StoreDbRocks::batch(*batch).Put(extents_, keys::ExtentKey(key, index, offset), record),
+      "batching extent");
 }
 
 Status SnapshotCatalog::DeleteSnapshot(StoreBatch* batch, const std::string& id) const {
-  return FromRocks(batch->rocks().Delete(snapshots_, id), "batching the removal of '" + id + "'");
+  return FromRocks(StoreDbRocks::batch(*batch).Delete(snapshots_, id),
+                   "batching the removal of '" + id + "'");
 }
 
 Status SnapshotCatalog::DeleteRecordsOf(StoreBatch* batch, uint64_t key) const {
   const std::string lower = keys::SnapshotPrefix(key);
   const std::string upper = keys::SnapshotPrefix(key + 1);
-  auto s = batch->rocks().DeleteRange(files_, lower, upper);
-  if (s.ok()) s = batch->rocks().DeleteRange(extents_, lower, upper);
+  auto s = StoreDbRocks::batch(*batch).DeleteRange(files_, lower, upper);
+  if (s.ok()) s = StoreDbRocks::batch(*batch).DeleteRange(extents_, lower, upper);
   return FromRocks(s, "batching the removal of a snapshot's records");
 }
 
 Status SnapshotCatalog::DeleteExtentsOf(StoreBatch* batch, uint64_t key, uint32_t index) const {
   // From the file's bare prefix to past its largest offset.
   const std::string lower = keys::FileKey(key, index);
-  return FromRocks(
-      batch->rocks().DeleteRange(extents_, lower, lower + std::string(8, '\xff') + '\xff'),
-      "batching stale extents");
+  return FromRocks(StoreDbRocks::batch(*batch).DeleteRange(extents_, lower,
+                                                           lower + std::string(8, '\xff') + '\xff'),
+                   "batching stale extents");
 }
 
 Status SnapshotCatalog::WriteIndex(StoreBatch* batch, std::string_view context) {

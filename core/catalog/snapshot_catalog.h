@@ -31,6 +31,11 @@
 #include "gpuckpt/status.h"
 #include "gpuckpt/store_types.h"
 
+// Held by pointer only, so that the catalog's users see no RocksDB.
+namespace rocksdb {
+class ColumnFamilyHandle;
+}  // namespace rocksdb
+
 namespace gpuckpt {
 
 class SnapshotCatalog {

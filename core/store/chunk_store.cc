@@ -13,6 +13,7 @@
 
 #include "core/base/big_endian.h"
 #include "core/base/scope_exit.h"
+#include "core/store/store_db_rocks.h"
 
 namespace gpuckpt {
 namespace {
@@ -49,7 +50,8 @@ using LiveRecords = std::unordered_map<uint64_t, std::vector<std::pair<uint64_t,
 
 Result<LiveRecords> LiveRecordsByPack(const StoreDb& db) {
   LiveRecords live;
-  std::unique_ptr<rocksdb::Iterator> it(db.db()->NewIterator(rocksdb::ReadOptions(), db.chunks()));
+  std::unique_ptr<rocksdb::Iterator> it(
+      StoreDbRocks::db(db)->NewIterator(rocksdb::ReadOptions(), StoreDbRocks::chunks(db)));
   for (it->SeekToFirst(); it->Valid(); it->Next()) {
     if (!IsPackLocation(it->value().ToStringView())) continue;
     GPUCKPT_ASSIGN_OR_RETURN(PackLocation l, DecodePackLocation(it->value().ToStringView()));
@@ -141,7 +143,7 @@ Result<std::unique_ptr<ChunkStore>> ChunkStore::Open(StoreDb* db, ChunkCache* ca
   // anyone refers to. Numbers of chunks lost in a crash may be handed out
   // again: nothing durable names them.
   std::unique_ptr<rocksdb::Iterator> it(
-      db->db()->NewIterator(rocksdb::ReadOptions(), db->chunks()));
+      StoreDbRocks::db(*db)->NewIterator(rocksdb::ReadOptions(), StoreDbRocks::chunks(*db)));
   it->SeekToLast();
   uint64_t next = 1;
   if (it->Valid()) {
@@ -156,7 +158,7 @@ namespace {
 
 rocksdb::ReadOptions ScanOptions(const ChunkStore::Scan& scan) {
   rocksdb::ReadOptions r;
-  r.snapshot = scan.view != nullptr ? scan.view->rocks() : nullptr;
+  r.snapshot = scan.view != nullptr ? StoreDbRocks::snapshot(*scan.view) : nullptr;
   r.fill_cache = scan.fill_cache;
   return r;
 }
@@ -165,7 +167,7 @@ rocksdb::ReadOptions ScanOptions(const ChunkStore::Scan& scan) {
 
 Status ChunkStore::ForEachChunk(const Scan& scan, const MetaVisitor& visit) const {
   std::unique_ptr<rocksdb::Iterator> it(
-      db_->db()->NewIterator(ScanOptions(scan), db_->chunk_meta()));
+      StoreDbRocks::db(*db_)->NewIterator(ScanOptions(scan), StoreDbRocks::chunk_meta(*db_)));
   for (it->SeekToFirst(); it->Valid(); it->Next()) {
     GPUCKPT_RETURN_IF_ERROR(visit(ChunkHash::FromBytes(it->key().ToStringView()),
                                   DecodeChunkMeta(it->value().ToStringView())));
@@ -174,7 +176,8 @@ Status ChunkStore::ForEachChunk(const Scan& scan, const MetaVisitor& visit) cons
 }
 
 Status ChunkStore::ForEachRecord(const Scan& scan, const RecordVisitor& visit) const {
-  std::unique_ptr<rocksdb::Iterator> it(db_->db()->NewIterator(ScanOptions(scan), db_->chunks()));
+  std::unique_ptr<rocksdb::Iterator> it(
+      StoreDbRocks::db(*db_)->NewIterator(ScanOptions(scan), StoreDbRocks::chunks(*db_)));
   for (it->SeekToFirst(); it->Valid(); it->Next()) {
     const std::string_view key = it->key().ToStringView();
     Result<uint64_t> seq = key.size() == 8
@@ -198,8 +201,10 @@ Status ChunkStore::SweepUnmarked(const std::unordered_set<uint64_t>& keep, Store
     }
     ++counts->deleted;
     counts->bytes_deleted += meta->stored_length;
-    auto s = batch->rocks().Delete(db_->chunks(), ChunkSeqKey(meta->seq));
-    if (s.ok()) s = batch->rocks().Delete(db_->chunk_meta(), HashSlice(hash.value()));
+    auto s = StoreDbRocks::batch(*batch).Delete(StoreDbRocks::chunks(*db_), ChunkSeqKey(meta->seq));
+    if (s.ok())
+      s = StoreDbRocks::batch(*batch).Delete(StoreDbRocks::chunk_meta(*db_),
+                                             HashSlice(hash.value()));
     if (!s.ok()) return FromRocks(s, "batching chunk deletion");
     cache_->Erase(hash.value());
     if (batch->bytes() > (4u << 20)) {
@@ -218,8 +223,9 @@ Status ChunkStore::CompactIndex() {
   c.bottommost_level_compaction = rocksdb::BottommostLevelCompaction::kForce;
   // A compaction flushes first: see StoreDb::Resume().
   GPUCKPT_RETURN_IF_ERROR(db_->Resume());
-  return FromRocks(db_->db()->CompactRange(c, db_->chunks(), nullptr, nullptr),
-                   "compacting after gc");
+  return FromRocks(
+      StoreDbRocks::db(*db_)->CompactRange(c, StoreDbRocks::chunks(*db_), nullptr, nullptr),
+      "compacting after gc");
 }
 
 void ChunkStore::Claim(const ChunkHash& hash) {
@@ -238,8 +244,8 @@ void ChunkStore::Release(const ChunkHash& hash) {
 
 Result<std::optional<ChunkMeta>> ChunkStore::Lookup(const ChunkHash& hash) const {
   std::string value;
-  rocksdb::Status s =
-      db_->db()->Get(rocksdb::ReadOptions(), db_->chunk_meta(), HashSlice(hash), &value);
+  rocksdb::Status s = StoreDbRocks::db(*db_)->Get(
+      rocksdb::ReadOptions(), StoreDbRocks::chunk_meta(*db_), HashSlice(hash), &value);
   if (s.IsNotFound()) return std::optional<ChunkMeta>();
   if (!s.ok()) return FromRocks(s, "looking up chunk " + hash.Hex());
   GPUCKPT_ASSIGN_OR_RETURN(ChunkMeta meta, DecodeChunkMeta(value));
@@ -281,9 +287,9 @@ Result<ChunkStore::PutResult> ChunkStore::AppendNew(const ChunkHash& hash, std::
   if (!appended.ok()) return OnStoreDisk(appended.status());
   const PackLocation location = *appended;
   rocksdb::WriteBatch batch;
-  auto s = batch.Put(db_->chunks(), ChunkSeqKey(seq), EncodePackLocation(location));
+  auto s = batch.Put(StoreDbRocks::chunks(*db_), ChunkSeqKey(seq), EncodePackLocation(location));
   if (s.ok()) {
-    s = batch.Put(db_->chunk_meta(), HashSlice(hash),
+    s = batch.Put(StoreDbRocks::chunk_meta(*db_), HashSlice(hash),
                   EncodeChunkMeta(ChunkMeta{seq, raw_length, record.size()}));
   }
   if (!s.ok()) return FromRocks(s, "batching chunk " + hash.Hex());
@@ -291,7 +297,8 @@ Result<ChunkStore::PutResult> ChunkStore::AppendNew(const ChunkHash& hash, std::
   // Skips the WAL (one small synced write per chunk otherwise); the
   // snapshot's flush before publishing makes it durable.
   w.disableWAL = true;
-  GPUCKPT_RETURN_IF_ERROR(FromRocks(db_->db()->Write(w, &batch), "writing chunk " + hash.Hex()));
+  GPUCKPT_RETURN_IF_ERROR(
+      FromRocks(StoreDbRocks::db(*db_)->Write(w, &batch), "writing chunk " + hash.Hex()));
   return PutResult{seq, true, record.size()};
 }
 
@@ -316,8 +323,8 @@ Result<std::shared_ptr<const std::string>> ChunkStore::Read(const ChunkHash& has
   // Damage is what remains once our view is the holder's.
   GPUCKPT_RETURN_IF_ERROR(db_->CatchUp());
   rocksdb::PinnableSlice value;
-  rocksdb::Status s =
-      db_->db()->Get(rocksdb::ReadOptions(), db_->chunks(), ChunkSeqKey(seq), &value);
+  rocksdb::Status s = StoreDbRocks::db(*db_)->Get(
+      rocksdb::ReadOptions(), StoreDbRocks::chunks(*db_), ChunkSeqKey(seq), &value);
   if (s.IsNotFound()) return CollectedWhileRead(hash);
   GPUCKPT_RETURN_IF_ERROR(FromRocks(s, "reading chunk " + hash.Hex()));
   GPUCKPT_RETURN_IF_ERROR(LoadRecord(hash, seq, &record));
@@ -424,8 +431,8 @@ Status ChunkStore::LookUpLocations(const std::vector<ChunkRef>& refs,
   std::vector<rocksdb::Status> statuses(wanted.size());
   rocksdb::ReadOptions r;
   r.verify_checksums = verify_ == ReadVerification::kNone;
-  db_->db()->MultiGet(r, db_->chunks(), wanted.size(), key_slices.data(), values.data(),
-                      statuses.data());
+  StoreDbRocks::db(*db_)->MultiGet(r, StoreDbRocks::chunks(*db_), wanted.size(), key_slices.data(),
+                                   values.data(), statuses.data());
 
   for (size_t k = 0; k < wanted.size(); ++k) {
     const ChunkRef& ref = refs[wanted[k]];
@@ -507,7 +514,8 @@ Status ChunkStore::LoadRecord(const ChunkHash& hash, uint64_t seq, std::string* 
     // RocksDB's CRC of a version 1 blob is redundant when we check the
     // content ourselves; it is still checked when verification is off.
     r.verify_checksums = verify_ == ReadVerification::kNone;
-    rocksdb::Status s = db_->db()->Get(r, db_->chunks(), ChunkSeqKey(seq), &value);
+    rocksdb::Status s =
+        StoreDbRocks::db(*db_)->Get(r, StoreDbRocks::chunks(*db_), ChunkSeqKey(seq), &value);
     if (s.IsNotFound() && attempt > 0 && db_->read_only()) return CollectedWhileRead(hash);
     if (s.IsNotFound())
       return Status::Corruption("chunk " + hash.Hex() + " is missing from the store");
@@ -604,7 +612,7 @@ Result<uint64_t> ChunkStore::RewritePacks(const std::vector<uint64_t>& ids) {
     // give or take), then point their keys at the copies.
     rocksdb::WriteBatch batch;
     std::unique_ptr<rocksdb::Iterator> it(
-        db_->db()->NewIterator(rocksdb::ReadOptions(), db_->chunks()));
+        StoreDbRocks::db(*db_)->NewIterator(rocksdb::ReadOptions(), StoreDbRocks::chunks(*db_)));
     std::string record;
     for (it->SeekToFirst(); it->Valid(); it->Next()) {
       if (!IsPackLocation(it->value().ToStringView())) continue;
@@ -615,14 +623,14 @@ Result<uint64_t> ChunkStore::RewritePacks(const std::vector<uint64_t>& ids) {
       if (!moved.ok()) return OnStoreDisk(moved.status());
       copies.insert(moved->pack);
       bytes += record.size();
-      auto s = batch.Put(db_->chunks(), it->key(), EncodePackLocation(*moved));
+      auto s = batch.Put(StoreDbRocks::chunks(*db_), it->key(), EncodePackLocation(*moved));
       if (!s.ok()) return FromRocks(s, "batching chunk locations");
     }
     GPUCKPT_RETURN_IF_ERROR(FromRocks(it->status(), "scanning chunk locations"));
     GPUCKPT_RETURN_IF_ERROR(OnStoreDisk(packs.Sync()));
     rocksdb::WriteOptions w;
     w.sync = true;
-    return FromRocks(db_->db()->Write(w, &batch), "moving chunk locations");
+    return FromRocks(StoreDbRocks::db(*db_)->Write(w, &batch), "moving chunk locations");
   };
   Status copied = copy();
   packs.Rotate();

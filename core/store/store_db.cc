@@ -24,6 +24,7 @@
 #include <string>
 
 #include "core/store/format.h"
+#include "core/store/store_db_rocks.h"
 
 namespace gpuckpt {
 namespace {
@@ -822,15 +823,21 @@ Status StoreDb::FlushAll() {
   return FromRocks(db_->Flush(f, handles_), "flushing store " + dir_);
 }
 
+StoreBatch::StoreBatch() : batch_(std::make_unique<rocksdb::WriteBatch>()) {}
+
+StoreBatch::~StoreBatch() = default;
+
+size_t StoreBatch::bytes() const { return batch_->GetDataSize(); }
+
 DbView::DbView(const StoreDb& db)
-    : db_(db), snapshot_(db.read_only() ? nullptr : db.db()->GetSnapshot()) {}
+    : db_(db), snapshot_(db.read_only() ? nullptr : StoreDbRocks::db(db)->GetSnapshot()) {}
 
 DbView::~DbView() {
-  if (snapshot_ != nullptr) db_.db()->ReleaseSnapshot(snapshot_);
+  if (snapshot_ != nullptr) StoreDbRocks::db(db_)->ReleaseSnapshot(snapshot_);
 }
 
-rocksdb::ColumnFamilyHandle* StoreDb::family(std::string_view name) const {
-  for (rocksdb::ColumnFamilyHandle* h : handles_) {
+rocksdb::ColumnFamilyHandle* StoreDbRocks::family(const StoreDb& db, std::string_view name) {
+  for (rocksdb::ColumnFamilyHandle* h : db.handles_) {
     if (h->GetName() == name) return h;
   }
   return nullptr;
@@ -840,8 +847,8 @@ Status StoreDb::Write(StoreBatch* batch, Durability durability, std::string_view
   rocksdb::WriteOptions w;
   w.disableWAL = durability == Durability::kAtFlush;
   w.sync = durability == Durability::kSynced;
-  Status s = FromRocks(db_->Write(w, &batch->batch_), context);
-  batch->batch_.Clear();
+  Status s = FromRocks(db_->Write(w, batch->batch_.get()), context);
+  batch->batch_->Clear();
   return s;
 }
 

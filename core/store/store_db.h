@@ -20,11 +20,13 @@
 // the manifest, a resumed flush) before they free anything. The reserve is
 // made again once there is room; new snapshots are refused while it cannot
 // be, so they never take the room that rm and gc need.
+//
+// This header shows no RocksDB: the modules above the store and the
+// catalog use the StoreDb, its batches and views as opaque handles. The
+// RocksDB beneath them is reached through store_db_rocks.h, which only the
+// modules owning the database's families (store, catalog) may include.
 #ifndef GPUCKPT_CORE_STORE_STORE_DB_H_
 #define GPUCKPT_CORE_STORE_STORE_DB_H_
-
-#include <rocksdb/db.h>
-#include <rocksdb/write_batch.h>
 
 #include <memory>
 #include <optional>
@@ -39,11 +41,18 @@
 #include "core/store/store_env.h"
 #include "gpuckpt/status.h"
 
-namespace gpuckpt {
+// Held by pointer only; defined where store_db_rocks.h is included.
+namespace rocksdb {
+class ColumnFamilyHandle;
+class DB;
+class Env;
+class Snapshot;
+class WriteBatch;
+struct ColumnFamilyDescriptor;
+struct DBOptions;
+}  // namespace rocksdb
 
-// Converts a RocksDB status into ours, with `context` in front of the
-// message. The one place where RocksDB errors are mapped.
-Status FromRocks(const rocksdb::Status& s, std::string_view context);
+namespace gpuckpt {
 
 // The words every out-of-space error of the store carries, so that whoever
 // ends up showing it (a checkpoint's status line, the command line) says
@@ -54,6 +63,7 @@ inline constexpr char kNoSpaceOnStoreDisk[] = "no space left on the store's disk
 Status OnStoreDisk(Status status);
 
 class StoreDb;
+class StoreDbRocks;
 
 // Writes to the store's database that are applied together (StoreDb::
 // Write()): the chunk store and the snapshot catalog each add the records
@@ -62,14 +72,18 @@ class StoreDb;
 // thread-safe: one thread fills one batch.
 class StoreBatch {
  public:
+  StoreBatch();
+  ~StoreBatch();
+  StoreBatch(const StoreBatch&) = delete;
+  StoreBatch& operator=(const StoreBatch&) = delete;
+
   // Bytes the batch holds: callers write it when it grows large.
-  size_t bytes() const { return batch_.GetDataSize(); }
-  // For the modules that own families, to add their records.
-  rocksdb::WriteBatch& rocks() { return batch_; }
+  size_t bytes() const;
 
  private:
   friend class StoreDb;
-  rocksdb::WriteBatch batch_;
+  friend class StoreDbRocks;                    // the modules that own families add their records
+  std::unique_ptr<rocksdb::WriteBatch> batch_;  // never null
 };
 
 // A consistent view of the whole database as it was when the view was made
@@ -85,10 +99,8 @@ class DbView {
   DbView(const DbView&) = delete;
   DbView& operator=(const DbView&) = delete;
 
-  // For the modules that own families, to read through: null without one.
-  const rocksdb::Snapshot* rocks() const { return snapshot_; }
-
  private:
+  friend class StoreDbRocks;  // the modules that own families read through it
   const StoreDb& db_;
   const rocksdb::Snapshot* snapshot_;  // owned
 };
@@ -124,18 +136,6 @@ class StoreDb {
 
   StoreDb(const StoreDb&) = delete;
   StoreDb& operator=(const StoreDb&) = delete;
-
-  rocksdb::DB* db() const { return db_.get(); }
-  // The store's own families (format.h); their records are chunk_store's,
-  // but for the meta family's, which each owner reads and writes by key.
-  rocksdb::ColumnFamilyHandle* meta() const { return handles_[0]; }
-  rocksdb::ColumnFamilyHandle* chunks() const { return handles_[1]; }
-  rocksdb::ColumnFamilyHandle* chunk_meta() const { return handles_[2]; }
-  // Family `name` (format::k*Family), opened with the others; null for a
-  // name the store has none of. Families whose records the store does not
-  // know (those of the snapshot catalog) are reached only this way, by
-  // their owner.
-  rocksdb::ColumnFamilyHandle* family(std::string_view name) const;
 
   // How a write (Write()) is made durable.
   enum class Durability {
@@ -226,7 +226,13 @@ class StoreDb {
   Result<uint64_t> FreeBytesForIngest() EXCLUDES(reserve_mu_);
 
  private:
+  friend class StoreDbRocks;  // the database and its families, to their owners
   StoreDb() = default;
+
+  // The store's own families (format.h).
+  rocksdb::ColumnFamilyHandle* meta() const { return handles_[0]; }
+  rocksdb::ColumnFamilyHandle* chunks() const { return handles_[1]; }
+  rocksdb::ColumnFamilyHandle* chunk_meta() const { return handles_[2]; }
 
   // Creates (or completes) the reserve file; kNoSpace when it does not fit.
   Status MakeReserveLocked() REQUIRES(reserve_mu_);

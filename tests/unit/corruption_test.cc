@@ -18,6 +18,7 @@
 #include "core/store/chunker.h"
 #include "core/store/format.h"
 #include "core/store/store_db.h"
+#include "core/store/store_db_rocks.h"
 #include "gpuckpt/store.h"
 #include "tests/unit/test_util.h"
 
@@ -139,8 +140,8 @@ class CorruptionTest : public ::testing::Test {
     }
     ASSERT_OK_AND_ASSIGN(auto db, StoreDb::Open(store_dir_, false, 8u << 20));
     std::optional<uint32_t> file_index;
-    std::unique_ptr<rocksdb::Iterator> it(
-        db->db()->NewIterator(rocksdb::ReadOptions(), db->family(format::kFilesFamily)));
+    std::unique_ptr<rocksdb::Iterator> it(StoreDbRocks::db(*db)->NewIterator(
+        rocksdb::ReadOptions(), StoreDbRocks::family(*db, format::kFilesFamily)));
     for (it->Seek(keys::SnapshotPrefix(snapshot_key));
          it->Valid() && keys::SnapshotKeyOf(it->key().ToStringView()) == snapshot_key; it->Next()) {
       ASSERT_OK_AND_ASSIGN(FileEntry entry, DecodeFileRecord(it->value().ToStringView()));
@@ -149,12 +150,13 @@ class CorruptionTest : public ::testing::Test {
     it.reset();
     ASSERT_TRUE(file_index.has_value()) << "no file record of " << path;
     const std::string key = keys::ExtentKey(snapshot_key, *file_index, offset);
-    rocksdb::ColumnFamilyHandle* extents = db->family(format::kExtentsFamily);
+    rocksdb::ColumnFamilyHandle* extents = StoreDbRocks::family(*db, format::kExtentsFamily);
     std::string old;
-    ASSERT_TRUE(db->db()->Get(rocksdb::ReadOptions(), extents, key, &old).ok())
+    ASSERT_TRUE(StoreDbRocks::db(*db)->Get(rocksdb::ReadOptions(), extents, key, &old).ok())
         << "no extent at " << offset;
-    rocksdb::Status s = value ? db->db()->Put(rocksdb::WriteOptions(), extents, key, *value)
-                              : db->db()->Delete(rocksdb::WriteOptions(), extents, key);
+    rocksdb::Status s =
+        value ? StoreDbRocks::db(*db)->Put(rocksdb::WriteOptions(), extents, key, *value)
+              : StoreDbRocks::db(*db)->Delete(rocksdb::WriteOptions(), extents, key);
     ASSERT_TRUE(s.ok()) << s.ToString();
   }
   static bool HasProblem(const FsckReport& report, const std::string& text) {

@@ -15,6 +15,7 @@
 #include "core/catalog/snapshot_catalog.h"
 #include "core/store/format.h"
 #include "core/store/store_db.h"
+#include "core/store/store_db_rocks.h"
 #include "tests/unit/test_util.h"
 
 namespace gpuckpt {
@@ -39,8 +40,9 @@ class ExtentIndexTest : public ::testing::Test {
     PutRaw(keys::ExtentKey(snapshot, file, offset), Record(seq, length));
   }
   void PutRaw(const std::string& key, const std::string& value) {
-    ASSERT_TRUE(db_->db()
-                    ->Put(rocksdb::WriteOptions(), db_->family(format::kExtentsFamily), key, value)
+    ASSERT_TRUE(StoreDbRocks::db(*db_)
+                    ->Put(rocksdb::WriteOptions(),
+                          StoreDbRocks::family(*db_, format::kExtentsFamily), key, value)
                     .ok());
   }
   static std::string Record(uint64_t seq, uint64_t length) {
