@@ -235,10 +235,10 @@ class Store {
   // and one index lookup per distinct chunk.
   virtual Result<uint64_t> HeldBytes(const std::vector<std::string>& ids) = 0;
   // How many snapshots this Store has settled (its spooled files chunked,
-  // and their spool files removed) since it was opened. What HeldBytes() says of a snapshot changes when
-  // it settles (a spooled file counts its whole size, its chunks their
-  // stored size), so a caller that keeps HeldBytes() measures again when
-  // this moves. Cheap (no I/O); thread-safe.
+  // and their spool files removed) since it was opened. What HeldBytes()
+  // says of a snapshot changes when it settles (a spooled file counts its
+  // whole size, its chunks their stored size), so a caller that keeps
+  // HeldBytes() measures again when this moves. Cheap (no I/O); thread-safe.
   virtual uint64_t settled_snapshots() const = 0;
 
   // Bytes new snapshots may still take on the store's filesystem: what is

@@ -15,8 +15,8 @@
 #include <vector>
 
 #include "core/base/unique_fd.h"
-#include "core/snapshot/container_archive.h"
 #include "core/catalog/records.h"
+#include "core/snapshot/container_archive.h"
 #include "gpuckpt/store.h"
 #include "tests/unit/test_util.h"
 
