@@ -172,41 +172,35 @@ class CheckpointListNode : public NodeHandler {
   virtual std::optional<std::pair<std::string, NodeId>> EntryOf(const SnapshotInfo& s) = 0;
 };
 
-class CheckpointsDirNode : public CheckpointListNode {
+// checkpoints/ and device/: an entry <id> for each checkpoint the caller
+// may see (device/: only those with device state).
+class SnapshotDirsNode : public CheckpointListNode {
  public:
-  using CheckpointListNode::CheckpointListNode;
+  // `device_view`: device/, else checkpoints/.
+  SnapshotDirsNode(const NodeContext* context, bool device_view)
+      : CheckpointListNode(context), device_view_(device_view) {}
 
   Result<NodeId> Child(const NodeId&, const std::string& name, const Caller& caller) override {
     // Someone else's checkpoint is as absent as in the listing.
-    auto head = context_.trees->CurrentHead(name, caller, /*device_view=*/false);
+    auto head = context_.trees->CurrentHead(name, caller, device_view_);
     if (!head.ok()) return NoEntry(name);
-    return SnapshotNode(NodeKind::kSnapshotDir, name, head->info.key);
-  }
-
- protected:
-  std::optional<std::pair<std::string, NodeId>> EntryOf(const SnapshotInfo& s) override {
-    return std::pair{s.id, SnapshotNode(NodeKind::kSnapshotDir, s.id, s.key)};
-  }
-};
-
-class DeviceDirNode : public CheckpointListNode {
- public:
-  using CheckpointListNode::CheckpointListNode;
-
-  Result<NodeId> Child(const NodeId&, const std::string& name, const Caller& caller) override {
-    // As checkpoints/<id>, and only where the checkpoint has device state.
-    auto head = context_.trees->CurrentHead(name, caller, /*device_view=*/true);
-    if (!head.ok()) return NoEntry(name);
-    return SnapshotNode(NodeKind::kDeviceSnapshotDir, name, head->info.key);
+    return SnapshotNode(EntryKind(), name, head->info.key);
   }
 
  protected:
   std::optional<std::pair<std::string, NodeId>> EntryOf(const SnapshotInfo& s) override {
     // Decided from the manifests (HasDeviceState()): building every
     // checkpoint's device files would read all their pagemaps.
-    if (!HasDeviceState(s)) return std::nullopt;
-    return std::pair{s.id, SnapshotNode(NodeKind::kDeviceSnapshotDir, s.id, s.key)};
+    if (device_view_ && !HasDeviceState(s)) return std::nullopt;
+    return std::pair{s.id, SnapshotNode(EntryKind(), s.id, s.key)};
   }
+
+ private:
+  NodeKind EntryKind() const {
+    return device_view_ ? NodeKind::kDeviceSnapshotDir : NodeKind::kSnapshotDir;
+  }
+
+  const bool device_view_;
 };
 
 class ArchivesDirNode : public CheckpointListNode {
@@ -236,8 +230,8 @@ void AddTopNodes(const NodeContext* context, NodeHandlers* handlers) {
   PutHandler<CtlNode>(NodeKind::kCtl, context, handlers);
   PutHandler<RestoreNode>(NodeKind::kRestore, context, handlers);
   PutHandler<MetricsNode>(NodeKind::kMetrics, context, handlers);
-  PutHandler<CheckpointsDirNode>(NodeKind::kCheckpointsDir, context, handlers);
-  PutHandler<DeviceDirNode>(NodeKind::kDeviceDir, context, handlers);
+  PutHandler<SnapshotDirsNode>(NodeKind::kCheckpointsDir, context, handlers, /*device_view=*/false);
+  PutHandler<SnapshotDirsNode>(NodeKind::kDeviceDir, context, handlers, /*device_view=*/true);
   PutHandler<ArchivesDirNode>(NodeKind::kArchivesDir, context, handlers);
 }
 

@@ -714,13 +714,19 @@ class EngineTest : public ::testing::Test {
     if (auto criu = Criu::Find(""); !criu.ok())
       GTEST_SKIP() << "no criu: " << criu.status().message();
     ASSERT_OK_AND_ASSIGN(store_, Store::Open(tmp_.Sub("store"), testing::TestOptions()));
+    ASSERT_OK_AND_ASSIGN(engine_, Engine::Create(store_.get(), MakeNoGpuBackend(), Options("")));
+  }
+
+  // An engine's options in this test's directory; `suffix` keeps a second
+  // engine's work and state directories apart from the first's.
+  EngineOptions Options(const std::string& suffix) {
     EngineOptions options;
-    options.work_dir = tmp_.Sub("work");
-    options.state_dir = tmp_.Sub("state");
+    options.work_dir = tmp_.Sub("work" + suffix);
+    options.state_dir = tmp_.Sub("state" + suffix);
     options.mountpoint = mnt_;
     options.all_processes = true;
     options.process_cache_ttl = 0ms;
-    ASSERT_OK_AND_ASSIGN(engine_, Engine::Create(store_.get(), MakeNoGpuBackend(), options));
+    return options;
   }
 
   Status Run(NodeKind file, int pid, const std::string& line, const Caller& caller = Root()) {
@@ -1064,13 +1070,8 @@ class ListCountingStore final : public Store {
 // mount, which tells the engine) is nobody's parent any more.
 TEST_F(EngineTest, CheckpointsNeverListTheStore) {
   ListCountingStore counting(store_.get());
-  EngineOptions options;
-  options.work_dir = tmp_.Sub("work-counted");
-  options.state_dir = tmp_.Sub("state-counted");
-  options.mountpoint = mnt_;
-  options.all_processes = true;
-  options.process_cache_ttl = 0ms;
-  ASSERT_OK_AND_ASSIGN(auto engine, Engine::Create(&counting, MakeNoGpuBackend(), options));
+  ASSERT_OK_AND_ASSIGN(auto engine,
+                       Engine::Create(&counting, MakeNoGpuBackend(), Options("-counted")));
   EXPECT_EQ(counting.lists(), 1);  // the catalog, loaded once
   Sleeper child;
   ASSERT_TRUE(child.started());
