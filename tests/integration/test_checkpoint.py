@@ -227,7 +227,10 @@ def hold_dumps(mount, pids, returned, held, seconds=60):
     while time.monotonic() < deadline:
         for pid, criu in criu_dumps(daemons).items():
             if pid in pids and pid not in held:
-                os.kill(criu, signal.SIGSTOP)
+                try:
+                    os.kill(criu, signal.SIGSTOP)
+                except ProcessLookupError:
+                    continue  # that dump ended since the scan: its checkpoint returns
                 held[pid] = criu
         if all(pid in held or returned(pid) for pid in pids):
             return
