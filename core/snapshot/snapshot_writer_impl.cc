@@ -46,7 +46,7 @@ SnapshotWriterImpl::SnapshotWriterImpl(StoreImpl* store, SnapshotSpec spec, uint
       pages_(pages),
       start_(std::chrono::steady_clock::now()),
       domain_key_(store->db()->domain_key(spec_.dedup_domain)),
-      spool_mode_(store->has_pool() ? SnapshotWriterOptions::Spool::kNever : options.spool),
+      spool_mode_(store->has_listener() ? SnapshotWriterOptions::Spool::kNever : options.spool),
       prefault_bytes_(std::min(options.prefault_bytes,
                                options.staging_bytes != 0 ? options.staging_bytes
                                                           : store->options().max_in_flight_bytes)) {
@@ -471,9 +471,10 @@ Result<SnapshotInfo> SnapshotWriterImpl::Commit() {
   info.duration_s = std::chrono::duration<double>(now - start_).count();
   info.commit_s = std::chrono::duration<double>(now - commit_start).count();
   info.sync_s = std::chrono::duration<double>(now - sync_start).count();
-  // In the shared pool first (unless it is fed in the background): a
-  // snapshot that could not be published there is not published here.
-  if (Status s = store_->PushBeforePublish(&info); !s.ok()) return Fail(s);
+  // Wherever the listener publishes it first (a shared pool, unless it is
+  // fed in the background): a snapshot that could not be published there
+  // is not published here.
+  if (Status s = store_->BeforePublish(&info); !s.ok()) return Fail(s);
   if (Status s = store_->Publish(info); !s.ok()) return Fail(s);
   committed_ = true;
   store_->ReleaseName(spec_.name, StoreImpl::NameFate::kPublished);

@@ -208,7 +208,7 @@ class SnapshotWriterImpl final : public SnapshotWriter {
   Status FindBase();
 
   // Whether AddFile() spools (SnapshotWriterOptions::spool, where the
-  // store can: no shared pool); decided by LoadBase().
+  // store can: no publication listener); decided by LoadBase().
   bool spool_ = false;
   const SnapshotWriterOptions::Spool spool_mode_;
   const uint64_t prefault_bytes_;  // SnapshotWriterOptions::prefault_bytes

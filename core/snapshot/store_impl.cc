@@ -10,7 +10,6 @@
 #include "core/catalog/extent_index.h"
 #include "core/catalog/records.h"
 #include "core/snapshot/file_reader_impl.h"
-#include "core/snapshot/pool_link.h"
 #include "core/snapshot/snapshot_writer_impl.h"
 #include "core/store/chunk_codec.h"
 
@@ -76,12 +75,9 @@ void SnapshotPin::Release() {
   registry_.reset();
 }
 
-Result<std::unique_ptr<Store>> Store::Open(const std::string& dir, const StoreOptions& options) {
-  return OpenStoreWithEnv(dir, options, StoreEnv());
-}
-
-Result<std::unique_ptr<Store>> OpenStoreWithEnv(const std::string& dir, const StoreOptions& options,
-                                                const StoreEnv& env) {
+Result<std::unique_ptr<LocalStore>> LocalStore::Open(const std::string& dir,
+                                                     const StoreOptions& options,
+                                                     const StoreEnv& env) {
   if (dir.empty()) return Status::InvalidArgument("store directory is empty");
   // Validate the chunk sizes before touching anything.
   GPUCKPT_RETURN_IF_ERROR(Chunker::Create(options.chunking.generic, 1).status());
@@ -100,49 +96,24 @@ Result<std::unique_ptr<Store>> OpenStoreWithEnv(const std::string& dir, const St
                            ChunkStore::Open(db.get(), cache.get(), options.verify_on_read));
   GPUCKPT_ASSIGN_OR_RETURN(auto spool, Spool::Open(db->dir(), db->file_ops(), !options.read_only));
   GPUCKPT_ASSIGN_OR_RETURN(auto catalog, SnapshotCatalog::Open(db.get()));
-  std::unique_ptr<PoolLink> pool;
-  if (options.pool) {
-    GPUCKPT_ASSIGN_OR_RETURN(const bool has_snapshots, catalog->HasAnySnapshot());
-    GPUCKPT_ASSIGN_OR_RETURN(
-        pool, PoolLink::Open(*options.pool, db.get(), has_snapshots, options.read_only));
-  }
-  auto store = std::unique_ptr<StoreImpl>(
-      new StoreImpl(std::move(db), std::move(catalog), std::move(cache), std::move(chunks),
-                    std::move(spool), std::move(pool), options));
+  auto store = std::make_unique<StoreImpl>(std::move(db), std::move(catalog), std::move(cache),
+                                           std::move(chunks), std::move(spool), options);
   if (!options.read_only) GPUCKPT_RETURN_IF_ERROR(store->ResumeSettling());
-  return std::unique_ptr<Store>(std::move(store));
+  return std::unique_ptr<LocalStore>(std::move(store));
 }
 
 StoreImpl::StoreImpl(std::unique_ptr<StoreDb> db, std::unique_ptr<SnapshotCatalog> catalog,
                      std::unique_ptr<ChunkCache> cache, std::unique_ptr<ChunkStore> chunks,
-                     std::unique_ptr<Spool> spool, std::unique_ptr<PoolLink> pool,
-                     const StoreOptions& options)
+                     std::unique_ptr<Spool> spool, const StoreOptions& options)
     : db_(std::move(db)),
       catalog_(std::move(catalog)),
       options_(options),
       cache_(std::move(cache)),
       chunk_store_(std::move(chunks)),
-      spool_(std::move(spool)),
-      pool_(std::move(pool)) {
-  if (pool_ && pool_->options().background) {
-    // A pool back from a timeout (seen by any operation) wakes the pusher
-    // from its pause.
-    pool_->SetOnReachable([this] { pusher_cv_.NotifyAll(); });
-    pusher_ = std::thread([this] { PushInBackground(); });
-  }
-}
+      spool_(std::move(spool)) {}
 
 StoreImpl::~StoreImpl() {
   StopSettling();
-  if (pusher_.joinable()) {
-    {
-      MutexLock lock(&pusher_mu_);
-      stopping_ = true;
-    }
-    pusher_cv_.NotifyAll();
-    pusher_.join();
-  }
-  pool_.reset();
   // The chunk store borrows the database: it goes first.
   chunk_store_.reset();
 }
@@ -198,10 +169,10 @@ Result<std::unique_ptr<SnapshotWriter>> StoreImpl::BeginSnapshot(
 
 Status StoreImpl::ReserveUnusedName(const std::string& name) {
   GPUCKPT_RETURN_IF_ERROR(ReserveLocalName(name));
-  if (pool_ == nullptr) return Status::Ok();
-  Status pooled = ReservePoolName(name);
-  if (!pooled.ok()) ReleaseName(name, NameFate::kAbandoned);
-  return pooled;
+  if (listener_ == nullptr) return Status::Ok();
+  Status elsewhere = listener_->ReserveName(name);
+  if (!elsewhere.ok()) ReleaseLocalName(name);
+  return elsewhere;
 }
 
 Status StoreImpl::ReserveLocalName(const std::string& name) {
@@ -217,20 +188,20 @@ Status StoreImpl::ReserveLocalName(const std::string& name) {
   // publish it from now on but ours.
   Result<bool> exists = catalog_->HasSnapshot(name);
   if (exists.ok() && !*exists) return Status::Ok();
-  ReleaseName(name, NameFate::kAbandoned);
+  ReleaseLocalName(name);
   if (exists.ok()) return Status::AlreadyExists("snapshot '" + name + "' already exists");
   return exists.status();
 }
 
 void StoreImpl::ReleaseName(const std::string& name, NameFate fate) {
-  bool give_up_pool_name = false;
-  {
-    MutexLock lock(&names_mu_);
-    reserved_names_.erase(name);
-    if (fate == NameFate::kAbandoned) give_up_pool_name = pool_reserved_.erase(name) != 0;
-  }
-  // Outside the lock: a round trip to the pool.
-  if (give_up_pool_name) pool_->ReleaseName(name);
+  ReleaseLocalName(name);
+  // Outside names_mu_: the listener may go far to give it up.
+  if (fate == NameFate::kAbandoned && listener_ != nullptr) listener_->AbandonName(name);
+}
+
+void StoreImpl::ReleaseLocalName(const std::string& name) {
+  MutexLock lock(&names_mu_);
+  reserved_names_.erase(name);
 }
 
 Status StoreImpl::Publish(const SnapshotInfo& info) {
@@ -257,8 +228,12 @@ Result<SnapshotInfo> StoreImpl::LocalGet(const std::string& id) {
   return std::move(*info);
 }
 
+Result<std::vector<SnapshotInfo>> StoreImpl::List() { return LocalList(); }
+
+Result<SnapshotInfo> StoreImpl::Get(const std::string& id) { return LocalGet(id); }
+
 Result<std::vector<FileEntry>> StoreImpl::ListFiles(const std::string& id) {
-  GPUCKPT_ASSIGN_OR_RETURN(SnapshotInfo info, EnsureLocal(id));
+  GPUCKPT_ASSIGN_OR_RETURN(SnapshotInfo info, LocalGet(id));
   GPUCKPT_ASSIGN_OR_RETURN(auto records, catalog_->ReadFiles(info.key));
   std::vector<FileEntry> out;
   out.reserve(records.size());
@@ -269,7 +244,7 @@ Result<std::vector<FileEntry>> StoreImpl::ListFiles(const std::string& id) {
 }
 
 Result<std::pair<SnapshotInfo, SnapshotPin>> StoreImpl::PinSnapshot(const std::string& id) {
-  GPUCKPT_ASSIGN_OR_RETURN(SnapshotInfo seen, EnsureLocal(id));
+  GPUCKPT_ASSIGN_OR_RETURN(SnapshotInfo seen, LocalGet(id));
   {
     MutexLock lock(&pins_->mu);
     pins_->keys.insert(seen.key);
@@ -356,8 +331,19 @@ Result<std::unique_ptr<FileReader>> StoreImpl::OpenListedFile(const std::string&
   return MakeReader(std::move(pinned.second), info, entry.index, std::move(e));
 }
 
-Status StoreImpl::RemoveLocal(const std::string& id) {
+Status StoreImpl::Remove(const std::string& id) {
   return Reclaiming(db_.get(), [&] { return RemoveOnce(id); });
+}
+
+Status StoreImpl::RecordPoolIncarnation(const std::string& id, uint64_t key, uint64_t incarnation) {
+  // Under the lock Remove() holds across its write: the record is either
+  // still the one pushed (and rewritten here) or gone (and stays gone).
+  MutexLock lock(&pins_->mu);
+  GPUCKPT_ASSIGN_OR_RETURN(SnapshotInfo info, LocalGet(id));
+  if (info.key != key) return Status::NotFound("snapshot '" + id + "' was replaced");
+  info.pool_incarnation = incarnation;
+  return catalog_->PutSnapshot(info, options_.sync,
+                               "recording that snapshot '" + id + "' is in the pool");
 }
 
 Status StoreImpl::RemoveOnce(const std::string& id) {
@@ -380,21 +366,11 @@ Status StoreImpl::RemoveOnce(const std::string& id) {
 }
 
 Result<GcReport> StoreImpl::Gc() {
-  // Copies of snapshots removed from the pool through other stores go
-  // first (a listing drops them), so that their chunks are collected now.
-  if (pool_ != nullptr) GPUCKPT_RETURN_IF_ERROR(List().status());
-  Result<GcReport> report = [&]() -> Result<GcReport> {
-    WriterMutexLock gc_lock(&gc_mu_);  // no writer runs while we sweep
-    return Reclaiming(db_.get(), [&] {
-      gc_mu_.AssertHeld();  // run by Reclaiming() within gc_lock's scope
-      return GcLocked();
-    });
-  }();
-  // The pool's collection runs without gc_mu_: it is the pool's business,
-  // and this store's writers have nothing to wait for.
-  if (!report.ok() || pool_ == nullptr) return report;
-  GPUCKPT_RETURN_IF_ERROR(CollectPool(&*report));
-  return report;
+  WriterMutexLock gc_lock(&gc_mu_);  // no writer runs while we sweep
+  return Reclaiming(db_.get(), [&] {
+    gc_mu_.AssertHeld();  // run by Reclaiming() within gc_lock's scope
+    return GcLocked();
+  });
 }
 
 // The steps of GcLocked().

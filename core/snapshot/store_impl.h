@@ -1,4 +1,4 @@
-// StoreImpl: the Store of include/gpuckpt/store.h on a StoreDb.
+// StoreImpl: the LocalStore (local_store.h) on a StoreDb.
 //
 // Locks, in acquisition order: gc_mu_ (shared by snapshot writers for their
 // whole life, exclusive for Gc) before names_mu_ (names reserved by writers
@@ -25,8 +25,6 @@
 
 #include <atomic>
 #include <deque>
-#include <functional>
-#include <map>
 #include <memory>
 #include <set>
 #include <string>
@@ -36,6 +34,7 @@
 
 #include "core/base/mutex.h"
 #include "core/catalog/snapshot_catalog.h"
+#include "core/snapshot/local_store.h"
 #include "core/snapshot/spool.h"
 #include "core/store/chunk_cache.h"
 #include "core/store/chunk_store.h"
@@ -50,49 +49,11 @@ bool PathsOverlap(const std::string& a, const std::string& b);
 // Whether existing `path` is `dir` or inside it (after resolving symlinks).
 bool IsInside(const std::string& path, const std::string& dir);
 
-// The keys of the live SnapshotPins, a multiset. Shared by the store and
-// its pins, so that a pin destroyed after its store (which the API forbids,
-// but a destructor should survive) finds it still there.
-struct PinRegistry {
-  Mutex mu;  // after StoreImpl's gc_mu_ and names_mu_
-  std::multiset<uint64_t> keys GUARDED_BY(mu);
-};
-
-// Keeps snapshot `key` readable while it lives (see above). Move-only.
-class SnapshotPin {
+class StoreImpl final : public LocalStore {
  public:
-  SnapshotPin() = default;
-  SnapshotPin(SnapshotPin&& other) noexcept = default;
-  SnapshotPin& operator=(SnapshotPin&& other) noexcept;
-  SnapshotPin(const SnapshotPin&) = delete;
-  SnapshotPin& operator=(const SnapshotPin&) = delete;
-  ~SnapshotPin() { Release(); }
-
- private:
-  friend class StoreImpl;
-  SnapshotPin(std::shared_ptr<PinRegistry> registry, uint64_t key)
-      : registry_(std::move(registry)), key_(key) {}
-  void Release();
-
-  std::shared_ptr<PinRegistry> registry_;  // null: pins nothing
-  uint64_t key_ = 0;
-};
-
-// Store::Open(), with the store's file I/O going through `env` (see
-// core/store/store_env.h): how tests watch what a store makes durable. A
-// read-only store ignores `env`.
-Result<std::unique_ptr<Store>> OpenStoreWithEnv(const std::string& dir, const StoreOptions& options,
-                                                const StoreEnv& env);
-
-class PoolLink;
-
-class StoreImpl final : public Store {
- public:
-  // `pool`: the shared pool's link, or null (StoreOptions::pool).
   StoreImpl(std::unique_ptr<StoreDb> db, std::unique_ptr<SnapshotCatalog> catalog,
             std::unique_ptr<ChunkCache> cache, std::unique_ptr<ChunkStore> chunks,
-            std::unique_ptr<Spool> spool, std::unique_ptr<PoolLink> pool,
-            const StoreOptions& options);
+            std::unique_ptr<Spool> spool, const StoreOptions& options);
   ~StoreImpl() override;
 
   using Store::BeginSnapshot;
@@ -112,11 +73,6 @@ class StoreImpl final : public Store {
   Status Remove(const std::string& id) override;
   Result<GcReport> Gc() override EXCLUDES(gc_mu_);
   Result<FsckReport> Fsck() override EXCLUDES(gc_mu_);
-  // Tests only, set before any fetch: called with the snapshot's id once a
-  // fetch from the pool is the calling thread's, before it reads the pool.
-  void SetPullHookForTesting(std::function<void(const std::string&)> hook) {
-    pull_hook_ = std::move(hook);
-  }
   uint64_t settled_snapshots() const override {
     return settled_snapshots_.load(std::memory_order_acquire);
   }
@@ -126,16 +82,33 @@ class StoreImpl final : public Store {
   CacheStats cache_stats() const override {
     return CacheStats{cache_->hits(), cache_->misses(), options_.chunk_cache_bytes};
   }
-  std::optional<PoolStats> pool_stats() const override;
+  std::optional<PoolStats> pool_stats() const override { return std::nullopt; }
   const std::string& dir() const override { return db_->dir(); }
 
+  // LocalStore.
+  void SetPublicationListener(PublicationListener* listener) override { listener_ = listener; }
+  Result<uint64_t> AllocateSnapshotKey() override EXCLUDES(key_mu_);
+  Status ReserveLocalName(const std::string& name) override EXCLUDES(names_mu_);
+  void ReleaseLocalName(const std::string& name) override EXCLUDES(names_mu_);
+  // Publishes a committed writer's manifest under the name BeginSnapshot()
+  // reserved for it (info.id), which the writer still holds: no one else
+  // publishes that name meanwhile. Fails if a snapshot of that name exists.
+  Status Publish(const SnapshotInfo& info) override EXCLUDES(names_mu_);
+  // Held by a writer for its whole life: Gc waits for it.
+  SharedMutexHold LockAgainstGc() override { return SharedMutexHold(&gc_mu_); }
+  Result<std::pair<SnapshotInfo, SnapshotPin>> PinSnapshot(const std::string& id) override;
+  Status RecordPoolIncarnation(const std::string& id, uint64_t key, uint64_t incarnation) override
+      EXCLUDES(pins_->mu);
+  StoreDb* db() const override { return db_.get(); }
+  SnapshotCatalog& catalog() const override { return *catalog_; }
+  ChunkStore& chunks() const override { return *chunk_store_; }
+  const StoreOptions& options() const override { return options_; }
+
   // For the snapshot writer.
-  StoreDb* db() const { return db_.get(); }
-  SnapshotCatalog& catalog() const { return *catalog_; }
-  ChunkStore& chunks() const { return *chunk_store_; }
-  const StoreOptions& options() const { return options_; }
   const Spool& spool() const { return *spool_; }
-  bool has_pool() const { return pool_ != nullptr; }
+  // Whether a listener takes part in publication: its writers do not spool
+  // (PublicationListener::BeforePublish() reads chunked files).
+  bool has_listener() const { return listener_ != nullptr; }
 
   // Settling spooled snapshots (settle.cc): chunking the files a spooling
   // writer made durable raw (SnapshotWriterOptions::spool), in the
@@ -176,43 +149,31 @@ class StoreImpl final : public Store {
   // At open: queues the snapshots a stopped store left spooled, and removes
   // spool files no published snapshot has.
   Status ResumeSettling() EXCLUDES(settle_mu_);
-  // Publishes a committed writer's manifest under the name BeginSnapshot()
-  // reserved for it (info.id), which the writer still holds: no one else
-  // publishes that name meanwhile. Fails if a snapshot of that name exists.
-  Status Publish(const SnapshotInfo& info) EXCLUDES(names_mu_);
   // Forgets a name reserved by BeginSnapshot(): once its snapshot is
-  // published (which keeps the name in the shared pool too), or when it
-  // was abandoned (which gives the pool's reservation up as well).
+  // published, or when it was abandoned (which the listener is told of).
   enum class NameFate { kPublished, kAbandoned };
   void ReleaseName(const std::string& name, NameFate fate) EXCLUDES(names_mu_);
 
-  // The shared pool's part of a commit (store_pool.cc). Before Publish():
-  // without PoolOptions::background, publishes the committed snapshot in
-  // the pool and sets info->pool_incarnation; a failure fails the commit.
-  // After it: with background, queues the snapshot for the pusher.
-  Status PushBeforePublish(SnapshotInfo* info);
-  void AfterPublish(const SnapshotInfo& info) EXCLUDES(pusher_mu_);
+  // The listener's part of a commit (PublicationListener), where there is
+  // one: before the writer publishes, and after.
+  Status BeforePublish(SnapshotInfo* info) {
+    return listener_ == nullptr ? Status::Ok() : listener_->BeforePublish(info);
+  }
+  void AfterPublish(const SnapshotInfo& info) {
+    if (listener_ != nullptr) listener_->AfterPublish(info);
+  }
 
-  // This store's own snapshots, oldest first (List() adds the pool's); as
-  // of `view` when given, else as of now.
+  // This store's snapshots, oldest first, as of `view` when given, else as
+  // of now.
   Result<std::vector<SnapshotInfo>> LocalList(const DbView* view = nullptr) {
     return catalog_->ListSnapshots(view);
   }
 
-  // Held by a writer for its whole life: Gc waits for it.
-  SharedMutexHold LockAgainstGc() { return SharedMutexHold(&gc_mu_); }
-
-  // Snapshot `id` and a pin that keeps it readable, even if it is removed
-  // meanwhile. kNotFound when there is no such snapshot.
-  Result<std::pair<SnapshotInfo, SnapshotPin>> PinSnapshot(const std::string& id);
-
  private:
-  Result<uint64_t> AllocateSnapshotKey() EXCLUDES(key_mu_);
   // Reserves `name` and checks the database for it: kAlreadyExists when a
-  // writer holds it or a snapshot has it. With a shared pool, also reserves
-  // it there (see ReservePoolName()).
+  // writer holds it or a snapshot has it. With a listener, the listener
+  // reserves it too.
   Status ReserveUnusedName(const std::string& name) EXCLUDES(names_mu_);
-  Status ReserveLocalName(const std::string& name) EXCLUDES(names_mu_);
   Result<SnapshotInfo> LocalGet(const std::string& id);
   // Another pin of snapshot `key`, which the caller has pinned already.
   SnapshotPin PinAgain(uint64_t key) EXCLUDES(pins_->mu);
@@ -238,37 +199,7 @@ class StoreImpl final : public Store {
   // pinned (gc).
   Status RemoveOrphanSpoolFiles(const std::unordered_set<uint64_t>& live_or_pinned);
 
-  // The shared pool (store_pool.cc).
-  // Reserves a name pool-wide; with background pushes a pool that cannot
-  // be reached defers that to the push.
-  Status ReservePoolName(const std::string& name) EXCLUDES(names_mu_);
-  // The snapshot key a pool-only snapshot is listed with, and fetched
-  // under: one per incarnation, for the life of this Store, so that a
-  // listing and a later read agree.
-  Result<uint64_t> PoolOnlyKey(const std::string& id, uint64_t incarnation) EXCLUDES(pool_keys_mu_);
-  // The pool's snapshot `id` as listed (pool_only), kNotFound without one.
-  Result<SnapshotInfo> PoolGet(const std::string& id);
-  // Snapshot `id` as this store holds it, fetched from the pool first when
-  // it is pool-only there.
-  Result<SnapshotInfo> EnsureLocal(const std::string& id) EXCLUDES(pulls_mu_);
-  // Makes the fetch of `id` this thread's, waiting while another thread
-  // fetches it; ReleasePull() gives it back.
-  void ClaimPull(const std::string& id) EXCLUDES(pulls_mu_);
-  void ReleasePull(const std::string& id) EXCLUDES(pulls_mu_);
-  // Drops this store's copy of a snapshot the pool no longer has (removed
-  // through another store).
-  void DropRemovedFromPool(const SnapshotInfo& info);
-  // Gc()'s run of the pool's collector, into `report`.
-  Status CollectPool(GcReport* report);
-  // The background pusher's loop, and one push of it.
-  void PushInBackground() EXCLUDES(pusher_mu_);
-  Status PushQueued(const std::string& id);
-  // Writes `info` again with its pool incarnation, unless it was removed.
-  Status RecordPoolIncarnation(const std::string& id, uint64_t key, uint64_t incarnation)
-      EXCLUDES(pins_->mu);
   Status RemoveOnce(const std::string& id) EXCLUDES(pins_->mu);
-  // Remove() of this store's copy only.
-  Status RemoveLocal(const std::string& id);
   Result<GcReport> GcLocked() REQUIRES(gc_mu_) EXCLUDES(pins_->mu);
   // One pass of Fsck() over the database as this Store sees it now: one
   // DbView of it, with gc held off.
@@ -288,28 +219,7 @@ class StoreImpl final : public Store {
   Mutex key_mu_;
   const std::shared_ptr<PinRegistry> pins_ = std::make_shared<PinRegistry>();
 
-  // The shared pool; null without one.
-  std::unique_ptr<PoolLink> pool_;
-  // Names this store reserved in the pool and has not published there.
-  std::set<std::string> pool_reserved_ GUARDED_BY(names_mu_);
-  Mutex pool_keys_mu_;
-  // id -> (incarnation, key) of pool-only snapshots listed so far.
-  std::map<std::string, std::pair<uint64_t, uint64_t>> pool_keys_ GUARDED_BY(pool_keys_mu_);
-  // The snapshots being fetched from the pool, each by one thread across
-  // its whole fetch, I/O included: a second reader of a snapshot being
-  // fetched waits for it rather than fetching it again, while fetches of
-  // different snapshots run side by side.
-  Mutex pulls_mu_;
-  CondVar pull_ended_cv_;
-  std::set<std::string> pulling_ GUARDED_BY(pulls_mu_);
-  // See SetPullHookForTesting().
-  std::function<void(const std::string&)> pull_hook_;
-  // Background pushes (PoolOptions::background).
-  Mutex pusher_mu_;
-  CondVar pusher_cv_;
-  std::deque<std::string> push_queue_ GUARDED_BY(pusher_mu_);
-  bool stopping_ GUARDED_BY(pusher_mu_) = false;
-  std::thread pusher_;
+  PublicationListener* listener_ = nullptr;  // see SetPublicationListener()
   // The settler: ids queued, the one being settled, and its thread
   // (started by the first QueueSettle()).
   Mutex settle_mu_;

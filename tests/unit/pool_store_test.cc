@@ -14,7 +14,7 @@
 #include "core/base/scope_exit.h"
 #include "core/pool/pool_format.h"
 #include "core/pool/rados_pool.h"
-#include "core/snapshot/store_impl.h"
+#include "core/pooled/pooled_store.h"
 #include "gpuckpt/store.h"
 #include "tests/unit/micro_ceph.h"
 #include "tests/unit/test_util.h"
@@ -167,7 +167,7 @@ TEST_F(PoolStoreTest, FetchesOfDifferentSnapshotsRunSideBySideAndOfOneHappenOnce
   std::promise<void> reached, release;
   std::shared_future<void> released = release.get_future().share();
   std::atomic<int> fetches_of_one{0};
-  static_cast<StoreImpl&>(*b).SetPullHookForTesting([&](const std::string& id) {
+  static_cast<PooledStore&>(*b).SetPullHookForTesting([&](const std::string& id) {
     if (id != "side-1") return;
     if (fetches_of_one.fetch_add(1) == 0) reached.set_value();
     released.wait();

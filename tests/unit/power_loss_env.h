@@ -46,7 +46,7 @@ class PowerLossEnv {
   PowerLossEnv(const PowerLossEnv&) = delete;
   PowerLossEnv& operator=(const PowerLossEnv&) = delete;
 
-  // For OpenStoreWithEnv(); the PowerLossEnv must outlive the store.
+  // For LocalStore::Open(); the PowerLossEnv must outlive the store.
   const StoreEnv& store_env() const { return env_; }
 
   // Syncs (of files and of directories) seen so far.

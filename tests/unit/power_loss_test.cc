@@ -46,7 +46,7 @@ class PowerLossTest : public ::testing::Test {
     // The operations under test settle spooled snapshots themselves, so
     // that each run makes the same syncs in the same order.
     options.settle_in_background = false;
-    auto s = OpenStoreWithEnv(store_dir_, options, env.store_env());
+    auto s = LocalStore::Open(store_dir_, options, env.store_env());
     EXPECT_TRUE(testing::IsOk(s));
     return s.ok() ? std::move(s).value() : nullptr;
   }

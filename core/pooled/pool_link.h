@@ -1,4 +1,4 @@
-// PoolLink: a store's link to its shared RADOS pool (StoreOptions::pool;
+// PoolLink: a local store's link to its shared RADOS pool (StoreOptions::pool;
 // core/store/FORMAT.md, "The shared pool"). It moves snapshots both ways:
 // Push() publishes one of the store's snapshots in the pool (the chunks the
 // pool lacks, then its body, then its catalog entry, so that a snapshot is
@@ -9,9 +9,9 @@
 //
 // Thread-safe: any number of pushes, pulls and lookups may run at once;
 // counters are atomic. Borrows the StoreDb it was opened with, which must
-// outlive it; the StoreImpl given to Push() and Pull() likewise.
-#ifndef GPUCKPT_CORE_SNAPSHOT_POOL_LINK_H_
-#define GPUCKPT_CORE_SNAPSHOT_POOL_LINK_H_
+// outlive it; the LocalStore given to Push() and Pull() likewise.
+#ifndef GPUCKPT_CORE_POOLED_POOL_LINK_H_
+#define GPUCKPT_CORE_POOLED_POOL_LINK_H_
 
 #include <atomic>
 #include <functional>
@@ -34,7 +34,7 @@
 
 namespace gpuckpt {
 
-class StoreImpl;
+class LocalStore;
 
 class PoolLink {
  public:
@@ -61,7 +61,7 @@ class PoolLink {
   // durable there) in the pool under the name this link reserved; returns
   // its incarnation. Nothing of it is visible in the pool unless it
   // succeeds.
-  Result<uint64_t> Push(StoreImpl* store, const SnapshotInfo& info);
+  Result<uint64_t> Push(LocalStore* store, const SnapshotInfo& info);
 
   // The pool's published snapshots: id -> catalog entry, and the ids whose
   // entries do not decode (damaged, or of a newer format): those are in the
@@ -80,7 +80,7 @@ class PoolLink {
   // snapshot key `key`: its file and extent records and every chunk the
   // store lacks, all durable when it returns. The caller publishes the
   // returned manifest.
-  Result<SnapshotInfo> Pull(StoreImpl* store, const std::string& id,
+  Result<SnapshotInfo> Pull(LocalStore* store, const std::string& id,
                             const pool::CatalogEntry& entry, uint64_t key);
 
   // Removes `id` from the pool if its incarnation there is `incarnation`
@@ -113,14 +113,25 @@ class PoolLink {
     std::atomic<uint64_t> uploaded_chunks{0}, uploaded_bytes{0}, reused_chunks{0};
     std::atomic<uint64_t> fetched_chunks{0}, fetched_bytes{0};
   };
-  class Upload;
-  class Fetch;
+  class Upload;  // pool_upload.cc
+  class Fetch;   // pool_fetch.cc
+  // Keys per omap operation: large enough that a lookup of a snapshot's
+  // chunks is few round trips, small enough to stay far below the OSD's
+  // message limits (64 KiB of keys).
+  static constexpr size_t kKeysPerOmapOp = 2048;
+  // Pack and body objects in flight at once.
+  static constexpr unsigned kObjectsInFlight = 4;
+  // Random, never 0: pack writers' names and incarnations.
+  static uint64_t RandomNonZero64();
+  // The index entries the pool holds for `hashes` (absent ones are missing).
+  using IndexEntries = std::unordered_map<ChunkHash, pool::IndexEntry, ChunkHashHasher>;
+  Result<IndexEntries> LookUpIndex(const std::vector<ChunkHash>& hashes);
   // Where each chunk of a fetched snapshot is in this store: its sequence
   // number, by name.
   using ChunkSeqs = std::unordered_map<ChunkHash, uint64_t, ChunkHashHasher>;
   // Steps of Pull(): the chunks `files` name, fetched where this store
   // lacks them; then their file and extent records under `key`.
-  Result<ChunkSeqs> StoreChunksOf(StoreImpl* store, const std::vector<pool::BodyFile>& files,
+  Result<ChunkSeqs> StoreChunksOf(LocalStore* store, const std::vector<pool::BodyFile>& files,
                                   const ChunkDomainKey* domain);
   Status WriteFetchedRecords(SnapshotCatalog* catalog, const std::string& id,
                              const std::vector<pool::BodyFile>& files, const ChunkSeqs& seqs,
@@ -132,7 +143,7 @@ class PoolLink {
   // each lies here, `chunks`) up in the pool, takes back those condemned,
   // and sends those missing.
   Result<ChunkTally> EnsureChunksInPool(
-      StoreImpl* store, const std::vector<ChunkHash>& order,
+      LocalStore* store, const std::vector<ChunkHash>& order,
       const std::unordered_map<ChunkHash, std::pair<uint64_t, uint64_t>, ChunkHashHasher>& chunks);
   // OK when the name's reservation is still ours (made again if a
   // collector swept it); kAlreadyExists when another store has it now.
@@ -144,7 +155,7 @@ class PoolLink {
   // `s` in words a user can act on: a full pool, an unreachable one.
   Status Explain(const Status& s) const;
   Result<CatalogListing> ReadCatalog();
-  Result<uint64_t> PushOnce(StoreImpl* store, const SnapshotInfo& info);
+  Result<uint64_t> PushOnce(LocalStore* store, const SnapshotInfo& info);
   // The reservation object's contents for this link: who holds the name.
   std::string ReservationText() const;
   Status WriteBody(const std::string& id, uint64_t incarnation, const std::string& body);
@@ -168,4 +179,4 @@ class PoolLink {
 
 }  // namespace gpuckpt
 
-#endif  // GPUCKPT_CORE_SNAPSHOT_POOL_LINK_H_
+#endif  // GPUCKPT_CORE_POOLED_POOL_LINK_H_
