@@ -31,12 +31,14 @@ constexpr char kReadme[] =
     "                                   podman container restore --import archives/<id>.tar\n"
     "  echo PATH > restore              restore a checkpoint: a directory here, a `cp -r` copy\n"
     "                                   of one, a CRIU image directory, or a container\n"
-    "                                   checkpoint archive; `cat restore`: the new pid, or why\n"
-    "                                   it failed\n"
+    "                                   checkpoint archive; `cat restore`: the new pid (and\n"
+    "                                   the checkpoint a copy was imported as), or why it\n"
+    "                                   failed\n"
     "       options: PATH --gpu-map OLD_UUID=NEW_UUID,...  restore onto other GPUs\n"
     "                PATH --root DIR    the root directory of a tree with its own mount\n"
     "                                   namespace (root only)\n"
-    "  echo track PID > ctl             show a process that uses no GPU\n"
+    "  echo track PID > ctl             list a process that uses no GPU (naming <pid>/\n"
+    "                                   shows it to its owner too)\n"
     "  echo 'import PATH [NAME]' > ctl  import an image directory or a container checkpoint\n"
     "                                   archive (tar, tar.gz, tar.zst) as a checkpoint\n"
     "  echo gc > ctl                    reclaim chunks of deleted checkpoints (root)\n"
@@ -72,9 +74,19 @@ class RootNode : public NodeHandler {
     if (name == "archives") return MakeNode(NodeKind::kArchivesDir);
     int pid = 0;
     if (!ParseDecimal(name, &pid)) return NoEntry(name);
-    // Someone else's process is as absent as in the listing: its pid,
-    // owner and start time are theirs.
+    // A process not shown (no GPU, not tracked) that the caller may
+    // checkpoint is shown from the moment they name it, as `track` would:
+    // naming it is asking for it.
     auto p = context_.Process(pid);
+    Status tracked = Status::Ok();
+    if (!p.ok()) {
+      tracked = context_.engine->Track(pid, caller);
+      if (tracked.ok()) p = context_.Process(pid);
+    }
+    // Someone else's process is as absent as in the listing: its pid,
+    // owner and start time are theirs. Root, who may know, learns that
+    // there is no such process (ESRCH).
+    if (!p.ok() && caller.is_root() && tracked.code() == StatusCode::kNoSuchProcess) return tracked;
     if (!p.ok() || (!caller.is_root() && p->creds.ruid != caller.uid)) return NoEntry(name);
     return MakeNode(NodeKind::kPidDir, pid);
   }

@@ -169,8 +169,9 @@ class EngineImpl {
   Result<std::string> ResolveRestoreSource(const RestoreRequest& request, bool* imported);
   // Imports what `path` names (import.cc): a directory of images, a copy
   // of a checkpoint, a container checkpoint archive or its directory.
+  // `for_restore`: a restore's import of a copy (the manifest says so).
   Result<SnapshotInfo> ImportFrom(const std::string& path, const std::string& name,
-                                  const Caller& caller);
+                                  const Caller& caller, bool for_restore = false);
   struct ImportSource {
     std::string path;   // as given
     std::string shown;  // for messages
@@ -182,6 +183,7 @@ class EngineImpl {
     // this mount, its own maker).
     Caller owner;
     ManifestMaker made_by;
+    bool for_restore = false;  // see ImportFrom()
   };
   // Who an import from `path` (open as `top_fd`, owned by `file_uid`) is
   // attributed to (the fields above), or why it may not be imported.

@@ -221,7 +221,7 @@ Result<SnapshotInfo> EngineImpl::Import(const std::string& path, const std::stri
 }
 
 Result<SnapshotInfo> EngineImpl::ImportFrom(const std::string& path, const std::string& name,
-                                            const Caller& caller) {
+                                            const Caller& caller, bool for_restore) {
   if (!name.empty()) GPUCKPT_RETURN_IF_ERROR(CheckCheckpointName(name));
   // The path is the caller's to resolve: with their rights, so that it
   // reaches nothing they could not, and its error says no more than theirs
@@ -241,6 +241,7 @@ Result<SnapshotInfo> EngineImpl::ImportFrom(const std::string& path, const std::
                                    "archive (tar, tar.gz, tar.zst)");
   GPUCKPT_ASSIGN_OR_RETURN(ImportSource source,
                            AttributeImport(top.get(), st.st_uid, path, name, caller));
+  source.for_restore = for_restore;
   // A directory's entries are checked as they are read, each its owner's.
   if (S_ISDIR(st.st_mode)) return ImportDirectory(top.get(), source);
   return ImportContainerArchive(top.get(), source);
@@ -416,6 +417,7 @@ CheckpointManifest EngineImpl::ImportManifest(const ImportSource& source, int pi
   m.owner = ManifestIds{source.owner.uid, source.owner.gid};
   m.made_by = source.made_by;
   m.imported_from = source.shown;
+  m.imported_by_restore = source.for_restore;
   return m;
 }
 
@@ -439,8 +441,10 @@ Result<SnapshotInfo> EngineImpl::CommitImport(const ImportSource& source,
     }
     // No extra yet: `fill` may complete the manifest, which the writer is
     // given before its commit; nothing reads it before.
-    auto writer = store_->BeginSnapshot(
-        {id, source.shown, /*extra_json=*/"", /*base=*/"", DedupDomainFor(caller.uid)});
+    // A restore's import says so where listings show the source.
+    auto writer =
+        store_->BeginSnapshot({id, source.for_restore ? "restore of " + source.shown : source.shown,
+                               /*extra_json=*/"", /*base=*/"", DedupDomainFor(caller.uid)});
     if (!writer.ok()) {
       // The name is taken (by another checkpoint of this pid meanwhile, or
       // by an earlier import of a file of the same name): the next one.

@@ -577,7 +577,9 @@ Result<int> EngineImpl::Restore(const RestoreRequest& request) {
   ReleaseFreeMemory();
   if (imported) NoteStoreChanged();
   RecordRestoreEnd(request, id, imported, kept_log, pid, start);
-  if (pid.ok()) processes_->Invalidate();
+  // Shown under its new pid, GPU or not, so that its next checkpoint needs
+  // no `track`; a tree that has already ended is simply not shown.
+  if (pid.ok() && !processes_->Track(*pid).ok()) processes_->Invalidate();
   return pid;
 }
 
@@ -641,10 +643,13 @@ void EngineImpl::RecordRestoreEnd(const RestoreRequest& request, const std::stri
                     LogValue(pid.status().message()),
                     kept_log.empty() ? "" : " criu_log=" + LogValue(kept_log));
   }
-  SetRestoreResult(request.caller.uid,
-                   pid.ok() ? "pid " + std::to_string(pid.value())
-                            : "error: " + pid.status().message() +
-                                  (kept_log.empty() ? "" : "\ncriu_log: " + kept_log));
+  // The new pid first, alone on its line; then what the restore added to
+  // the store, if anything.
+  std::string said = pid.ok() ? "pid " + std::to_string(pid.value())
+                              : "error: " + pid.status().message() +
+                                    (kept_log.empty() ? "" : "\ncriu_log: " + kept_log);
+  if (pid.ok() && imported) said += "\nimported: " + id;
+  SetRestoreResult(request.caller.uid, std::move(said));
 }
 
 Result<int> EngineImpl::RestoreSnapshot(const std::string& id, const TreeSetup& setup,

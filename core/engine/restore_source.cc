@@ -199,7 +199,8 @@ Result<std::string> EngineImpl::ResolveRestoreSource(const RestoreRequest& reque
     GPUCKPT_ASSIGN_OR_RETURN(std::optional<std::string> rel, MountRelativePath(found.get(), path));
     if (rel) return CheckpointAt(*rel, path, request.caller);
   }
-  GPUCKPT_ASSIGN_OR_RETURN(SnapshotInfo info, ImportFrom(path, "", request.caller));
+  GPUCKPT_ASSIGN_OR_RETURN(SnapshotInfo info,
+                           ImportFrom(path, "", request.caller, /*for_restore=*/true));
   *imported = true;
   return info.id;
 }

@@ -258,6 +258,7 @@ std::string EncodeManifest(const CheckpointManifest& m) {
   }
   PutIfSet(out, "staging_memory_bytes", m.staging_memory_bytes);
   PutIfSet(out, "imported_from", m.imported_from);
+  if (m.imported_by_restore) out["imported_by_restore"] = true;
   if (!m.import_dropped.empty()) out["import_dropped"] = m.import_dropped;
   if (m.container) {
     json c = json::object();
@@ -320,6 +321,7 @@ Result<CheckpointManifest> DecodeManifest(std::string_view text) {
   m.stages = ReadStages(in);
   m.staging_memory_bytes = in.Get<uint64_t>("staging_memory_bytes");
   m.imported_from = in.Get<std::string>("imported_from");
+  m.imported_by_restore = in.Get<bool>("imported_by_restore").value_or(false);
   if (const json* paths = in.Array("import_dropped")) {
     for (size_t i = 0; i < paths->size(); ++i) {
       if (auto path = FieldReader::As<std::string>((*paths)[i]))

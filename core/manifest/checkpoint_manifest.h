@@ -109,6 +109,9 @@ struct CheckpointManifest {
   std::optional<ManifestStages> stages;
   std::optional<uint64_t> staging_memory_bytes;
   std::optional<std::string> imported_from;  // absent: gpuckpt's own dump
+  // Imports only: made by a restore of a copy from outside the mount (the
+  // copy's checkpoint in this store), not by `import`.
+  bool imported_by_restore = false;
   // Imports only: the fields of the copy's manifest that were malformed
   // and so not taken over (its `dropped`), so that a hand-edited copy
   // that lost something says what it lost.

@@ -540,7 +540,8 @@ class Case:
             fail(f"restore of '{args}': {err}; restore says: {self.user.cat(restore)}")
         took = gpu_host.elapsed(t0)
         said = self.user.cat(restore)
-        if said != f"pid {pid}":
+        # `pid N`, and for a copy a second line naming its import.
+        if said.split("\n")[0] != f"pid {pid}":
             fail(f"restore of '{args}': restore says '{said}', expected 'pid {pid}'")
         # In cgroups of its own (tools/README.md, "Running as a service"): stopping
         # the daemon, which kills its cgroup, must not touch it. (Where the

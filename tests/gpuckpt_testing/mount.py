@@ -49,10 +49,12 @@ class Mount:
     the store was filled through the CLI, say). `work`: this work dir
     instead of a fresh one; `own_dirs=False`: the daemon keeps its state and
     CRIU's files where it does by default, as when installed (what a
-    benchmark measures), not in the work dir."""
+    benchmark measures), not in the work dir. `all_processes=False`: the
+    daemon shows GPU processes and those tracked or named only, as it does
+    by default."""
 
     def __init__(self, prefix, *options, store=None, env=None, mounted=True, work=None,
-                 own_dirs=True):
+                 own_dirs=True, all_processes=True):
         if work is None:
             work = tempfile.mkdtemp(prefix=prefix, dir="/var/tmp")
         self.work = work
@@ -67,6 +69,7 @@ class Mount:
         self.state_dir = os.path.join(self.work, "state")
         self.log_path = os.path.join(self.work, "daemon.log")
         self.own_dirs = own_dirs
+        self.all_processes = all_processes
         self.options = options
         self.env = env
         self.workloads = []
@@ -78,7 +81,8 @@ class Mount:
         on in the background)."""
         dirs = ["--work-dir", self.run_dir, "--state-dir", self.state_dir] if self.own_dirs else []
         with open(self.log_path, "a") as log:
-            subprocess.run([build.GPUCKPTFS, "--store", self.store, "--all-processes", *dirs,
+            shown = ["--all-processes"] if self.all_processes else []
+            subprocess.run([build.GPUCKPTFS, "--store", self.store, *shown, *dirs,
                             *self.options, self.mnt],
                            stdout=log, stderr=log, check=True, timeout=120, env=self.env)
         assert os.path.ismount(self.mnt), "not mounted after gpuckptfs returned"
@@ -155,11 +159,21 @@ class Mount:
     def restore(self, source, pid, user=None):
         """Restores from `source` through the restore file as `user`
         (default root); the process must come back with its pid, as the
-        restore file tells that user (each reads their own last restore)."""
+        restore file tells that user (each reads their own last restore),
+        followed, for a copy from outside the mount, by the checkpoint it
+        was imported as. Returns that id, or None."""
         ok, err, said = self.try_restore(source, user)
         assert ok, f"restore of {source}: {err}; {said}"
-        assert said == f"pid {pid}", \
+        lines = said.splitlines()
+        assert lines and lines[0] == f"pid {pid}", \
             f"restore of {source}: the restore file says {said!r}, expected 'pid {pid}'"
+        inside = os.path.realpath(source).startswith(os.path.realpath(self.mnt) + os.sep)
+        if inside:
+            assert len(lines) == 1, f"restore of {source} from the mount imported: {said!r}"
+            return None
+        assert len(lines) == 2 and lines[1].startswith("imported: "), \
+            f"restore of the copy {source}: the restore file says {said!r}"
+        return lines[1][len("imported: "):]
 
     def assert_complete(self, ckpt_id, pid=None):
         """The checkpoint has a manifest with its id (and pid), a CRIU image

@@ -33,6 +33,7 @@ CheckpointManifest Full() {
   m.stages = ManifestStages{1.5, 0.25, "gpu lock to unlock", 0.2};
   m.staging_memory_bytes = 1ull << 30;
   m.imported_from = "/shared/job7";
+  m.imported_by_restore = true;
   m.import_dropped = {"gpus[1]", "device.cuda_host_ranges[2]"};
   m.container = ManifestContainer{"web", std::nullopt, "localhost/web:1"};
   return m;
@@ -77,6 +78,7 @@ TEST(ManifestTest, EveryFieldReadsBackAsWritten) {
   EXPECT_EQ(back.stages->criu_frozen_s, 0.2);
   EXPECT_EQ(back.staging_memory_bytes, 1ull << 30);
   EXPECT_EQ(back.imported_from, "/shared/job7");
+  EXPECT_TRUE(back.imported_by_restore);
   EXPECT_EQ(back.import_dropped, m.import_dropped);
   ASSERT_TRUE(back.container);
   EXPECT_EQ(back.container->name, "web");
@@ -95,9 +97,11 @@ TEST(ManifestTest, WritesItsVersionAndTheDocumentedKeys) {
   EXPECT_EQ(j["stages"]["frozen_by"], "gpu lock to unlock");
   EXPECT_TRUE(j["gpus"].is_array());
   EXPECT_EQ(j["import_dropped"][1], "device.cuda_host_ranges[2]");
-  // Left out where nothing was dropped.
-  EXPECT_FALSE(
-      nlohmann::json::parse(EncodeManifest(CheckpointManifest{})).contains("import_dropped"));
+  EXPECT_EQ(j["imported_by_restore"], true);
+  // Left out where nothing was dropped, or no restore imported it.
+  const auto empty = nlohmann::json::parse(EncodeManifest(CheckpointManifest{}));
+  EXPECT_FALSE(empty.contains("import_dropped"));
+  EXPECT_FALSE(empty.contains("imported_by_restore"));
   // An unknown root is recorded as null, not left out: the tree had a mount
   // namespace of its own either way.
   CheckpointManifest unknown_root;
