@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "core/base/log.h"
+#include "fs/duration_option.h"
 
 namespace gpuckpt {
 namespace {
@@ -61,11 +62,16 @@ Result<std::vector<std::string>> Words(const std::string& line) {
 constexpr char kUsage[] = "usage: ";
 
 constexpr char kCheckpointSynopsis[] =
-    "checkpoint [--kill] [--name NAME] [--lock-timeout MS] [--no-space-check] (--kill: stop the "
+    "checkpoint [--kill] [--name NAME] [--lock-timeout MS] [--no-space-check] [--every "
+    "DURATION|off] "
+    "[--keep-last N] [--keep-within DURATION] (--kill: stop the "
     "process once checkpointed; --name: what to call the checkpoint (letters, digits, '.', '_', "
     "'-'); --lock-timeout: milliseconds the GPU driver may take to lock the process; "
     "--no-space-check: go ahead even if the store's disk could not hold all of the process's "
-    "memory as new bytes)";
+    "memory as new bytes; --every: this checkpoint and then one every DURATION (30s, 15m, 2h, "
+    "1d) until the process ends, or off: no more; --keep-last, --keep-within: afterwards keep "
+    "only the newest N of the process's checkpoints, or those made within DURATION (either "
+    "keeps); checkpoints given a --name are always kept)";
 constexpr char kRestoreSynopsis[] =
     "PATH [--gpu-map OLD_UUID=NEW_UUID,...] [--root DIR] (--gpu-map: restore the checkpoint's "
     "GPUs onto these; --root: the directory a process with a mount namespace of its own gets as "
@@ -90,9 +96,10 @@ Status Parse(CLI::App& app, std::vector<std::string> args, const std::string& sy
   return Status::Ok();
 }
 
-// The request a `checkpoint ...` line (split into words) asks for.
+// The request a `checkpoint ...` line (split into words) asks for; with
+// `--every off`, *stop_schedule and no checkpoint.
 Result<CheckpointRequest> ParseCheckpoint(int pid, const std::vector<std::string>& words,
-                                          const Caller& caller) {
+                                          const Caller& caller, bool* stop_schedule) {
   CheckpointRequest request;
   request.pid = pid;
   request.caller = caller;
@@ -105,8 +112,37 @@ Result<CheckpointRequest> ParseCheckpoint(int pid, const std::vector<std::string
   app.add_option("--lock-timeout", request.lock_timeout_ms,
                  "milliseconds the GPU driver may take to lock the process")
       ->check(CLI::Range(1u, 3600u * 1000u));
+  // At most a year; "off" ends a schedule.
+  constexpr uint64_t kLongest = 366ull * 86400;
+  std::string every;
+  app.add_option("--every", every)
+      ->check(CLI::Validator(
+          [](std::string value) -> std::string {
+            if (value == "off") return "";
+            if (std::string error = DurationUnits()(value); !error.empty()) return error;
+            return CLI::Range(uint64_t{1}, kLongest)(value);
+          },
+          "DURATION|off"));
+  std::optional<uint32_t> keep_last;
+  app.add_option("--keep-last", keep_last)->check(CLI::Range(1u, 1000000u));
+  std::string keep_within;
+  app.add_option("--keep-within", keep_within)
+      ->check(DurationUnits() & CLI::Range(uint64_t{1}, 100 * kLongest));
   GPUCKPT_RETURN_IF_ERROR(Parse(app, {words.begin() + 1, words.end()}, kCheckpointSynopsis));
   request.check_space = !no_space_check;
+  request.retention.keep_last = keep_last;
+  // The checks above passed: what remains is a count of seconds.
+  auto seconds = [](std::string text) {
+    DurationUnits()(text);
+    return std::chrono::seconds(std::stoull(text));
+  };
+  if (!keep_within.empty()) request.retention.keep_within = seconds(keep_within);
+  *stop_schedule = every == "off";
+  if (!every.empty() && every != "off") request.every = seconds(every);
+  if (*stop_schedule && (request.kill || !request.name.empty() || !request.retention.empty()))
+    return Status::InvalidArgument(std::string(kUsage) +
+                                   "checkpoint --every off takes no other option; expected " +
+                                   kCheckpointSynopsis);
   return request;
 }
 
@@ -115,11 +151,18 @@ Status ProcessCommand(Engine& engine, int pid, const std::string& line, const Ca
   Result<CheckpointRequest> request =
       Status::InvalidArgument("unknown command '" + line +
                               "': expected checkpoint [--kill] [--name NAME] [--lock-timeout MS] "
-                              "[--no-space-check]");
+                              "[--no-space-check] [--every DURATION|off] [--keep-last N] "
+                              "[--keep-within DURATION]");
   if (!words.ok()) {
     request = words.status();
   } else if (!words->empty() && (*words)[0] == "checkpoint") {
-    request = ParseCheckpoint(pid, *words, caller);
+    bool stop_schedule = false;
+    request = ParseCheckpoint(pid, *words, caller, &stop_schedule);
+    if (request.ok() && stop_schedule) {
+      Status stopped = engine.StopSchedule(pid, caller);
+      if (!stopped.ok()) engine.RecordFailure(pid, "command", stopped, caller);
+      return stopped;
+    }
   }
   // The engine records what it ran; a line that never became a request is
   // recorded here.

@@ -13,7 +13,8 @@ namespace gpuckpt {
 namespace {
 
 constexpr char kPidCtlHelp[] =
-    "commands: checkpoint [--kill] [--name NAME] [--lock-timeout MS] [--no-space-check]\n";
+    "commands: checkpoint [--kill] [--name NAME] [--lock-timeout MS] [--no-space-check]\n"
+    "                     [--every DURATION|off] [--keep-last N] [--keep-within DURATION]\n";
 
 class ProcessNode : public NodeHandler {
  public:

@@ -57,6 +57,20 @@ std::string PoolPlacement(const PoolStatus& pool) {
   return *pool.last_checkpoint_published ? "published" : "pending";
 }
 
+nlohmann::json ScheduleJson(const ScheduleStatus& s) {
+  return {{"every_s", s.every_s},
+          {"next_in_s", s.next_in_s},
+          {"runs", s.runs},
+          {"failures", s.failures}};
+}
+
+nlohmann::json RetentionJson(const RetentionRule& rule) {
+  if (rule.empty()) return nullptr;
+  return {{"keep_last", rule.keep_last ? nlohmann::json(*rule.keep_last) : nlohmann::json()},
+          {"keep_within_s",
+           rule.keep_within ? nlohmann::json(rule.keep_within->count()) : nlohmann::json()}};
+}
+
 nlohmann::json PoolJson(const PoolStatus& pool) {
   const std::string placement = PoolPlacement(pool);
   return {{"name", pool.name},
@@ -118,6 +132,20 @@ std::string PoolText(const PoolStatus& pool) {
   return out;
 }
 
+// Shown only where there is one: a process without a schedule or a rule
+// reads as it always has.
+std::string ScheduleText(const ProcessStatusReport& report) {
+  std::string out;
+  if (report.schedule) {
+    const ScheduleStatus& s = *report.schedule;
+    out +=
+        fmt::format("schedule: every {}, next in {} s ({} run, {} failed)\n",
+                    DurationText(std::chrono::seconds(s.every_s)), s.next_in_s, s.runs, s.failures);
+  }
+  if (!report.retention.empty()) out += "retention: " + report.retention.ToString() + "\n";
+  return out;
+}
+
 std::string LastText(const std::optional<OperationOutcome>& last) {
   if (!last) return "last: none\n";
   std::string out = "last: " + DisplayText(last->summary) + "\n";
@@ -134,7 +162,7 @@ std::string RenderStatusText(const ProcessStatusReport& report) {
   std::string out =
       ProcessText(report.process) + GpuText(report.gpu) + OperationText(report.operation);
   if (report.pool) out += PoolText(*report.pool);
-  return out + LastText(report.last);
+  return out + ScheduleText(report) + LastText(report.last);
 }
 
 nlohmann::json RenderStatusJson(const ProcessStatusReport& report) {
@@ -152,6 +180,8 @@ nlohmann::json RenderStatusJson(const ProcessStatusReport& report) {
       {"gpu", GpuJson(report.gpu)},
       {"operation", report.operation ? OperationJson(*report.operation) : nlohmann::json()},
       {"last", report.last ? LastJson(*report.last) : nlohmann::json()},
+      {"schedule", report.schedule ? ScheduleJson(*report.schedule) : nlohmann::json()},
+      {"retention", RetentionJson(report.retention)},
   };
   if (report.pool) j["pool"] = PoolJson(*report.pool);
   return j;

@@ -18,6 +18,8 @@ constexpr char kReadme[] =
     "  echo 'checkpoint --kill' > <pid>/ctl   checkpoint it, then stop it\n"
     "       options: --name NAME, --lock-timeout MS (how long the GPU driver may take\n"
     "       to stop the process's GPU work; past it the checkpoint fails, EAGAIN)\n"
+    "  echo 'checkpoint --every 30m --keep-last 3' > <pid>/ctl   one now, then one every\n"
+    "                                   30 minutes, keeping the newest 3 (--every off: stop)\n"
     "  <pid>/checkpoints/{1,2,...,latest}  its checkpoints\n"
     "  checkpoints/<id>/manifest.json   what a checkpoint is (JSON)\n"
     "  checkpoints/<id>/images/         CRIU's image files, read lazily from the store\n"

@@ -341,6 +341,7 @@ Result<SnapshotInfo> EngineImpl::Checkpoint(const CheckpointRequest& request) {
   // the owner's misses both it and the checkpoint it stored.
   std::unique_ptr<QuotaLedger::Reservation> reserved;
   auto run = [&]() -> Result<SnapshotInfo> {
+    GPUCKPT_RETURN_IF_ERROR(CheckScheduleRequest(request));
     GPUCKPT_ASSIGN_OR_RETURN(ProcessInfo process, processes_->Get(request.pid));
     GPUCKPT_RETURN_IF_ERROR(MayCheckpoint(request.caller, process));
     GPUCKPT_ASSIGN_OR_RETURN(std::vector<int> tree, CheckpointableTree(request));
@@ -371,6 +372,10 @@ Result<SnapshotInfo> EngineImpl::Checkpoint(const CheckpointRequest& request) {
   NoteStoreChanged();
   reserved.reset();
   RecordCheckpointEnd(request, result, on_board, kept_log);
+  if (result.ok()) {
+    ApplyRetention(request, *result);
+    if (request.every.count() > 0) StartSchedule(request);
+  }
   return result;
 }
 

@@ -22,6 +22,7 @@
 #include "core/base/display_text.h"
 #include "core/base/full_io.h"
 #include "core/base/log.h"
+#include "core/base/mono_clock.h"
 #include "core/base/time_text.h"
 #include "core/base/unique_fd.h"
 #include "core/criu/criu_runner.h"
@@ -438,6 +439,14 @@ ProcessStatusReport EngineImpl::ProcessStatus(const ProcessInfo& p) {
   report.operation = board_.InFlightInfo(p.pid);
   report.last = board_.LastOutcome(p.pid);
   if (auto pool = store_->pool_stats()) report.pool = PoolStatusOf(*pool, report.last);
+  report.retention = options_.retention;
+  if (auto scheduled = schedule_.Of(p.pid)) {
+    const int64_t next_ns = scheduled->next_due_mono_ns - MonotonicNowNs();
+    report.schedule = ScheduleStatus{scheduled->every.count(),
+                                     next_ns > 0 ? (next_ns + 999999999) / 1000000000 : 0,
+                                     scheduled->runs, scheduled->failures};
+    if (!scheduled->retention.empty()) report.retention = scheduled->retention;
+  }
   return report;
 }
 
@@ -529,6 +538,9 @@ Result<SnapshotInfo> Engine::Import(const std::string& path, const std::string& 
   return impl_->Import(path, name, caller);
 }
 Status Engine::Track(int pid, const Caller& caller) { return impl_->Track(pid, caller); }
+Status Engine::StopSchedule(int pid, const Caller& caller) {
+  return impl_->StopSchedule(pid, caller);
+}
 Result<GcReport> Engine::Gc(const Caller& caller) { return impl_->Gc(caller); }
 ProcessStatusReport Engine::ProcessStatus(const ProcessInfo& process) {
   return impl_->ProcessStatus(process);

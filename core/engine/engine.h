@@ -23,6 +23,7 @@
 #include <string>
 
 #include "core/engine/process_status.h"
+#include "core/engine/retention.h"
 #include "core/proc/caller.h"
 #include "core/proc/process_table.h"
 #include "gpuckpt/gpu_backend.h"
@@ -89,6 +90,9 @@ struct EngineOptions {
   enum class Spool { kAuto, kAlways, kNever };
   Spool spool = Spool::kAuto;
   static constexpr unsigned kSpoolBelowCpus = 8;
+  // What is kept of a process's checkpoints after each of its checkpoints,
+  // where the request sets no rule of its own (retention.h). Default: all.
+  RetentionRule retention;
 };
 
 // Makes EngineOptions::state_dir (one level: its parent must exist) owned by
@@ -111,6 +115,13 @@ struct CheckpointRequest {
   // process checkpointed before): a disk that fills during the dump then
   // fails the checkpoint (kNoSpace) and the process runs on.
   bool check_space = true;
+  // Applied to the process's checkpoints once this one is made
+  // (retention.h); empty: EngineOptions::retention.
+  RetentionRule retention;
+  // Not zero: this checkpoint, and then one every `every` (the same
+  // request, rule included) until the process ends or StopSchedule().
+  // Refused with kill or a name.
+  std::chrono::seconds every{0};
   Caller caller;
 };
 
@@ -159,6 +170,9 @@ class Engine {
   Result<SnapshotInfo> Import(const std::string& path, const std::string& name,
                               const Caller& caller);
   Status Track(int pid, const Caller& caller);
+  // Ends the periodic checkpoints of `pid` (CheckpointRequest::every), for
+  // whoever may checkpoint it; kNotFound when it has none.
+  Status StopSchedule(int pid, const Caller& caller);
   Result<GcReport> Gc(const Caller& caller);
 
   // What <pid>/status and <pid>/status.json show of `process` (fs/

@@ -26,6 +26,7 @@
 #include "core/criu/criu_runner.h"
 #include "core/criu/images.h"
 #include "core/engine/checkpoint_catalog.h"
+#include "core/engine/checkpoint_schedule.h"
 #include "core/engine/engine.h"
 #include "core/engine/engine_internal.h"
 #include "core/engine/metrics.h"
@@ -52,6 +53,7 @@ class EngineImpl {
   Result<SnapshotInfo> Import(const std::string& path, const std::string& name,
                               const Caller& caller);
   Status Track(int pid, const Caller& caller);
+  Status StopSchedule(int pid, const Caller& caller);
   Result<GcReport> Gc(const Caller& caller);
   ProcessStatusReport ProcessStatus(const ProcessInfo& process);
   std::string RestoreResult(uint32_t uid) const EXCLUDES(mu_);
@@ -257,6 +259,16 @@ class EngineImpl {
                            std::string* kept_log);
   void RecoverInterruptedKills();
   std::string JournalDir() const;
+  // Checkpoints on a schedule and retention (schedule.cc).
+  // Checkpoint()'s checks of `every`, and what it sets up once the first
+  // checkpoint is made: the schedule.
+  Status CheckScheduleRequest(const CheckpointRequest& request) const;
+  void StartSchedule(const CheckpointRequest& request);
+  // The schedule's RunFn (checkpoint_schedule.h).
+  bool RunScheduled(const CheckpointRequest& request, uint64_t start_time, bool* ok);
+  // After checkpoint `made` of request.pid: removes what the request's rule
+  // (or the daemon's) does not keep of the process's series.
+  void ApplyRetention(const CheckpointRequest& request, const SnapshotInfo& made);
   // Copies the log of a failed CRIU run into state_dir's criu-logs/ (the
   // newest kKeptCriuLogs per store are kept) and returns its path; "" when
   // it could not be kept (logged).
@@ -296,6 +308,11 @@ class EngineImpl {
   std::map<uint32_t, RestoreText> restore_results_ GUARDED_BY(mu_);  // by uid
   // --keep-logs: the newest work dirs
   std::vector<std::string> kept_work_dirs_ GUARDED_BY(mu_);
+
+  // Last, so that it is destroyed first: its thread runs checkpoints
+  // through everything above.
+  CheckpointSchedule schedule_{[this](const CheckpointRequest& request, uint64_t start_time,
+                                      bool* ok) { return RunScheduled(request, start_time, ok); }};
 };
 
 }  // namespace gpuckpt

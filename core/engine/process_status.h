@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "core/engine/retention.h"
 #include "core/proc/process_info.h"
 #include "gpuckpt/gpu_backend.h"
 
@@ -64,12 +65,24 @@ struct PoolStatus {
   std::optional<bool> last_checkpoint_published;
 };
 
+// Checkpoints on a schedule (`checkpoint --every`).
+struct ScheduleStatus {
+  int64_t every_s = 0;
+  int64_t next_in_s = 0;  // until the next one is due; 0: due now (or running)
+  uint64_t runs = 0;      // scheduled checkpoints run so far
+  uint64_t failures = 0;  // of those, failed
+};
+
 struct ProcessStatusReport {
   ProcessInfo process;
   GpuStatus gpu;
   std::optional<OperationInFlight> operation;  // nullopt: idle
   std::optional<OperationOutcome> last;        // nullopt: none ended yet
   std::optional<PoolStatus> pool;              // only with a shared pool
+  std::optional<ScheduleStatus> schedule;      // nullopt: none
+  // What is kept of its checkpoints after each one: its schedule's rule,
+  // else the daemon's (EngineOptions::retention); empty: all.
+  RetentionRule retention;
 };
 
 }  // namespace gpuckpt

@@ -35,6 +35,7 @@
 #include "core/engine/kill_journal.h"
 #include "core/engine/metrics.h"
 #include "core/engine/operation_board.h"
+#include "core/engine/retention.h"
 #include "core/manifest/checkpoint_manifest.h"
 #include "fs/commands.h"
 #include "gpuckpt/gpu_backend.h"
@@ -786,6 +787,17 @@ TEST_F(EngineTest, PidCtlRejectsBadCommandsAndRecordsWhy) {
       {"checkpoint --lock-timeout -5", "--lock-timeout"},
       {"checkpoint --lock-timeout soon", "--lock-timeout"},
       {"checkpoint --lock-timeout 99999999999", "--lock-timeout"},
+      {"checkpoint --every", "--every"},
+      {"checkpoint --every 30", "--every"},  // a unit is required
+      {"checkpoint --every 0s", "--every"},
+      {"checkpoint --every soon", "--every"},
+      {"checkpoint --every 400d", "--every"},
+      {"checkpoint --every 10s --kill", "--kill"},
+      {"checkpoint --every 10s --name x", "--name"},
+      {"checkpoint --every off --keep-last 2", "no other option"},
+      {"checkpoint --keep-last 0", "--keep-last"},
+      {"checkpoint --keep-last many", "--keep-last"},
+      {"checkpoint --keep-within 5", "--keep-within"},
   };
   for (size_t i = 0; i < cases.size(); ++i) {
     const Case& c = cases[i];
@@ -1099,6 +1111,74 @@ TEST_F(EngineTest, CheckpointsNeverListTheStore) {
   EXPECT_EQ(third.id, p + "-2");  // the highest left is 1
   EXPECT_EQ(parent_of(third.id), first.id);
   EXPECT_EQ(counting.lists(), 1);
+}
+
+// `checkpoint --every` takes one now and then one every interval, each
+// followed by the retention it was given; named checkpoints stay; status
+// shows the schedule and the rule; `--every off` ends it.
+TEST_F(EngineTest, ScheduledCheckpointsWithRetention) {
+  Sleeper child;
+  ASSERT_TRUE(child.started());
+  const int pid = child.pid();
+  const std::string p = std::to_string(pid);
+  auto series = [&] {
+    std::vector<std::string> ids;
+    for (const std::string& id : SnapshotIds())
+      if (IsSeriesName(id, pid)) ids.push_back(id);
+    return ids;
+  };
+  auto schedule = [&] {
+    auto info = ReadProcess(pid);
+    EXPECT_OK(info.status());
+    return info.ok() ? engine_->ProcessStatus(*info) : ProcessStatusReport{};
+  };
+  ASSERT_OK(Run(NodeKind::kPidCtl, pid, "checkpoint --name kept"));
+  EXPECT_CODE(Run(NodeKind::kPidCtl, pid, "checkpoint --every off"), StatusCode::kNotFound);
+  ASSERT_OK(Run(NodeKind::kPidCtl, pid, "checkpoint --every 1s --keep-last 2"));
+  EXPECT_EQ(series(), std::vector<std::string>{p + "-1"}) << "not one checkpoint at once";
+  ProcessStatusReport report = schedule();
+  ASSERT_TRUE(report.schedule);
+  EXPECT_EQ(report.schedule->every_s, 1);
+  EXPECT_EQ(report.retention.keep_last, 2u);
+
+  // Three scheduled ones later only the newest two of the series are left.
+  const auto deadline = std::chrono::steady_clock::now() + 60s;
+  while (schedule().schedule->runs < 3 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(50ms);
+  report = schedule();
+  ASSERT_GE(report.schedule->runs, 3u) << LastOf(pid);
+  EXPECT_EQ(report.schedule->failures, 0u) << LastOf(pid);
+  const std::vector<std::string> left = series();
+  ASSERT_EQ(left.size(), 2u);
+  EXPECT_NE(
+      std::find(left.begin(), left.end(), p + "-" + std::to_string(report.schedule->runs + 1)),
+      left.end());
+  const std::vector<std::string> all = SnapshotIds();
+  EXPECT_NE(std::find(all.begin(), all.end(), "kept"), all.end())
+      << "a named checkpoint was removed";
+
+  ASSERT_OK(Run(NodeKind::kPidCtl, pid, "checkpoint --every off"));
+  EXPECT_FALSE(schedule().schedule);
+  EXPECT_TRUE(Contains(LastOf(pid), "schedule stopped")) << LastOf(pid);
+  const size_t made = SnapshotIds().size();
+  std::this_thread::sleep_for(2500ms);
+  EXPECT_EQ(SnapshotIds().size(), made) << "checkpointed after --every off";
+}
+
+// The daemon's rule applies where a checkpoint gives none; a checkpoint's
+// own rule wins.
+TEST_F(EngineTest, TheDaemonsRetentionAppliesWhereACheckpointSetsNone) {
+  engine_.reset();
+  EngineOptions options = Options("-kept");
+  options.retention.keep_last = 1;
+  ASSERT_OK_AND_ASSIGN(engine_, Engine::Create(store_.get(), MakeNoGpuBackend(), options));
+  Sleeper child;
+  ASSERT_TRUE(child.started());
+  const std::string p = std::to_string(child.pid());
+  for (int i = 0; i < 3; ++i) ASSERT_OK(Run(NodeKind::kPidCtl, child.pid(), "checkpoint"));
+  EXPECT_EQ(SnapshotIds(), std::vector<std::string>{p + "-3"});
+  ASSERT_OK(Run(NodeKind::kPidCtl, child.pid(), "checkpoint --keep-last 2"));
+  EXPECT_EQ(SnapshotIds(), (std::vector<std::string>{p + "-3", p + "-4"}));
 }
 
 TEST_F(EngineTest, CheckpointAndRestoreThroughCommands) {

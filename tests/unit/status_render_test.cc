@@ -113,7 +113,7 @@ TEST(StatusRenderTest, JsonOfAnIdleProcess) {
     "memory": {"rss_bytes": 12345678, "virtual_bytes": 987654321},
     "gpu_devices": [], "job_gpu_children": [],
     "gpu": {"available": true, "state": null, "gpus": []},
-    "operation": null, "last": null})"))
+    "operation": null, "last": null, "schedule": null, "retention": null})"))
       << j.dump(2);
 }
 
@@ -169,6 +169,29 @@ TEST(StatusRenderTest, TheFilesEndWithTheProcesssCheckpoints) {
       nlohmann::json::parse(StatusJsonFile(Idle(), std::vector<std::string>{"a", "b"}));
   EXPECT_EQ(two["checkpoints"], nlohmann::json::parse(R"({"count": 2, "latest": "b"})"));
   EXPECT_EQ(two.size(), j.size() + 1);
+}
+
+// A schedule and a rule are shown where there is one, and only there.
+TEST(StatusRenderTest, ScheduleAndRetentionWhereThereAreAny) {
+  ProcessStatusReport r = Idle();
+  const std::string plain = RenderStatusText(r);
+  EXPECT_EQ(plain.find("schedule"), std::string::npos);
+  EXPECT_EQ(plain.find("retention"), std::string::npos);
+  r.schedule = ScheduleStatus{1800, 42, 3, 1};
+  r.retention = RetentionRule{5, std::chrono::seconds(86400)};
+  const std::string text = RenderStatusText(r);
+  EXPECT_NE(text.find("schedule: every 30m, next in 42 s (3 run, 1 failed)\n"), std::string::npos)
+      << text;
+  EXPECT_NE(text.find("retention: keep last 5, within 1d\n"), std::string::npos) << text;
+  // Before the last operation's lines, after the process's own.
+  EXPECT_LT(text.find("schedule:"), text.find("last:"));
+  const nlohmann::json j = RenderStatusJson(r);
+  EXPECT_EQ(j["schedule"], nlohmann::json::parse(
+                               R"({"every_s": 1800, "next_in_s": 42, "runs": 3, "failures": 1})"));
+  EXPECT_EQ(j["retention"], nlohmann::json::parse(R"({"keep_last": 5, "keep_within_s": 86400})"));
+  r.retention = RetentionRule{std::nullopt, std::chrono::seconds(60)};
+  EXPECT_EQ(RenderStatusJson(r)["retention"],
+            nlohmann::json::parse(R"({"keep_last": null, "keep_within_s": 60})"));
 }
 
 }  // namespace

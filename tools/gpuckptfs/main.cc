@@ -30,6 +30,7 @@
 #include "core/base/log.h"
 #include "core/engine/engine.h"
 #include "core/gpu/system_gpu_backend.h"
+#include "fs/duration_option.h"
 #include "fs/filesystem.h"
 #include "gpuckpt/gpu_backend.h"
 #include "gpuckpt/store.h"
@@ -310,6 +311,23 @@ void DeclareCheckpointOptions(CLI::App& app, EngineOptions* engine_options) {
                      " CPUs, where hashing cannot keep pace with a disk). Ignored with --pool")
       ->transform(CLI::CheckedTransformer(spool_modes, CLI::ignore_case))
       ->default_str("auto");
+  app.add_option("--keep-last", engine_options->retention.keep_last,
+                 "After each checkpoint of a process, keep only the newest N of its "
+                 "checkpoints (and those --keep-within keeps); checkpoints given a --name are "
+                 "always kept. A checkpoint's own --keep-last/--keep-within override both. "
+                 "Default: all")
+      ->check(CLI::Range(1u, 1000000u))
+      ->type_name("N");
+  app.add_option_function<uint64_t>(
+         "--keep-within",
+         [engine_options](uint64_t seconds) {
+           engine_options->retention.keep_within = std::chrono::seconds(seconds);
+         },
+         "After each checkpoint of a process, keep only its checkpoints made within DURATION "
+         "(30s, 15m, 2h, 1d; and those --keep-last keeps). Default: all")
+      ->transform(DurationUnits())
+      ->check(CLI::Range(uint64_t{1}, uint64_t{100} * 366 * 86400))
+      ->type_name("DURATION");
   app.add_option("--quota", engine_options->user_quota_bytes,
                  "The most of the store each user's checkpoints may hold (e.g. 100G; units of "
                  "1024), each chunk counted once; a checkpoint or import that could go beyond it, "

@@ -1,0 +1,109 @@
+"""Checkpoints on a schedule and retention, through the mount: `checkpoint
+--every` by an ordinary user takes one now and then one every interval,
+each followed by the rule it was given (named checkpoints kept), shown in
+status and status.json, ended by `--every off` and by the process's end;
+the daemon's own rule (--keep-last) where a checkpoint gives none.
+
+Run by ctest under wl_reaper; needs root, /dev/fuse and CRIU (skipped,
+saying why, where one is missing)."""
+
+import json
+import os
+import re
+import time
+
+import pytest
+
+from gpuckpt_testing.filetools import read
+from gpuckpt_testing.mount import Mount, listdir_as, why_not_runnable
+from gpuckpt_testing.processes import wait_for
+
+pytestmark = pytest.mark.skipif(why_not_runnable("wl_memory") is not None,
+                                reason=str(why_not_runnable("wl_memory")))
+
+
+def status_json(mount, pid, user):
+    ok, text = user.read(mount.path(str(pid), "status.json"))
+    assert ok, text
+    return json.loads(text)
+
+
+def numbered(mount, pid, user):
+    """The process's checkpoints listed under <pid>/checkpoints/ (their
+    numbers), without `latest`."""
+    return [n for n in listdir_as(user, mount.path(str(pid), "checkpoints")) if n != "latest"]
+
+
+def test_every_with_keep_last_through_the_mount(mount, users):
+    a, _ = users
+    wl = mount.start("wl_memory", user=a)
+    ctl = mount.path(str(wl.pid), "ctl")
+    named = mount.checkpoint_named(wl.pid, "before-schedule", user=a)
+    ok, err = a.write(ctl, "checkpoint --every 1s --keep-last 2")
+    assert ok, f"{err}: {mount.last(wl.pid)}"
+    doc = status_json(mount, wl.pid, a)
+    assert doc["schedule"]["every_s"] == 1, doc["schedule"]
+    assert doc["retention"] == {"keep_last": 2, "keep_within_s": None}, doc["retention"]
+    ok, text = a.read(mount.path(str(wl.pid), "status"))
+    assert re.search(r"^schedule: every 1s, next in \d+ s \(\d+ run, 0 failed\)$", text, re.M), text
+    assert re.search(r"^retention: keep last 2$", text, re.M), text
+
+    wait_for(lambda: status_json(mount, wl.pid, a)["schedule"]["runs"] >= 3, 60,
+             "three scheduled checkpoints")
+    assert status_json(mount, wl.pid, a)["schedule"]["failures"] == 0, mount.last(wl.pid)
+    ids = mount.ids(a)
+    series = [i for i in ids if re.fullmatch(rf"{wl.pid}-\d+", i)]
+    assert len(series) == 2, ids
+    assert os.path.basename(named) in ids, f"the named checkpoint went: {ids}"
+    # <pid>/checkpoints lists what is left; latest is the newest.
+    assert len(numbered(mount, wl.pid, a)) == 3, numbered(mount, wl.pid, a)
+    latest = os.path.basename(os.path.realpath(mount.path(str(wl.pid), "checkpoints", "latest")))
+    assert latest == max(series, key=lambda i: int(i.split("-")[1])), (latest, series)
+
+    ok, err = a.write(ctl, "checkpoint --every off")
+    assert ok, f"{err}: {mount.last(wl.pid)}"
+    assert status_json(mount, wl.pid, a)["schedule"] is None
+    # A checkpoint in flight when it stopped may still end: then nothing more.
+    time.sleep(1.5)
+    settled = mount.ids(a)
+    time.sleep(2.5)
+    assert mount.ids(a) == settled, "checkpointed after --every off"
+    wl.assert_passes("after its scheduled checkpoints")
+
+
+def test_a_schedule_ends_with_its_process(mount, users):
+    a, _ = users
+    wl = mount.start("wl_memory", user=a)
+    ok, err = a.write(mount.path(str(wl.pid), "ctl"), "checkpoint --every 1s")
+    assert ok, f"{err}: {mount.last(wl.pid)}"
+    wl.kill()
+    log = os.path.join(mount.state_dir, "gpuckptfs.log")
+    wait_for(lambda: f"schedule pid={wl.pid} result=ended" in read(log), 30,
+             "the schedule to end with its process")
+    made = mount.ids(a)
+    time.sleep(2.5)
+    assert mount.ids(a) == made
+
+
+@pytest.fixture
+def keeping_one(request):
+    m = Mount("gpuckpt-schedule-keep.", "--keep-last", "1")
+    try:
+        yield m
+    finally:
+        m.close()
+
+
+def test_the_daemons_keep_last(keeping_one, users):
+    m = keeping_one
+    a, _ = users
+    wl = m.start("wl_memory", user=a)
+    first = m.checkpoint(wl.pid, user=a)
+    second = m.checkpoint(wl.pid, user=a)
+    assert m.ids(a) == [second], (first, second, m.ids(a))
+    ok, text = a.read(m.path(str(wl.pid), "status"))
+    assert re.search(r"^retention: keep last 1$", text, re.M), text
+    # A checkpoint's own rule wins over the daemon's.
+    ok, err = a.write(m.path(str(wl.pid), "ctl"), "checkpoint --keep-last 2")
+    assert ok, f"{err}: {m.last(wl.pid)}"
+    assert len(m.ids(a)) == 2, m.ids(a)
