@@ -1,0 +1,101 @@
+"""A one-node Slurm cluster for the integration tests, through
+tools/micro-slurm: munged, slurmctld and slurmd as root, every file under
+one directory, a low partition whose jobs a high one preempts (requeued,
+after SIGTERM and a grace time).
+
+    with MicroSlurm(tmpdir, grace_time=10) as slurm:   # started; stopped on leaving
+        job = slurm.sbatch("--partition=low", "job.sh")
+        slurm.wait_job(job, lambda j: j["JobState"] == "RUNNING")
+
+The daemons' logs are in <dir>/log/, and a failure to start names them.
+"""
+
+import os
+import re
+import subprocess
+import time
+
+from gpuckpt_testing.build import REPO_ROOT
+
+MICRO_SLURM = os.path.join(REPO_ROOT, "tools", "micro-slurm")
+# How long one Slurm command may take.
+CLI_TIMEOUT_S = 30
+
+
+class MicroSlurm:
+    """A cluster started in `dir` at construction; stop() (or leaving the
+    `with` block) stops it and leaves `dir`."""
+
+    def __init__(self, dir, cpus=None, grace_time=30, plugstack=None):
+        self.dir = os.path.abspath(dir)
+        os.makedirs(self.dir, exist_ok=True)
+        self.conf = os.path.join(self.dir, "slurm.conf")
+        args = ["start", self.dir, "--grace-time", str(grace_time)]
+        if cpus is not None:
+            args += ["--cpus", str(cpus)]
+        if plugstack is not None:
+            args += ["--plugstack", str(plugstack)]
+        try:
+            self._run(*args)
+        except RuntimeError:
+            # micro-slurm stops what it started when start fails; this is
+            # for a start interrupted outright, and must not hide why.
+            try:
+                self.stop()
+            except RuntimeError:
+                pass
+            raise
+
+    def _run(self, *args):
+        result = subprocess.run([MICRO_SLURM, *args], stdin=subprocess.DEVNULL,
+                                capture_output=True, text=True, check=False)
+        if result.returncode != 0:
+            raise RuntimeError(f"micro-slurm {' '.join(args)}: exit {result.returncode}: "
+                               f"{result.stderr.strip()}")
+
+    def stop(self):
+        self._run("stop", self.dir)
+
+    def env(self):
+        return dict(os.environ, SLURM_CONF=self.conf)
+
+    def cli(self, *args, user=None):
+        """A Slurm command (sbatch, scontrol, ...) on this cluster: its
+        stdout; an error names its stderr."""
+        argv = list(args) if user is None else [*user.prefix(), "env",
+                                                f"SLURM_CONF={self.conf}", *args]
+        result = subprocess.run(argv, env=self.env(), stdin=subprocess.DEVNULL,
+                                capture_output=True, text=True, timeout=CLI_TIMEOUT_S)
+        if result.returncode != 0:
+            raise RuntimeError(f"{' '.join(args)}: exit {result.returncode}: "
+                               f"{result.stderr.strip()}")
+        return result.stdout
+
+    def sbatch(self, *args, user=None):
+        """Submits a batch job; its id."""
+        out = self.cli("sbatch", "--parsable", *args, user=user)
+        return int(out.strip().split(";")[0])
+
+    def job(self, job_id):
+        """`scontrol show job` of `job_id` as a dict of its KEY=VALUE words."""
+        out = self.cli("scontrol", "--oneliner", "show", "job", str(job_id))
+        return dict(re.findall(r"(\w+)=(\S*)", out))
+
+    def wait_job(self, job_id, predicate, seconds=120, what="the job"):
+        """Waits until predicate(job(job_id)) holds; the job's fields then."""
+        deadline = time.monotonic() + seconds
+        fields = {}
+        while time.monotonic() < deadline:
+            fields = self.job(job_id)
+            if predicate(fields):
+                return fields
+            time.sleep(0.2)
+        raise AssertionError(f"timed out after {seconds} s waiting for {what}: job {job_id} is "
+                             f"{fields.get('JobState')} ({fields.get('Reason')})")
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.stop()
+        return False
