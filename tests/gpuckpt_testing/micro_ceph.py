@@ -16,6 +16,8 @@ import os
 import subprocess
 
 from gpuckpt_testing.build import REPO_ROOT
+from gpuckpt_testing.processes import live_processes
+from gpuckpt_testing.script_cluster import ScriptCluster
 
 MICRO_CEPH = os.path.join(REPO_ROOT, "tools", "micro-ceph")
 # How long one rados command may wait for the cluster.
@@ -24,57 +26,25 @@ RADOS_TIMEOUT_S = 30
 
 def daemons_of(conf):
     """Pids of the live ceph-mon, ceph-mgr and ceph-osd processes started
-    with `-c conf` (zombies, which nothing may reap, do not count)."""
-    pids = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/cmdline", "rb") as f:
-                args = f.read().split(b"\0")
-            with open(f"/proc/{entry}/stat", "rb") as f:
-                state = f.read().rsplit(b")", 1)[1].split()[0]
-        except OSError:
-            continue
-        if (len(args) >= 3 and os.path.basename(args[0]).decode(errors="replace")
-                in ("ceph-mon", "ceph-mgr", "ceph-osd")
-                and args[1] == b"-c" and args[2] == os.fsencode(conf) and state != b"Z"):
-            pids.append(int(entry))
-    return pids
+    with `-c conf`."""
+    return live_processes(
+        lambda args: len(args) >= 3 and os.path.basename(args[0]).decode(errors="replace") in
+        ("ceph-mon", "ceph-mgr", "ceph-osd") and args[1] == b"-c" and args[2] == os.fsencode(conf))
 
 
-class MicroCeph:
+class MicroCeph(ScriptCluster):
     """A cluster started in `dir` at construction; stop() (or leaving the
     `with` block) stops it and leaves `dir`."""
 
+    SCRIPT = MICRO_CEPH
+
     def __init__(self, dir, store="memstore", pools=("gpuckpt",)):
-        self.dir = os.path.abspath(dir)
-        self.conf = os.path.join(self.dir, "ceph.conf")
+        self.conf = os.path.join(os.path.abspath(dir), "ceph.conf")
         self.pools = tuple(pools)
-        args = ["start", self.dir, "--store", store]
+        args = ["--store", store]
         for pool in self.pools:
             args += ["--pool", pool]
-        try:
-            self._run(*args)
-        except RuntimeError:
-            # micro-ceph stops what it started when start fails; this is for
-            # a start interrupted outright. Its own failure must not hide
-            # why start failed.
-            try:
-                self.stop()
-            except RuntimeError:
-                pass
-            raise
-
-    def _run(self, *args):
-        result = subprocess.run([MICRO_CEPH, *args], stdin=subprocess.DEVNULL,
-                                capture_output=True, text=True, check=False)
-        if result.returncode != 0:
-            raise RuntimeError(f"micro-ceph {' '.join(args)}: exit {result.returncode}: "
-                               f"{result.stderr.strip()}")
-
-    def stop(self):
-        self._run("stop", self.dir)
+        super().__init__(dir, *args)
 
     def stop_osd(self):
         self._run("stop-osd", self.dir)
@@ -101,10 +71,3 @@ class MicroCeph:
     def daemons(self):
         """Pids of this cluster's live daemons."""
         return daemons_of(self.conf)
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.stop()
-        return False

@@ -16,45 +16,36 @@ import subprocess
 import time
 
 from gpuckpt_testing.build import REPO_ROOT
+from gpuckpt_testing.processes import live_processes
+from gpuckpt_testing.script_cluster import ScriptCluster
 
 MICRO_SLURM = os.path.join(REPO_ROOT, "tools", "micro-slurm")
 # How long one Slurm command may take.
 CLI_TIMEOUT_S = 30
 
 
-class MicroSlurm:
+class MicroSlurm(ScriptCluster):
     """A cluster started in `dir` at construction; stop() (or leaving the
     `with` block) stops it and leaves `dir`."""
 
+    SCRIPT = MICRO_SLURM
+
     def __init__(self, dir, cpus=None, grace_time=30, plugstack=None):
-        self.dir = os.path.abspath(dir)
-        os.makedirs(self.dir, exist_ok=True)
-        self.conf = os.path.join(self.dir, "slurm.conf")
-        args = ["start", self.dir, "--grace-time", str(grace_time)]
+        os.makedirs(dir, exist_ok=True)
+        self.conf = os.path.join(os.path.abspath(dir), "slurm.conf")
+        args = ["--grace-time", str(grace_time)]
         if cpus is not None:
             args += ["--cpus", str(cpus)]
         if plugstack is not None:
             args += ["--plugstack", str(plugstack)]
-        try:
-            self._run(*args)
-        except RuntimeError:
-            # micro-slurm stops what it started when start fails; this is
-            # for a start interrupted outright, and must not hide why.
-            try:
-                self.stop()
-            except RuntimeError:
-                pass
-            raise
+        super().__init__(dir, *args)
 
-    def _run(self, *args):
-        result = subprocess.run([MICRO_SLURM, *args], stdin=subprocess.DEVNULL,
-                                capture_output=True, text=True, check=False)
-        if result.returncode != 0:
-            raise RuntimeError(f"micro-slurm {' '.join(args)}: exit {result.returncode}: "
-                               f"{result.stderr.strip()}")
-
-    def stop(self):
-        self._run("stop", self.dir)
+    def daemons(self):
+        """Pids of this cluster's live daemons (started with its files)."""
+        conf = os.fsencode(self.conf)
+        sock = os.fsencode(os.path.join(self.dir, "run", "munge.sock"))
+        return live_processes(lambda args: conf in args or any(a.endswith(b"=" + sock)
+                                                               for a in args))
 
     def env(self):
         return dict(os.environ, SLURM_CONF=self.conf)
@@ -92,10 +83,3 @@ class MicroSlurm:
             time.sleep(0.2)
         raise AssertionError(f"timed out after {seconds} s waiting for {what}: job {job_id} is "
                              f"{fields.get('JobState')} ({fields.get('Reason')})")
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.stop()
-        return False
