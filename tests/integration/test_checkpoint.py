@@ -224,14 +224,24 @@ def hold_dumps(mount, pids, returned, held, seconds=60):
     daemons = set(mount.daemon_pids())
     assert daemons, "no daemon serves the mount"
     deadline = time.monotonic() + seconds
+    stopping = {}  # sent SIGSTOP, not yet seen stopped
     while time.monotonic() < deadline:
         for pid, criu in criu_dumps(daemons).items():
-            if pid in pids and pid not in held:
+            if pid in pids and pid not in held and pid not in stopping:
                 try:
                     os.kill(criu, signal.SIGSTOP)
                 except ProcessLookupError:
                     continue  # that dump ended since the scan: its checkpoint returns
+                stopping[pid] = criu
+        # Held once seen stopped. A dump that ended since the scan (a zombie
+        # until the daemon reaps it, which a SIGSTOP does not fail on) is
+        # not held: its checkpoint returns.
+        for pid, criu in list(stopping.items()):
+            state = process_state(criu)
+            if state in ("T", "t"):
                 held[pid] = criu
+            if state != "R" and state != "S" and state != "D":
+                del stopping[pid]
         if all(pid in held or returned(pid) for pid in pids):
             return
         time.sleep(0.002)
@@ -239,6 +249,15 @@ def hold_dumps(mount, pids, returned, held, seconds=60):
     waiting = [pid for pid in pids if pid not in held and not returned(pid)]
     raise AssertionError(f"after {seconds} s, {len(held)} dumps held and {len(waiting)} "
                          f"checkpoints neither in CRIU nor returned: {waiting}")
+
+
+def process_state(pid):
+    """The state letter of `pid` in /proc (R, S, D, T, Z, ...); "" if gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return ""
 
 
 def release_dumps(held):
