@@ -3,24 +3,10 @@
 #include <algorithm>
 
 #include "core/engine/engine_internal.h"
+#include "core/engine/retention.h"
 
 namespace gpuckpt {
 namespace {
-
-bool AllDigits(const std::string& s) {
-  return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
-}
-
-// "<P>-<N>" as (P, N); nullopt for any other id. Only the engine makes
-// names of this form (CheckCheckpointName), so N stays far below 2^64.
-std::optional<std::pair<std::string, uint64_t>> NumberedName(const std::string& id) {
-  const size_t dash = id.find('-');
-  if (dash == std::string::npos) return std::nullopt;
-  std::string head = id.substr(0, dash);
-  const std::string rest = id.substr(dash + 1);
-  if (!AllDigits(head) || !AllDigits(rest) || rest.size() > 18) return std::nullopt;
-  return std::make_pair(std::move(head), static_cast<uint64_t>(std::stoull(rest)));
-}
 
 // Drops `key` from the index `index`[`at`], and the index's slot once empty.
 template <typename Index, typename At, typename Key>

@@ -15,11 +15,26 @@ std::string RetentionRule::ToString() const {
   return out;
 }
 
+namespace {
+
+bool AllDigits(const std::string& s) {
+  return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
+}
+
+}  // namespace
+
+std::optional<std::pair<std::string, uint64_t>> NumberedName(const std::string& id) {
+  const size_t dash = id.find('-');
+  if (dash == std::string::npos) return std::nullopt;
+  std::string head = id.substr(0, dash);
+  const std::string rest = id.substr(dash + 1);
+  if (!AllDigits(head) || !AllDigits(rest) || rest.size() > 18) return std::nullopt;
+  return std::make_pair(std::move(head), static_cast<uint64_t>(std::stoull(rest)));
+}
+
 bool IsSeriesName(const std::string& id, int pid) {
-  const std::string prefix = std::to_string(pid) + "-";
-  if (id.size() <= prefix.size() || id.compare(0, prefix.size(), prefix) != 0) return false;
-  return std::all_of(id.begin() + static_cast<std::ptrdiff_t>(prefix.size()), id.end(),
-                     [](char c) { return c >= '0' && c <= '9'; });
+  const auto numbered = NumberedName(id);
+  return numbered && numbered->first == std::to_string(pid);
 }
 
 std::vector<std::string> NotKept(const std::vector<SeriesMember>& series, const RetentionRule& rule,

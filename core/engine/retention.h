@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace gpuckpt {
@@ -35,6 +36,11 @@ struct SeriesMember {
   std::string id;
   int64_t created_ns = 0;  // CLOCK_REALTIME
 };
+
+// "<P>-<N>", a name the engine gave, as (P, N); nullopt for any other id.
+// Only the engine makes names of this form (CheckCheckpointName), so N
+// stays far below 2^64.
+std::optional<std::pair<std::string, uint64_t>> NumberedName(const std::string& id);
 
 // Whether `id` is one the engine named itself for process `pid`: a member
 // of its series.

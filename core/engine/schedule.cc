@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include <map>
+
 #include "core/base/log.h"
 #include "core/base/time_text.h"
 #include "core/engine/engine_impl.h"
@@ -79,22 +81,23 @@ void EngineImpl::ApplyRetention(const CheckpointRequest& request, const Snapshot
     return;
   }
   std::vector<SeriesMember> series;
+  std::map<std::string, uint64_t> keys;  // of the series, by id
   for (const std::string& id : *ids) {
     if (!IsSeriesName(id, request.pid)) continue;
     auto info = store_->Get(id);
-    if (info.ok()) series.push_back({id, info->created_ns});
+    if (!info.ok()) continue;  // removed meanwhile
+    series.push_back({id, info->created_ns});
+    keys[id] = info->key;
   }
   std::vector<std::string> removed;
   for (const std::string& id : NotKept(series, rule, UnixNowNs())) {
-    auto info = store_->Get(id);
-    if (!info.ok()) continue;  // removed meanwhile
     Status s = store_->Remove(id);
     if (!s.ok()) {
       spdlog::warn("retention pid={} id={} result=failed error={}", request.pid, LogValue(id),
                    LogValue(s.message()));
       continue;
     }
-    catalog_.Remove(id, info->key);
+    catalog_.Remove(id, keys[id]);
     removed.push_back(id);
   }
   if (removed.empty()) return;

@@ -158,10 +158,8 @@ def live_processes(match):
         try:
             with open(f"/proc/{entry}/cmdline", "rb") as f:
                 args = f.read().split(b"\0")
-            with open(f"/proc/{entry}/stat", "rb") as f:
-                state = f.read().rsplit(b")", 1)[1].split()[0]
         except OSError:
             continue
-        if state != b"Z" and match(args):
+        if proc_state(entry) not in ("", "Z") and match(args):
             pids.append(int(entry))
     return pids

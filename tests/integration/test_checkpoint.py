@@ -26,7 +26,7 @@ import pytest
 from gpuckpt_testing.build import PYTHON
 from gpuckpt_testing.filetools import read
 from gpuckpt_testing.mount import listdir_as, status_line, why_not_runnable
-from gpuckpt_testing.processes import assert_runs_on, proc_status_field, wait_for
+from gpuckpt_testing.processes import assert_runs_on, proc_state, proc_status_field, wait_for
 from gpuckpt_testing.users import Root
 
 pytestmark = pytest.mark.skipif(why_not_runnable("wl_big") is not None,
@@ -237,7 +237,7 @@ def hold_dumps(mount, pids, returned, held, seconds=60):
         # until the daemon reaps it, which a SIGSTOP does not fail on) is
         # not held: its checkpoint returns.
         for pid, criu in list(stopping.items()):
-            state = process_state(criu)
+            state = proc_state(criu)
             if state in ("T", "t"):
                 held[pid] = criu
             if state != "R" and state != "S" and state != "D":
@@ -249,15 +249,6 @@ def hold_dumps(mount, pids, returned, held, seconds=60):
     waiting = [pid for pid in pids if pid not in held and not returned(pid)]
     raise AssertionError(f"after {seconds} s, {len(held)} dumps held and {len(waiting)} "
                          f"checkpoints neither in CRIU nor returned: {waiting}")
-
-
-def process_state(pid):
-    """The state letter of `pid` in /proc (R, S, D, T, Z, ...); "" if gone."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return ""
 
 
 def release_dumps(held):

@@ -17,6 +17,7 @@ import pytest
 from gpuckpt_testing.filetools import read
 from gpuckpt_testing.mount import Mount, listdir_as, why_not_runnable
 from gpuckpt_testing.processes import wait_for
+from gpuckpt_testing.users import Root
 
 pytestmark = pytest.mark.skipif(why_not_runnable("wl_memory") is not None,
                                 reason=str(why_not_runnable("wl_memory")))
@@ -110,3 +111,24 @@ def test_the_daemons_keep_last(keeping_one, users):
     ok, err = a.write(m.path(str(wl.pid), "ctl"), "checkpoint --keep-last 2")
     assert ok, f"{err}: {m.last(wl.pid)}"
     assert len(m.ids(a)) == 2, m.ids(a)
+
+
+def test_roots_schedule_of_a_users_process_is_the_users_and_theirs_to_stop(mount, users):
+    a, b = users
+    wl = mount.start("wl_memory", user=a)
+    ctl = mount.path(str(wl.pid), "ctl")
+    ok, err = Root().write(ctl, "checkpoint --every 1s --keep-last 1")
+    assert ok, f"{err}: {mount.last(wl.pid)}"
+    wait_for(lambda: status_json(mount, wl.pid, Root())["schedule"]["runs"] >= 2, 60,
+             "two scheduled checkpoints")
+    # The checkpoints are the process's owner's: listed to them, not to
+    # another user.
+    assert any(re.fullmatch(rf"{wl.pid}-\d+", i) for i in mount.ids(a)), mount.ids(a)
+    assert not any(i.startswith(f"{wl.pid}-") for i in mount.ids(b)), mount.ids(b)
+    # Another user can neither see nor stop it; its owner can.
+    ok, err = b.write(ctl, "checkpoint --every off")
+    assert not ok and "No such file" in err, err
+    assert status_json(mount, wl.pid, a)["schedule"] is not None
+    ok, err = a.write(ctl, "checkpoint --every off")
+    assert ok, f"{err}: {mount.last(wl.pid)}"
+    assert status_json(mount, wl.pid, a)["schedule"] is None
