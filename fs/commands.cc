@@ -73,9 +73,11 @@ constexpr char kCheckpointSynopsis[] =
     "only the newest N of the process's checkpoints, or those made within DURATION (either "
     "keeps); checkpoints given a --name are always kept)";
 constexpr char kRestoreSynopsis[] =
-    "PATH [--gpu-map OLD_UUID=NEW_UUID,...] [--root DIR] (--gpu-map: restore the checkpoint's "
-    "GPUs onto these; --root: the directory a process with a mount namespace of its own gets as "
-    "its root, instead of the one it had)";
+    "PATH [--gpu-map OLD_UUID=NEW_UUID,...] [--root DIR] [--join-cgroup] (--gpu-map: restore the "
+    "checkpoint's GPUs onto these; --root: the directory a process with a mount namespace of its "
+    "own gets as its root, instead of the one it had; --join-cgroup: the tree joins the cgroups "
+    "of the process that writes this, as a batch scheduler's job, instead of new ones below "
+    "them)";
 
 // Parses `args` (without the command word) with `app`. --help is answered
 // with the synopsis, as an error: what is written to a control file is a
@@ -200,7 +202,7 @@ Status RestoreCommand(Engine& engine, const std::string& line, const Caller& cal
   };
   if (line.empty() || line.size() > kMaxCommand || line.find('\0') != std::string::npos)
     return refuse(Status::InvalidArgument("write the absolute path of a checkpoint to restore"));
-  RestoreRequest request{line, "", "", caller};
+  RestoreRequest request{line, "", "", false, caller};
   if (line.find(" --") != std::string::npos) {
     auto words = Words(line);
     if (!words.ok()) return refuse(words.status());
@@ -211,6 +213,8 @@ Status RestoreCommand(Engine& engine, const std::string& line, const Caller& cal
                    "OLD_UUID=NEW_UUID,...: restore the checkpoint's GPUs onto these");
     app.add_option("--root", request.root,
                    "the root directory of a process with a mount namespace of its own");
+    app.add_flag("--join-cgroup", request.join_cgroup,
+                 "the restored tree joins the writer's cgroups instead of new ones below them");
     Status parsed = Parse(app, *words, std::string("restore ") + kRestoreSynopsis);
     if (!parsed.ok()) return refuse(parsed);
     request.path = path;

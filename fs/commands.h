@@ -6,7 +6,7 @@
 //   <pid>/ctl   checkpoint [--kill] [--name NAME] [--lock-timeout MS] [--no-space-check]
 //                          [--every DURATION|off] [--keep-last N] [--keep-within DURATION]
 //   ctl         track PID | import PATH [NAME] | gc
-//   restore     PATH [--gpu-map OLD_UUID=NEW_UUID,...]
+//   restore     PATH [--gpu-map OLD_UUID=NEW_UUID,...] [--root DIR] [--join-cgroup]
 //
 // Every input is untrusted: anything unknown (an unterminated quote, an
 // unknown option) is kInvalidArgument with a line saying what was

@@ -131,6 +131,10 @@ struct RestoreRequest {
   // For a tree with a mount namespace of its own: the directory that becomes
   // its "/" (root only). "": the one the checkpoint recorded.
   std::string root;
+  // The tree joins the cgroups of the process that asked for the restore
+  // instead of cgroups of its own below them (cgroup_placement.h): a batch
+  // scheduler then treats it as that job's.
+  bool join_cgroup = false;
   Caller caller;
 };
 

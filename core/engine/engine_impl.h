@@ -224,14 +224,17 @@ class EngineImpl {
                                     int pid, CheckpointManifest manifest, const ImportFill& fill);
   // What CRIU must know of the tree beyond its images: --shell-job (its
   // session or group leader was outside it), and the directory that becomes
-  // "/" of its own mount namespace (--root; "" when it had none).
+  // "/" of its own mount namespace (--root; "" when it had none), and
+  // whether the tree joins its restorer's cgroups (RestoreRequest).
   struct TreeSetup {
     bool shell_job = false;
     std::string root_dir;
+    bool join_cgroup = false;
   };
   // Restores as `as` (CRIU runs with their credentials unless root), in
-  // cgroups below those of the process `restorer_pid` that asked for it
-  // (the request's Caller::pid; 0, unknown, is refused); the tree's root
+  // cgroups below those of the process `restorer_pid` that asked for it,
+  // or in those (setup.join_cgroup) (the request's Caller::pid; 0,
+  // unknown, is refused); the tree's root
   // comes back as `root_pid` (1: in a new pid namespace, with a new pid
   // here).
   Result<int> RestoreSnapshot(const std::string& id, const TreeSetup& setup,

@@ -615,8 +615,9 @@ Result<int> EngineImpl::ResolveAndRestore(const RestoreRequest& request, std::st
   }
   // The last moment the caller can give up: CRIU has not run.
   GPUCKPT_RETURN_IF_ERROR(CheckNotCancelled(request.caller, "the restore of " + *id));
-  auto pid = RestoreSnapshot(*id, {shell_job, root_dir}, gpu, as, request.caller.pid,
-                             static_cast<int>(root->pid), ticket.get(), kept_log);
+  auto pid =
+      RestoreSnapshot(*id, {shell_job, root_dir, request.join_cgroup}, gpu, as, request.caller.pid,
+                      static_cast<int>(root->pid), ticket.get(), kept_log);
   ticket->SetCheckpoint(*id);
   if (pid.ok()) {
     ticket->SetResult(fmt::format("restore of {} ok as pid {}", *id, *pid));
@@ -675,8 +676,10 @@ Result<int> EngineImpl::RestoreSnapshot(const std::string& id, const TreeSetup& 
   // Cgroups of the tree's own below the restorer's, not the daemon's, so
   // that stopping the daemon never kills it and the restorer's limits hold
   // (cgroup_placement.h): CRIU joins them before it runs, and everything it
-  // restores starts there.
-  GPUCKPT_ASSIGN_OR_RETURN(auto cgroup, MakeRestoreCgroup(restorer_pid, root_pid));
+  // restores starts there. Or the restorer's own, when asked.
+  GPUCKPT_ASSIGN_OR_RETURN(auto cgroup, setup.join_cgroup
+                                            ? JoinRestorerCgroup(restorer_pid)
+                                            : MakeRestoreCgroup(restorer_pid, root_pid));
   cmd.join_cgroup_fds = cgroup->procs_fds();
   auto criu = criu_.Start(cmd);
   if (!criu.ok()) return criu.status();

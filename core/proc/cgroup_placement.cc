@@ -335,16 +335,45 @@ RestoreCgroup::~RestoreCgroup() {
   for (int fd : lock_fds_) close(fd);  // releases the flocks
 }
 
-Result<std::unique_ptr<RestoreCgroup>> MakeRestoreCgroup(int restorer_pid, int root_pid,
-                                                         const CgroupSources& sources) {
+namespace {
+
+// Where a tree restored for `restorer_pid` goes, as PlanRestoreCgroups
+// says for its cgroups as they are now.
+Result<std::vector<RestoreCgroupPlace>> PlacesFor(int restorer_pid, const CgroupSources& sources) {
   GPUCKPT_ASSIGN_OR_RETURN(std::string restorer,
                            ReadRestorerCgroups(restorer_pid, sources.proc_root));
   GPUCKPT_ASSIGN_OR_RETURN(
       std::string daemon,
       ReadSmallFileNoFollow(sources.proc_root + "/self/cgroup", kMaxProcCgroupBytes));
   GPUCKPT_ASSIGN_OR_RETURN(std::vector<MountEntry> mounts, ReadMountTable(sources.mountinfo));
+  return PlanRestoreCgroups(restorer, daemon, mounts);
+}
+
+}  // namespace
+
+Result<std::unique_ptr<RestoreCgroup>> JoinRestorerCgroup(int restorer_pid,
+                                                          const CgroupSources& sources) {
   GPUCKPT_ASSIGN_OR_RETURN(std::vector<RestoreCgroupPlace> places,
-                           PlanRestoreCgroups(restorer, daemon, mounts));
+                           PlacesFor(restorer_pid, sources));
+  std::vector<int> procs_fds;
+  for (const RestoreCgroupPlace& place : places) {
+    UniqueFd dir(open(place.parent.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW));
+    UniqueFd procs(
+        dir.get() < 0 ? -1 : openat(dir.get(), "cgroup.procs", O_WRONLY | O_CLOEXEC | O_NOFOLLOW));
+    if (procs.get() < 0) {
+      for (int fd : procs_fds) close(fd);
+      return StatusFromErrno(errno, "opening the cgroup " + place.parent + " to join it");
+    }
+    procs_fds.push_back(procs.release());
+  }
+  return std::make_unique<RestoreCgroup>(std::vector<std::string>{}, std::move(procs_fds),
+                                         std::vector<int>{});
+}
+
+Result<std::unique_ptr<RestoreCgroup>> MakeRestoreCgroup(int restorer_pid, int root_pid,
+                                                         const CgroupSources& sources) {
+  GPUCKPT_ASSIGN_OR_RETURN(std::vector<RestoreCgroupPlace> places,
+                           PlacesFor(restorer_pid, sources));
   SweepAll(places);
   // A counter shared by all restores of this daemon keeps concurrent ones
   // apart; a name left by an earlier daemon's tree is skipped.

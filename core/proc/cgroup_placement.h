@@ -97,8 +97,9 @@ class RestoreCgroup {
   RestoreCgroup(const RestoreCgroup&) = delete;
   RestoreCgroup& operator=(const RestoreCgroup&) = delete;
 
-  // The cgroups' directories, e.g.
-  // /sys/fs/cgroup/memory/batch/job7/gpuckpt-restore-42-1.
+  // The cgroups made for the tree, e.g.
+  // /sys/fs/cgroup/memory/batch/job7/gpuckpt-restore-42-1; none for the
+  // restorer's own (JoinRestorerCgroup).
   const std::vector<std::string>& dirs() const { return dirs_; }
   // Their cgroup.procs, open for writing (close-on-exec): what CRIU joins.
   // Valid while this object lives.
@@ -131,6 +132,17 @@ struct CgroupSources {
 // what errno says) naming the cgroup that could not be made or opened.
 Result<std::unique_ptr<RestoreCgroup>> MakeRestoreCgroup(int restorer_pid, int root_pid,
                                                          const CgroupSources& sources = {});
+
+// The restoring process's own cgroups, where PlanRestoreCgroups() would
+// make the tree's, for a tree that is to be one with that process's: a
+// batch scheduler finds, signals and ends a job's processes by the cgroup
+// it made for the job (Slurm's proctrack/cgroup reads that cgroup's
+// cgroup.procs, not those below it). The limits are the restorer's, as
+// below it. Nothing is made, and nothing is removed when it goes (its
+// dirs() is empty). Errors as MakeRestoreCgroup's, and what opening a
+// cgroup.procs gives.
+Result<std::unique_ptr<RestoreCgroup>> JoinRestorerCgroup(int restorer_pid,
+                                                          const CgroupSources& sources = {});
 
 }  // namespace gpuckpt
 

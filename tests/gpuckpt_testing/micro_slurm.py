@@ -1,7 +1,8 @@
 """A one-node Slurm cluster for the integration tests, through
 tools/micro-slurm: munged, slurmctld and slurmd as root, every file under
 one directory, a low partition whose jobs a high one preempts (requeued,
-after SIGTERM and a grace time).
+after SIGTERM, or the job's --signal, and a grace time); processes tracked
+by their parents, or (proctrack="cgroup") by Slurm's cgroups.
 
     with MicroSlurm(tmpdir, grace_time=10) as slurm:   # started; stopped on leaving
         job = slurm.sbatch("--partition=low", "job.sh")
@@ -30,10 +31,10 @@ class MicroSlurm(ScriptCluster):
 
     SCRIPT = MICRO_SLURM
 
-    def __init__(self, dir, cpus=None, grace_time=30, plugstack=None):
+    def __init__(self, dir, cpus=None, grace_time=30, plugstack=None, proctrack="linuxproc"):
         os.makedirs(dir, exist_ok=True)
         self.conf = os.path.join(os.path.abspath(dir), "slurm.conf")
-        args = ["--grace-time", str(grace_time)]
+        args = ["--grace-time", str(grace_time), "--proctrack", proctrack]
         if cpus is not None:
             args += ["--cpus", str(cpus)]
         if plugstack is not None:

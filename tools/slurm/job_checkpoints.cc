@@ -1,0 +1,125 @@
+#include "tools/slurm/job_checkpoints.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <charconv>
+#include <string_view>
+
+#include "core/base/small_file.h"
+#include "core/base/unique_fd.h"
+
+namespace gpuckpt {
+namespace {
+
+// What a control file's result may be: a line or two.
+constexpr size_t kMaxResultBytes = 64 << 10;
+
+// Writes `line` to the control file `path`: the daemon runs the command
+// within the write(2), whose errno is the command's.
+Status WriteCommand(const std::string& path, const std::string& line) {
+  UniqueFd fd(open(path.c_str(), O_WRONLY | O_CLOEXEC));
+  if (fd.get() < 0) return StatusFromErrno(errno, "opening " + path);
+  const std::string text = line + "\n";
+  if (write(fd.get(), text.data(), text.size()) < 0) return StatusFromErrno(errno, line);
+  return Status::Ok();
+}
+
+// The line of `text` that starts with `prefix`, without it; "" if none.
+std::string LineAfter(const std::string& text, std::string_view prefix) {
+  for (size_t at = 0; at < text.size();) {
+    size_t end = text.find('\n', at);
+    if (end == std::string::npos) end = text.size();
+    std::string_view line(text.data() + at, end - at);
+    if (line.starts_with(prefix)) return std::string(line.substr(prefix.size()));
+    at = end + 1;
+  }
+  return "";
+}
+
+// `failed` with the daemon's own words for it, read from `result_file`
+// after the line starting with `prefix`, when it has some.
+Status Explained(const Status& failed, const std::string& result_file, std::string_view prefix) {
+  auto result = ReadSmallFileNoFollow(result_file, kMaxResultBytes);
+  std::string why = result.ok() ? LineAfter(*result, prefix) : "";
+  if (why.empty()) return failed;
+  return Status(failed.code(), why);
+}
+
+}  // namespace
+
+std::string JobCheckpoints::NameOf(int number) const {
+  return "slurm-" + std::to_string(job_id_) + "-" + std::to_string(number);
+}
+
+std::string JobCheckpoints::IdOf(int number) const {
+  const uid_t uid = geteuid();
+  return uid == 0 ? NameOf(number) : std::to_string(uid) + "." + NameOf(number);
+}
+
+Result<std::vector<JobCheckpoint>> JobCheckpoints::List() const {
+  const std::string dir_path = mount_ + "/checkpoints";
+  DIR* dir = opendir(dir_path.c_str());
+  if (dir == nullptr) {
+    if (errno == ENOENT || errno == ENOTDIR)
+      return Status::NotFound("no gpuckptfs mount at " + mount_ + " (no " + dir_path + ")");
+    return StatusFromErrno(errno, "listing " + dir_path);
+  }
+  const std::string prefix = IdOf(0).substr(0, IdOf(0).size() - 1);  // "...slurm-<job>-"
+  std::vector<JobCheckpoint> found;
+  errno = 0;
+  while (const dirent* entry = readdir(dir)) {
+    std::string_view name(entry->d_name);
+    if (!name.starts_with(prefix)) continue;
+    std::string_view digits = name.substr(prefix.size());
+    int number = 0;
+    auto [end, error] = std::from_chars(digits.data(), digits.data() + digits.size(), number);
+    if (error != std::errc() || end != digits.data() + digits.size() || number <= 0 ||
+        digits.front() == '0')
+      continue;
+    found.push_back({std::string(name), number});
+  }
+  const int read_error = errno;
+  closedir(dir);
+  if (read_error != 0) return StatusFromErrno(read_error, "listing " + dir_path);
+  std::sort(found.begin(), found.end(),
+            [](const JobCheckpoint& a, const JobCheckpoint& b) { return a.number < b.number; });
+  return found;
+}
+
+Result<JobCheckpoint> JobCheckpoints::Take(int pid, int number, bool kill) const {
+  const std::string dir = mount_ + "/" + std::to_string(pid);
+  std::string command = "checkpoint --name " + NameOf(number);
+  if (kill) command += " --kill";
+  Status done = WriteCommand(dir + "/ctl", command);
+  // A failed checkpoint leaves the tree running, and its reason on the
+  // process's `last:` line.
+  if (!done.ok()) return Explained(done, dir + "/status", "last: ");
+  return JobCheckpoint{IdOf(number), number};
+}
+
+Result<int> JobCheckpoints::Restore(const JobCheckpoint& checkpoint) const {
+  const std::string result_file = mount_ + "/restore";
+  Status done =
+      WriteCommand(result_file, mount_ + "/checkpoints/" + checkpoint.id + " --join-cgroup");
+  if (!done.ok()) return Explained(done, result_file, "error: ");
+  GPUCKPT_ASSIGN_OR_RETURN(std::string result, ReadSmallFileNoFollow(result_file, kMaxResultBytes));
+  const std::string pid_text = LineAfter(result, "pid ");
+  int pid = 0;
+  auto [end, error] = std::from_chars(pid_text.data(), pid_text.data() + pid_text.size(), pid);
+  if (error != std::errc() || end != pid_text.data() + pid_text.size() || pid <= 0)
+    return Status::Internal("the daemon's answer to the restore is not a pid: " + result);
+  return pid;
+}
+
+Status JobCheckpoints::Remove(const JobCheckpoint& checkpoint) const {
+  const std::string path = mount_ + "/checkpoints/" + checkpoint.id;
+  if (rmdir(path.c_str()) != 0) return StatusFromErrno(errno, "removing " + path);
+  return Status::Ok();
+}
+
+}  // namespace gpuckpt
