@@ -15,5 +15,8 @@ WORKLOAD_BIN = os.environ.get("WORKLOAD_BIN", "")
 # The store's command line, built beside the workloads.
 GPUCKPT_CLI = os.path.join(WORKLOAD_BIN, "tools", "gpuckpt", "gpuckpt")
 CRIU = shutil.which("criu") or "/usr/local/sbin/criu"
+# The Slurm plugin and the program its jobs run, built beside the workloads.
+SLURM_PLUGIN = os.path.join(WORKLOAD_BIN, "lib", "gpuckpt", "gpuckpt_spank.so")
+SLURM_HELPER = os.path.join(WORKLOAD_BIN, "libexec", "gpuckpt", "gpuckpt-slurm")
 
 PYTHON = "/usr/bin/python3"

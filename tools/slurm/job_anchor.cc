@@ -82,19 +82,24 @@ class Anchor {
         }
         continue;
       }
-      if (fds[1].revents & POLLIN) return TreeEnded();
+      // Signals first: one that ends the job may come with the tree's end.
       if (fds[0].revents & POLLIN) {
         const int signal = DrainSignal(signals.get());
+        // Once the job is being ended, its processes may hold the ending
+        // signal pending, which a checkpoint would keep: none is taken.
         if (signal == options_.checkpoint_signal) {
-          if (CheckpointForRequeue()) requeued_at = std::chrono::steady_clock::now();
+          if (!ended_by_signal_ && CheckpointForRequeue())
+            requeued_at = std::chrono::steady_clock::now();
         } else if (signal > 0 && signal != SIGCHLD) {
+          if (IsEnding(signal)) ended_by_signal_ = true;
           kill(root_, signal);
         }
       }
+      if (fds[1].revents & POLLIN) return TreeEnded();
       if (timer.get() >= 0 && (fds[2].revents & POLLIN)) {
         uint64_t expirations = 0;
         (void)!read(timer.get(), &expirations, sizeof expirations);
-        Checkpoint(/*kill=*/false);
+        if (!ended_by_signal_) Checkpoint(/*kill=*/false);
       }
     }
   }
@@ -162,7 +167,15 @@ class Anchor {
     return true;
   }
 
-  // The tree is gone on its own: the job is over.
+  // Signals whose default is to end a process: Slurm ends a job (scancel,
+  // requeue, the time limit, a preemption without --signal) with SIGTERM
+  // and then SIGKILL to every process of it.
+  static bool IsEnding(int signal) {
+    return signal == SIGTERM || signal == SIGINT || signal == SIGHUP || signal == SIGQUIT ||
+           signal == SIGXCPU;
+  }
+
+  // The tree is gone: the job is over, or being ended.
   int TreeEnded() {
     if (ended_by_checkpoint_) {
       // Not requeued (said why): the checkpoint stays for a requeue by hand.
@@ -180,7 +193,18 @@ class Anchor {
       Say("the restored job ended without an exit status (%s)", kept.status().message().c_str());
     }
     unlink(options_.status_file.c_str());
-    RemoveCheckpoints(/*keep_number=*/0);
+    // A job that ended on its own needs its checkpoints no more. One that
+    // was ended (by Slurm, or a signal that killed its program) may be
+    // requeued, by Slurm or by hand: its latest checkpoint stays.
+    const bool killed = code > 128 && IsEnding(code - 128);
+    if (ended_by_signal_ || killed || code == 128 + SIGKILL) {
+      auto listed = checkpoints_.List();
+      if (listed.ok() && !listed->empty())
+        Say("job %u was ended by a signal; its checkpoint %s stays for a requeue", options_.job_id,
+            listed->back().id.c_str());
+    } else {
+      RemoveCheckpoints(/*keep_number=*/0);
+    }
     return code;
   }
 
@@ -241,6 +265,7 @@ class Anchor {
   pid_t root_ = -1;
   bool restored_ = false;             // root_ is no child of ours
   bool ended_by_checkpoint_ = false;  // checkpoint --kill ended the tree
+  bool ended_by_signal_ = false;      // an ending signal came (IsEnding)
 };
 
 }  // namespace

@@ -1,0 +1,277 @@
+"""sbatch --gpuckpt on a real one-node Slurm cluster (tools/micro-slurm,
+with proctrack/cgroup) and a real mount, by an ordinary user:
+
+- a job preempted by a higher partition's job is checkpointed on its
+  --signal, requeued and restored where it was: its output equals an
+  uninterrupted run's, its restored processes are the job's own to Slurm
+  (`scontrol listpids`), and nothing of it is left once it ends; the other
+  user sees none of its checkpoints; what the requeue cost beside a plain
+  job's requeue is printed (-s shows it);
+- with --gpuckpt=INTERVAL, a job requeued without warning comes back from
+  its last periodic checkpoint, losing at most an interval;
+- a checkpoint that cannot be restored, and a node without the mount: the
+  job starts anew and says why.
+
+The workload checks its own state: a buffer it keeps in memory must equal
+the same buffer rebuilt from scratch at the end. Run by ctest under
+wl_reaper; needs root, /dev/fuse, CRIU and Slurm (skipped, saying why,
+where one is missing)."""
+
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import time
+
+import pytest
+
+from gpuckpt_testing import build
+from gpuckpt_testing.filetools import read_text
+from gpuckpt_testing.micro_slurm import MicroSlurm
+from gpuckpt_testing.mount import Mount, listdir_as, why_not_runnable
+from gpuckpt_testing.processes import wait_for
+
+
+def why_no_slurm():
+    missing = [d for d in ("slurmctld", "slurmd", "munged")
+               if not os.path.exists(f"/usr/sbin/{d}")]
+    if missing or shutil.which("sbatch") is None:
+        return ("Slurm is not installed (slurmctld, slurmd, munge, slurm-client: "
+                "tools/setup installs them)")
+    if not os.path.exists(build.SLURM_PLUGIN):
+        return f"the Slurm plugin is not built ({build.SLURM_PLUGIN}: -DGPUCKPT_SLURM=ON)"
+    return why_not_runnable("wl_memory")
+
+
+pytestmark = pytest.mark.skipif(why_no_slurm() is not None, reason=str(why_no_slurm()))
+
+# STEPS steps of STEP_S seconds each; each step writes a block of the
+# buffer and prints the running digest of all blocks so far.
+WORKLOAD = """
+import hashlib, sys, time
+steps, step_s = int(sys.argv[1]), float(sys.argv[2])
+size = 8 << 20
+def block(i):
+    return hashlib.sha256(b"%d" % i).digest() * 1024
+def place(buf, i):
+    b = block(i)
+    at = (i * 40503 * 64) % (size - len(b))
+    buf[at:at + len(b)] = b
+buf = bytearray(size)
+digest = hashlib.sha256()
+for i in range(steps):
+    place(buf, i)
+    digest.update(block(i))
+    print("step", i, digest.hexdigest()[:16], flush=True)
+    time.sleep(step_s)
+check = bytearray(size)
+for i in range(steps):
+    place(check, i)
+print("state", "intact" if check == buf else "CORRUPT", flush=True)
+print("final", digest.hexdigest(), flush=True)
+"""
+
+STEP_S = 0.25
+
+
+def job_script(work, steps):
+    return f"#!/bin/bash\n{build.PYTHON} {work}/workload.py {steps} {STEP_S}\n"
+
+
+def program_lines(text):
+    """The workload's own lines of a job's output: without gpuckpt-slurm's
+    and Slurm's."""
+    return [line for line in text.splitlines()
+            if not line.startswith("gpuckpt-slurm: ") and not line.startswith("slurmstepd")]
+
+
+@pytest.fixture
+def site(users):
+    """A mount, a work dir of user a's under an open directory, the
+    workload and its uninterrupted output there."""
+    a, _ = users
+    mount = Mount("gpuckpt-slurm.", all_processes=False)
+    open_dir = tempfile.mkdtemp(prefix="gpuckpt-slurm-", dir="/var/tmp")
+    os.chmod(open_dir, 0o755)
+    work = os.path.join(open_dir, "work")
+    os.mkdir(work)
+    os.chown(work, a.uid, a.gid)
+    with open(os.path.join(work, "workload.py"), "w") as f:
+        f.write(WORKLOAD)
+    try:
+        yield mount, open_dir, work
+    finally:
+        mount.close()
+        shutil.rmtree(open_dir, ignore_errors=True)
+
+
+def plugstack(dir, mount_point):
+    path = os.path.join(dir, "plugstack.conf")
+    with open(path, "w") as f:
+        f.write(f"required {build.SLURM_PLUGIN} mount={mount_point} helper={build.SLURM_HELPER}\n")
+    return path
+
+
+def reference_output(user, work, steps):
+    """The workload's output run straight through, as the user."""
+    r = user.run([build.PYTHON, os.path.join(work, "workload.py"), str(steps), "0"], timeout=120)
+    assert r.returncode == 0, r.stderr
+    return r.stdout.splitlines()
+
+
+def submit(slurm, user, work, name, steps, *options):
+    script = os.path.join(work, f"{name}.sh")
+    with open(script, "w") as f:
+        f.write(job_script(work, steps))
+    os.chmod(script, 0o755)
+    out = os.path.join(work, f"{name}.out")
+    job = slurm.sbatch("--partition=low", f"--cpus-per-task={os.cpu_count()}",
+                       f"--chdir={work}", f"--output={out}", "--open-mode=append", *options,
+                       script, user=user)
+    return job, out
+
+
+def wait_output(out, pattern, seconds, what):
+    """Until a line of the job's output matches; the time it was seen."""
+    wait_for(lambda: re.search(pattern, read_text(out), re.M), seconds, what)
+    return time.monotonic()
+
+
+def preempt(slurm, work):
+    """Submits a high job taking every CPU for 2 s; the time of submission."""
+    at = time.monotonic()
+    slurm.sbatch("--partition=high", f"--cpus-per-task={os.cpu_count()}",
+                 f"--output={work}/high.out", "--wrap", "sleep 2")
+    return at
+
+
+def job_ended(slurm, job):
+    return slurm.wait_job(job, lambda j: j["JobState"] in ("COMPLETED", "FAILED"), seconds=180,
+                          what=f"job {job} to end")
+
+
+def user_pids(user, needle):
+    r = subprocess.run(["pgrep", "-u", str(user.uid), "-f", needle], capture_output=True,
+                       text=True)
+    return {int(p) for p in r.stdout.split()}
+
+
+def test_a_preempted_job_comes_back_where_it_was(site, users):
+    a, b = users
+    mount, open_dir, work = site
+    steps = 80
+    expected = reference_output(a, work, steps)
+    assert expected[-2] == "state intact", expected[-3:]
+    with MicroSlurm(os.path.join(open_dir, "cluster"), grace_time=5, proctrack="cgroup",
+                    plugstack=plugstack(open_dir, mount.mnt)) as slurm:
+        # A plain job, requeued by Slurm alone: what a requeue costs anyway
+        # (Slurm ends it at the end of its grace time).
+        plain, plain_out = submit(slurm, a, work, "plain", steps, "--requeue")
+        wait_output(plain_out, r"^step 8 ", 60, "the plain job's 8th step")
+        plain_preempted = preempt(slurm, work)
+        plain_back = wait_output(plain_out, r"^step 0 (?s:.*)^step 0 ", 120,
+                                 "the plain job to start again")
+        slurm.cli("scancel", str(plain))
+
+        job, out = submit(slurm, a, work, "job", steps, "--gpuckpt", "--signal=B:USR1@5")
+        wait_output(out, r"^step 8 ", 60, "the job's 8th step")
+        preempted = preempt(slurm, work)
+        wait_output(out, r"^gpuckpt-slurm: job \d+ requeued", 60, "the checkpoint and requeue")
+        text = read_text(out)
+        ckpt_s = float(re.search(r"^gpuckpt-slurm: checkpoint \S+ taken in ([\d.]+) s", text,
+                                 re.M).group(1))
+        # a's checkpoint, which b does not see.
+        ids = [i for i in mount.ids(a) if re.fullmatch(rf"{a.uid}\.slurm-{job}-1", i)]
+        assert ids, mount.ids(a)
+        assert not any("slurm-" in i for i in listdir_as(b, mount.path("checkpoints")))
+
+        back = wait_output(out, r"^gpuckpt-slurm: restored job .*\n^step ", 120,
+                           "the job to come back and take a step")
+        text = read_text(out)
+        restore_s = float(re.search(r"^gpuckpt-slurm: restored job \d+ from checkpoint \S+ in "
+                                    r"([\d.]+) s", text, re.M).group(1))
+        # The restored workload is the job's own to Slurm: its cgroup's.
+        workload = user_pids(a, "workload.py")
+        assert workload, "no restored workload runs"
+        listed = {int(line.split()[0]) for line in
+                  slurm.cli("scontrol", "listpids", str(job)).splitlines()[1:] if line.strip()}
+        assert workload <= listed, (workload, listed)
+
+        fields = job_ended(slurm, job)
+        assert fields["JobState"] == "COMPLETED" and fields["ExitCode"] == "0:0", fields
+        assert fields["Restarts"] == "1", fields
+        assert program_lines(read_text(out)) == expected
+        assert not any(f"slurm-{job}-" in i for i in mount.ids(a)), mount.ids(a)
+        assert not os.path.exists(os.path.join(work, f".gpuckpt-slurm-{job}.status"))
+        assert not user_pids(a, "workload.py")
+    plain_cost = plain_back - plain_preempted
+    cost = back - preempted
+    print(f"\nrequeue: plain {plain_cost:.2f} s; --gpuckpt {cost:.2f} s "
+          f"(+{cost - plain_cost:.2f} s; checkpoint {ckpt_s:.2f} s + restore {restore_s:.2f} s "
+          f"= {ckpt_s + restore_s:.2f} s)")
+
+
+def test_a_job_requeued_without_warning_comes_back_from_its_periodic_checkpoint(site, users):
+    a, _ = users
+    mount, open_dir, work = site
+    steps = 60
+    expected = reference_output(a, work, steps)
+    with MicroSlurm(os.path.join(open_dir, "cluster"), proctrack="cgroup",
+                    plugstack=plugstack(open_dir, mount.mnt)) as slurm:
+        job, out = submit(slurm, a, work, "job", steps, "--gpuckpt=2s")
+        wait_output(out, r"^gpuckpt-slurm: checkpoint \S+-2 taken", 60,
+                    "the second periodic checkpoint")
+        # Only the newest is kept.
+        assert [i for i in mount.ids(a) if f"slurm-{job}-" in i] == [f"{a.uid}.slurm-{job}-2"]
+        slurm.cli("scontrol", "requeue", str(job))
+        fields = job_ended(slurm, job)
+        assert fields["JobState"] == "COMPLETED" and fields["ExitCode"] == "0:0", fields
+    text = read_text(out)
+    assert re.search(rf"^gpuckpt-slurm: restored job {job} from checkpoint \S+-\d+ ", text, re.M)
+    lines = program_lines(text)
+    assert lines[-2:] == expected[-2:], lines[-3:]
+    # Steps done after the checkpoint and before the requeue are done again:
+    # at most an interval's (2 s) worth and what one checkpoint took.
+    repeated = len(lines) - len(expected)
+    assert 0 <= repeated <= 2 / STEP_S + 4, lines
+    assert [line for line in lines if line not in expected] == [], "a step went wrong"
+
+
+def test_a_checkpoint_that_cannot_be_restored_leaves_the_job_to_start_anew(site, users):
+    a, _ = users
+    mount, open_dir, work = site
+    steps = 8
+    expected = reference_output(a, work, steps)
+    with MicroSlurm(os.path.join(open_dir, "cluster"), proctrack="cgroup",
+                    plugstack=plugstack(open_dir, mount.mnt)) as slurm:
+        job, out = submit(slurm, a, work, "job", steps, "--gpuckpt", "--hold")
+        # A checkpoint named as the job's, of a process that still runs: its
+        # restore finds the pid taken.
+        wl = mount.start("wl_memory", user=a)
+        mount.checkpoint_named(wl.pid, f"slurm-{job}-1", user=a)
+        slurm.cli("scontrol", "release", str(job))
+        fields = job_ended(slurm, job)
+        assert fields["JobState"] == "COMPLETED", fields
+        wl.assert_passes("beside the job")
+    text = read_text(out)
+    assert re.search(rf"^gpuckpt-slurm: cannot restore checkpoint {a.uid}\.slurm-{job}-1: .+; "
+                     r"the job starts anew$", text, re.M), text
+    assert program_lines(text) == expected
+
+
+def test_without_the_mount_the_job_runs_and_says_why(site, users):
+    a, _ = users
+    _, open_dir, work = site
+    steps = 4
+    expected = reference_output(a, work, steps)
+    absent = os.path.join(open_dir, "no-mount")
+    with MicroSlurm(os.path.join(open_dir, "cluster"), proctrack="cgroup",
+                    plugstack=plugstack(open_dir, absent)) as slurm:
+        job, out = submit(slurm, a, work, "job", steps, "--gpuckpt")
+        fields = job_ended(slurm, job)
+        assert fields["JobState"] == "COMPLETED", fields
+    text = read_text(out)
+    assert re.search(rf"^gpuckpt-slurm: no gpuckptfs mount at {absent} .*: the job runs without "
+                     r"checkpoints$", text, re.M), text
+    assert program_lines(text) == expected
