@@ -2,7 +2,8 @@
 tools/micro-slurm: munged, slurmctld and slurmd as root, every file under
 one directory, a low partition whose jobs a high one preempts (requeued,
 after SIGTERM, or the job's --signal, and a grace time); processes tracked
-by their parents, or (proctrack="cgroup") by Slurm's cgroups.
+by their parents, or (proctrack="cgroup") by Slurm's cgroups; the system's
+Slurm, or one unpacked under slurm_root (tools/micro-slurm --slurm-root).
 
     with MicroSlurm(tmpdir, grace_time=10) as slurm:   # started; stopped on leaving
         job = slurm.sbatch("--partition=low", "job.sh")
@@ -31,10 +32,13 @@ class MicroSlurm(ScriptCluster):
 
     SCRIPT = MICRO_SLURM
 
-    def __init__(self, dir, cpus=None, grace_time=30, plugstack=None, proctrack="linuxproc"):
+    def __init__(self, dir, cpus=None, grace_time=30, plugstack=None, proctrack="linuxproc",
+                 slurm_root=None):
         os.makedirs(dir, exist_ok=True)
         self.conf = os.path.join(os.path.abspath(dir), "slurm.conf")
         args = ["--grace-time", str(grace_time), "--proctrack", proctrack]
+        if slurm_root is not None:
+            args += ["--slurm-root", str(slurm_root)]
         if cpus is not None:
             args += ["--cpus", str(cpus)]
         if plugstack is not None:
@@ -48,14 +52,25 @@ class MicroSlurm(ScriptCluster):
         return live_processes(lambda args: conf in args or any(a.endswith(b"=" + sock)
                                                                for a in args))
 
+    def paths(self):
+        """PATH and LD_LIBRARY_PATH of an unpacked Slurm (slurm_root), as
+        micro-slurm wrote them to <dir>/env; {} for the system's."""
+        try:
+            with open(os.path.join(self.dir, "env")) as f:
+                found = dict(line.rstrip("\n").split("=", 1) for line in f if "=" in line)
+        except FileNotFoundError:
+            return {}
+        return {k: v for k, v in found.items() if k in ("PATH", "LD_LIBRARY_PATH")}
+
     def env(self):
-        return dict(os.environ, SLURM_CONF=self.conf)
+        return dict(os.environ, SLURM_CONF=self.conf, **self.paths())
 
     def cli(self, *args, user=None):
         """A Slurm command (sbatch, scontrol, ...) on this cluster: its
         stdout; an error names its stderr."""
+        assignments = [f"{k}={v}" for k, v in self.paths().items()]
         argv = list(args) if user is None else [*user.prefix(), "env",
-                                                f"SLURM_CONF={self.conf}", *args]
+                                                f"SLURM_CONF={self.conf}", *assignments, *args]
         result = subprocess.run(argv, env=self.env(), stdin=subprocess.DEVNULL,
                                 capture_output=True, text=True, timeout=CLI_TIMEOUT_S)
         if result.returncode != 0:
