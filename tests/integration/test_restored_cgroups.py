@@ -22,7 +22,9 @@ whoever restored it. Through a real mount and real CRIU:
   can be used), by root and by an ordinary user, comes back in a cgroup
   below that one in every hierarchy, under its memory limit; a tree of 9
   tasks is not restored there at all (the task limit stops it), and is
-  once the limit allows it.
+  once the limit allows it;
+- with `restore PATH --join-cgroup` the tree is in the writer's own cgroup
+  in every hierarchy instead, and no cgroup is made for it.
 
 Run by ctest under wl_reaper, like the other pytest tests (gpuckpt_testing.mount).
 Needs root, /dev/fuse, CRIU and a writable cgroup hierarchy; skipped,
@@ -346,6 +348,26 @@ def test_a_restore_stays_within_the_writers_limits(limited, mount, users):
         assert_below(wl.pid, limited)
         assert memory_limit_of(wl.pid, limited) == MEMORY_LIMIT, who.name
         assert wl.verdict() == "PASS", who.name
+
+
+def test_join_cgroup_puts_the_tree_in_the_writers_own_cgroups(limited, mount, users):
+    a = users[0]
+    wl = mount.start("wl_memory", "--mib", "16", user=a)
+    assert a.write(mount.path(str(wl.pid), "ctl"), "checkpoint --kill") == (True, "")
+    wait_for(lambda: not wl.alive(), 10, "the process to be killed")
+    writer = Confined(a, limited.values())
+    ok, err, said = mount.try_restore(
+        mount.path("checkpoints", f"{wl.pid}-1") + " --join-cgroup", writer)
+    assert (ok, said) == (True, f"pid {wl.pid}"), (err, said)
+    # In every hierarchy the writer's own cgroup, as a batch scheduler's job
+    # finds its processes there; no cgroup was made for it.
+    for fstype, mountpoint, super_options in cgroup_mounts():
+        if mountpoint in limited:
+            assert cgroup_dir(fstype, mountpoint, super_options, wl.pid) == limited[mountpoint]
+            assert not [n for n in os.listdir(limited[mountpoint])
+                        if n.startswith("gpuckpt-restore-")], limited[mountpoint]
+    assert memory_limit_of(wl.pid, limited) == MEMORY_LIMIT
+    assert wl.verdict() == "PASS"
 
 
 def test_a_tree_over_the_writers_task_limit_is_not_restored(limited, mount):
