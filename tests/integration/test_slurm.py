@@ -113,6 +113,13 @@ def plugstack(dir, mount_point):
     return path
 
 
+def cluster(open_dir, mount_point, **options):
+    """The cluster of a test, with proctrack/cgroup and the plugin on
+    `mount_point`."""
+    return MicroSlurm(os.path.join(open_dir, "cluster"), proctrack="cgroup",
+                      plugstack=plugstack(open_dir, mount_point), **options)
+
+
 def reference_output(user, work, steps):
     """The workload's output run straight through, as the user."""
     r = user.run([build.PYTHON, os.path.join(work, "workload.py"), str(steps), "0"], timeout=120)
@@ -163,8 +170,7 @@ def test_a_preempted_job_comes_back_where_it_was(site, users):
     steps = 80
     expected = reference_output(a, work, steps)
     assert expected[-2] == "state intact", expected[-3:]
-    with MicroSlurm(os.path.join(open_dir, "cluster"), grace_time=5, proctrack="cgroup",
-                    plugstack=plugstack(open_dir, mount.mnt)) as slurm:
+    with cluster(open_dir, mount.mnt, grace_time=5) as slurm:
         # A plain job, requeued by Slurm alone: what a requeue costs anyway
         # (Slurm ends it at the end of its grace time).
         plain, plain_out = submit(slurm, a, work, "plain", steps, "--requeue")
@@ -217,8 +223,7 @@ def test_a_job_requeued_without_warning_comes_back_from_its_periodic_checkpoint(
     mount, open_dir, work = site
     steps = 60
     expected = reference_output(a, work, steps)
-    with MicroSlurm(os.path.join(open_dir, "cluster"), proctrack="cgroup",
-                    plugstack=plugstack(open_dir, mount.mnt)) as slurm:
+    with cluster(open_dir, mount.mnt) as slurm:
         job, out = submit(slurm, a, work, "job", steps, "--gpuckpt=2s")
         wait_output(out, r"^gpuckpt-slurm: checkpoint \S+-2 taken", 60,
                     "the second periodic checkpoint")
@@ -243,8 +248,7 @@ def test_a_checkpoint_that_cannot_be_restored_leaves_the_job_to_start_anew(site,
     mount, open_dir, work = site
     steps = 8
     expected = reference_output(a, work, steps)
-    with MicroSlurm(os.path.join(open_dir, "cluster"), proctrack="cgroup",
-                    plugstack=plugstack(open_dir, mount.mnt)) as slurm:
+    with cluster(open_dir, mount.mnt) as slurm:
         job, out = submit(slurm, a, work, "job", steps, "--gpuckpt", "--hold")
         # A checkpoint named as the job's, of a process that still runs: its
         # restore finds the pid taken.
@@ -266,8 +270,7 @@ def test_without_the_mount_the_job_runs_and_says_why(site, users):
     steps = 4
     expected = reference_output(a, work, steps)
     absent = os.path.join(open_dir, "no-mount")
-    with MicroSlurm(os.path.join(open_dir, "cluster"), proctrack="cgroup",
-                    plugstack=plugstack(open_dir, absent)) as slurm:
+    with cluster(open_dir, absent) as slurm:
         job, out = submit(slurm, a, work, "job", steps, "--gpuckpt")
         fields = job_ended(slurm, job)
         assert fields["JobState"] == "COMPLETED", fields
