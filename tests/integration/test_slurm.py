@@ -10,7 +10,8 @@ with proctrack/cgroup) and a real mount, by an ordinary user:
 - with --gpuckpt=INTERVAL, a job requeued without warning comes back from
   its last periodic checkpoint, losing at most an interval;
 - a checkpoint that cannot be restored, and a node without the mount: the
-  job starts anew and says why.
+  job starts anew and says why; a malformed --gpuckpt=INTERVAL is refused
+  by sbatch.
 
 The workload checks its own state: a buffer it keeps in memory must equal
 the same buffer rebuilt from scratch at the end. Run by ctest under
@@ -271,6 +272,9 @@ def test_without_the_mount_the_job_runs_and_says_why(site, users):
     expected = reference_output(a, work, steps)
     absent = os.path.join(open_dir, "no-mount")
     with cluster(open_dir, absent) as slurm:
+        # A malformed interval is sbatch's error, before anything is queued.
+        with pytest.raises(RuntimeError, match=r"INTERVAL is a number and a unit"):
+            submit(slurm, a, work, "bad", steps, "--gpuckpt=5")
         job, out = submit(slurm, a, work, "job", steps, "--gpuckpt")
         fields = job_ended(slurm, job)
         assert fields["JobState"] == "COMPLETED", fields
