@@ -23,9 +23,10 @@ import time
 
 import pytest
 
+from gpuckpt_testing import build
 from gpuckpt_testing.build import PYTHON
 from gpuckpt_testing.filetools import read
-from gpuckpt_testing.mount import listdir_as, status_line, why_not_runnable
+from gpuckpt_testing.mount import Mount, listdir_as, status_line, why_not_runnable
 from gpuckpt_testing.processes import assert_runs_on, proc_state, proc_status_field, wait_for
 from gpuckpt_testing.users import Root
 
@@ -212,9 +213,20 @@ def criu_dumps(daemons):
                 argv = f.read().split(b"\0")
         except (OSError, ValueError, IndexError):
             continue  # gone meanwhile
+        if len(argv) > 1 and argv[0].endswith(b"sh") and argv[1].endswith(b"criu"):
+            argv = argv[1:]  # STOPPING_CRIU, before it execs CRIU
         if len(argv) > 3 and argv[0].endswith(b"criu") and argv[1:3] == [b"dump", b"-t"]:
             dumps[int(argv[3])] = int(entry)
     return dumps
+
+
+# CRIU for the daemon, except that a dump stops itself (SIGSTOP) before it
+# starts, until it is continued: a test that must catch dumps in flight
+# then need not race them.
+STOPPING_CRIU = """#!/bin/sh
+[ "$1" = dump ] && kill -STOP $$
+exec {criu} "$@"
+"""
 
 
 def hold_dumps(mount, pids, returned, held, seconds=60):
@@ -268,12 +280,26 @@ def timed(args, what):
     return time.monotonic() - start
 
 
-def test_the_mount_answers_while_32_checkpoints_are_held_in_their_dumps(mount):
+@pytest.fixture
+def stopping_mount(tmp_path):
+    """A mount whose daemon runs STOPPING_CRIU."""
+    criu = tmp_path / "criu"
+    criu.write_text(STOPPING_CRIU.format(criu=build.CRIU))
+    criu.chmod(0o755)
+    m = Mount("gpuckpt-test_checkpoint.", "--criu", str(criu))
+    try:
+        yield m
+    finally:
+        m.close()
+
+
+def test_the_mount_answers_while_32_checkpoints_are_held_in_their_dumps(stopping_mount):
     """32 checkpoints written at once and each held in its CRIU dump
-    (SIGSTOP): more commands in flight than the daemon has FUSE threads
-    (16), yet listings and status files answer at once, since every command
-    runs on a thread of its own; released, all 32 complete."""
-    m = mount
+    (stopped before CRIU starts, STOPPING_CRIU): more commands in flight
+    than the daemon has FUSE threads (16), yet listings and status files
+    answer at once, since every command runs on a thread of its own;
+    released, all 32 complete."""
+    m = stopping_mount
     workloads = [m.start("wl_memory", "--mib", "64") for _ in range(32)]
     before = set(m.ids())
     results = {}
