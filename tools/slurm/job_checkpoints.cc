@@ -69,7 +69,8 @@ Result<std::vector<JobCheckpoint>> JobCheckpoints::List() const {
       return Status::NotFound("no gpuckptfs mount at " + mount_ + " (no " + dir_path + ")");
     return StatusFromErrno(errno, "listing " + dir_path);
   }
-  const std::string prefix = IdOf(0).substr(0, IdOf(0).size() - 1);  // "...slurm-<job>-"
+  std::string prefix = IdOf(0);  // "...slurm-<job>-0"
+  prefix.pop_back();
   std::vector<JobCheckpoint> found;
   errno = 0;
   while (const dirent* entry = readdir(dir)) {
