@@ -64,14 +64,16 @@ constexpr char kUsage[] = "usage: ";
 constexpr char kCheckpointSynopsis[] =
     "checkpoint [--kill] [--name NAME] [--lock-timeout MS] [--no-space-check] [--every "
     "DURATION|off] "
-    "[--keep-last N] [--keep-within DURATION] (--kill: stop the "
+    "[--keep-last N] [--keep-within DURATION] [--owner-keep-last N] [--owner-keep-within "
+    "DURATION] (--kill: stop the "
     "process once checkpointed; --name: what to call the checkpoint (letters, digits, '.', '_', "
     "'-'); --lock-timeout: milliseconds the GPU driver may take to lock the process; "
     "--no-space-check: go ahead even if the store's disk could not hold all of the process's "
     "memory as new bytes; --every: this checkpoint and then one every DURATION (30s, 15m, 2h, "
     "1d) until the process ends, or off: no more; --keep-last, --keep-within: afterwards keep "
     "only the newest N of the process's checkpoints, or those made within DURATION (either "
-    "keeps); checkpoints given a --name are always kept)";
+    "keeps); --owner-keep-last, --owner-keep-within: the same over all of the owner's "
+    "checkpoints, of every process; checkpoints given a --name are always kept)";
 constexpr char kRestoreSynopsis[] =
     "PATH [--gpu-map OLD_UUID=NEW_UUID,...] [--root DIR] [--join-cgroup] (--gpu-map: restore the "
     "checkpoint's GPUs onto these; --root: the directory a process with a mount namespace of its "
@@ -130,6 +132,11 @@ Result<CheckpointRequest> ParseCheckpoint(int pid, const std::vector<std::string
   std::string keep_within;
   app.add_option("--keep-within", keep_within)
       ->check(DurationUnits() & CLI::Range(uint64_t{1}, 100 * kLongest));
+  std::optional<uint32_t> owner_keep_last;
+  app.add_option("--owner-keep-last", owner_keep_last)->check(CLI::Range(1u, 1000000u));
+  std::string owner_keep_within;
+  app.add_option("--owner-keep-within", owner_keep_within)
+      ->check(DurationUnits() & CLI::Range(uint64_t{1}, 100 * kLongest));
   GPUCKPT_RETURN_IF_ERROR(Parse(app, {words.begin() + 1, words.end()}, kCheckpointSynopsis));
   request.check_space = !no_space_check;
   request.retention.keep_last = keep_last;
@@ -139,9 +146,12 @@ Result<CheckpointRequest> ParseCheckpoint(int pid, const std::vector<std::string
     return std::chrono::seconds(std::stoull(text));
   };
   if (!keep_within.empty()) request.retention.keep_within = seconds(keep_within);
+  request.owner_retention.keep_last = owner_keep_last;
+  if (!owner_keep_within.empty()) request.owner_retention.keep_within = seconds(owner_keep_within);
   *stop_schedule = every == "off";
   if (!every.empty() && every != "off") request.every = seconds(every);
-  if (*stop_schedule && (request.kill || !request.name.empty() || !request.retention.empty()))
+  if (*stop_schedule && (request.kill || !request.name.empty() || !request.retention.empty() ||
+                         !request.owner_retention.empty()))
     return Status::InvalidArgument(std::string(kUsage) +
                                    "checkpoint --every off takes no other option; expected " +
                                    kCheckpointSynopsis);
@@ -154,7 +164,8 @@ Status ProcessCommand(Engine& engine, int pid, const std::string& line, const Ca
       Status::InvalidArgument("unknown command '" + line +
                               "': expected checkpoint [--kill] [--name NAME] [--lock-timeout MS] "
                               "[--no-space-check] [--every DURATION|off] [--keep-last N] "
-                              "[--keep-within DURATION]");
+                              "[--keep-within DURATION] [--owner-keep-last N] "
+                              "[--owner-keep-within DURATION]");
   if (!words.ok()) {
     request = words.status();
   } else if (!words->empty() && (*words)[0] == "checkpoint") {

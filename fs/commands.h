@@ -5,6 +5,7 @@
 //
 //   <pid>/ctl   checkpoint [--kill] [--name NAME] [--lock-timeout MS] [--no-space-check]
 //                          [--every DURATION|off] [--keep-last N] [--keep-within DURATION]
+//                          [--owner-keep-last N] [--owner-keep-within DURATION]
 //   ctl         track PID | import PATH [NAME] | gc
 //   restore     PATH [--gpu-map OLD_UUID=NEW_UUID,...] [--root DIR] [--join-cgroup]
 //

@@ -14,7 +14,8 @@ namespace {
 
 constexpr char kPidCtlHelp[] =
     "commands: checkpoint [--kill] [--name NAME] [--lock-timeout MS] [--no-space-check]\n"
-    "                     [--every DURATION|off] [--keep-last N] [--keep-within DURATION]\n";
+    "                     [--every DURATION|off] [--keep-last N] [--keep-within DURATION]\n"
+    "                     [--owner-keep-last N] [--owner-keep-within DURATION]\n";
 
 class ProcessNode : public NodeHandler {
  public:

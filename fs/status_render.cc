@@ -143,6 +143,8 @@ std::string ScheduleText(const ProcessStatusReport& report) {
                     DurationText(std::chrono::seconds(s.every_s)), s.next_in_s, s.runs, s.failures);
   }
   if (!report.retention.empty()) out += "retention: " + report.retention.ToString() + "\n";
+  if (!report.owner_retention.empty())
+    out += "owner_retention: " + report.owner_retention.ToString() + "\n";
   return out;
 }
 
@@ -182,6 +184,7 @@ nlohmann::json RenderStatusJson(const ProcessStatusReport& report) {
       {"last", report.last ? LastJson(*report.last) : nlohmann::json()},
       {"schedule", report.schedule ? ScheduleJson(*report.schedule) : nlohmann::json()},
       {"retention", RetentionJson(report.retention)},
+      {"owner_retention", RetentionJson(report.owner_retention)},
   };
   if (report.pool) j["pool"] = PoolJson(*report.pool);
   return j;

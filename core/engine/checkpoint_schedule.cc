@@ -47,7 +47,8 @@ std::optional<CheckpointSchedule::View> CheckpointSchedule::Of(int pid) const {
   auto it = entries_.find(pid);
   if (it == entries_.end()) return std::nullopt;
   const Entry& e = it->second;
-  return View{e.request.every, e.request.retention, e.next_due_ns, e.runs, e.failures};
+  return View{e.request.every, e.request.retention, e.request.owner_retention, e.next_due_ns,
+              e.runs,          e.failures};
 }
 
 void CheckpointSchedule::Loop() {

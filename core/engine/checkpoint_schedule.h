@@ -41,6 +41,7 @@ class CheckpointSchedule {
   struct View {
     std::chrono::seconds every{0};
     RetentionRule retention;
+    RetentionRule owner_retention;
     int64_t next_due_mono_ns = 0;  // MonotonicNowNs()'s clock
     uint64_t runs = 0;             // scheduled checkpoints run so far
     uint64_t failures = 0;         // of those, failed

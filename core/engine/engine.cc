@@ -440,12 +440,14 @@ ProcessStatusReport EngineImpl::ProcessStatus(const ProcessInfo& p) {
   report.last = board_.LastOutcome(p.pid);
   if (auto pool = store_->pool_stats()) report.pool = PoolStatusOf(*pool, report.last);
   report.retention = options_.retention;
+  report.owner_retention = options_.owner_retention;
   if (auto scheduled = schedule_.Of(p.pid)) {
     const int64_t next_ns = scheduled->next_due_mono_ns - MonotonicNowNs();
     report.schedule = ScheduleStatus{scheduled->every.count(),
                                      next_ns > 0 ? (next_ns + 999999999) / 1000000000 : 0,
                                      scheduled->runs, scheduled->failures};
     if (!scheduled->retention.empty()) report.retention = scheduled->retention;
+    if (!scheduled->owner_retention.empty()) report.owner_retention = scheduled->owner_retention;
   }
   return report;
 }

@@ -93,6 +93,10 @@ struct EngineOptions {
   // What is kept of a process's checkpoints after each of its checkpoints,
   // where the request sets no rule of its own (retention.h). Default: all.
   RetentionRule retention;
+  // What is kept of all of an owner's checkpoints, across their processes,
+  // after each checkpoint of theirs, where the request sets no owner rule
+  // of its own (retention.h). Default: all.
+  RetentionRule owner_retention;
 };
 
 // Makes EngineOptions::state_dir (one level: its parent must exist) owned by
@@ -118,6 +122,9 @@ struct CheckpointRequest {
   // Applied to the process's checkpoints once this one is made
   // (retention.h); empty: EngineOptions::retention.
   RetentionRule retention;
+  // Applied to all the checkpoints of this one's owner once it is made
+  // (retention.h); empty: EngineOptions::owner_retention.
+  RetentionRule owner_retention;
   // Not zero: this checkpoint, and then one every `every` (the same
   // request, rule included) until the process ends or StopSchedule().
   // Refused with kill or a name.

@@ -270,8 +270,15 @@ class EngineImpl {
   // The schedule's RunFn (checkpoint_schedule.h).
   bool RunScheduled(const CheckpointRequest& request, uint64_t start_time, bool* ok);
   // After checkpoint `made` of request.pid: removes what the request's rule
-  // (or the daemon's) does not keep of the process's series.
+  // (or the daemon's) does not keep of the process's series, then what the
+  // owner rule does not keep of all the owner's engine-named checkpoints;
+  // `made` itself always stays.
   void ApplyRetention(const CheckpointRequest& request, const SnapshotInfo& made);
+  // Removes those of `ids` that `rule` does not keep but `made_id`; what
+  // it removed. `scope` names the rule in the log ("pid=12", "owner").
+  std::vector<std::string> RemoveNotKept(const std::vector<std::string>& ids,
+                                         const RetentionRule& rule, const std::string& made_id,
+                                         const std::string& scope);
   // Copies the log of a failed CRIU run into state_dir's criu-logs/ (the
   // newest kKeptCriuLogs per store are kept) and returns its path; "" when
   // it could not be kept (logged).

@@ -83,6 +83,10 @@ struct ProcessStatusReport {
   // What is kept of its checkpoints after each one: its schedule's rule,
   // else the daemon's (EngineOptions::retention); empty: all.
   RetentionRule retention;
+  // What is kept of all its owner's checkpoints after each one: its
+  // schedule's owner rule, else the daemon's
+  // (EngineOptions::owner_retention); empty: all.
+  RetentionRule owner_retention;
 };
 
 }  // namespace gpuckpt

@@ -71,40 +71,73 @@ Status EngineImpl::StopSchedule(int pid, const Caller& caller) {
 }
 
 void EngineImpl::ApplyRetention(const CheckpointRequest& request, const SnapshotInfo& made) {
-  const RetentionRule& rule = request.retention.empty() ? options_.retention : request.retention;
-  if (rule.empty()) return;
   const uint32_t owner = OwnerOf(made).uid;
-  auto ids = catalog_.CheckpointsOfProcess(request.pid, owner);
-  if (!ids.ok()) {
-    spdlog::warn("retention pid={} result=failed error={}", request.pid,
-                 LogValue(ids.status().message()));
+  const RetentionRule& rule = request.retention.empty() ? options_.retention : request.retention;
+  if (!rule.empty()) {
+    const std::string scope = fmt::format("pid={}", request.pid);
+    auto ids = catalog_.CheckpointsOfProcess(request.pid, owner);
+    if (!ids.ok()) {
+      spdlog::warn("retention {} result=failed error={}", scope, LogValue(ids.status().message()));
+    } else {
+      std::vector<std::string> series;
+      for (const std::string& id : *ids)
+        if (IsSeriesName(id, request.pid)) series.push_back(id);
+      auto removed = RemoveNotKept(series, rule, made.id, scope);
+      if (!removed.empty())
+        spdlog::info("retention uid={} {} rule={} kept={} removed={} ids={}", owner, scope,
+                     LogValue(rule.ToString()), series.size() - removed.size(), removed.size(),
+                     LogValue(fmt::format("{}", fmt::join(removed, ","))));
+    }
+  }
+  const RetentionRule& owner_rule =
+      request.owner_retention.empty() ? options_.owner_retention : request.owner_retention;
+  if (owner_rule.empty()) return;
+  auto held = catalog_.HeldBy(owner);
+  if (!held.ok()) {
+    spdlog::warn("retention owner={} result=failed error={}", owner,
+                 LogValue(held.status().message()));
     return;
   }
-  std::vector<SeriesMember> series;
-  std::map<std::string, uint64_t> keys;  // of the series, by id
-  for (const std::string& id : *ids) {
-    if (!IsSeriesName(id, request.pid)) continue;
+  // The engine-named checkpoints of every process of the owner's: those
+  // someone named were kept on purpose.
+  std::vector<std::string> numbered;
+  for (const std::string& id : *held)
+    if (NumberedName(id)) numbered.push_back(id);
+  auto removed = RemoveNotKept(numbered, owner_rule, made.id, "owner");
+  if (!removed.empty())
+    spdlog::info("retention uid={} owner rule={} kept={} removed={} ids={}", owner,
+                 LogValue(owner_rule.ToString()), numbered.size() - removed.size(), removed.size(),
+                 LogValue(fmt::format("{}", fmt::join(removed, ","))));
+}
+
+std::vector<std::string> EngineImpl::RemoveNotKept(const std::vector<std::string>& ids,
+                                                   const RetentionRule& rule,
+                                                   const std::string& made_id,
+                                                   const std::string& scope) {
+  std::vector<SeriesMember> members;
+  std::map<std::string, uint64_t> keys;  // of the members, by id
+  for (const std::string& id : ids) {
     auto info = store_->Get(id);
     if (!info.ok()) continue;  // removed meanwhile
-    series.push_back({id, info->created_ns});
+    members.push_back({id, info->created_ns});
     keys[id] = info->key;
   }
   std::vector<std::string> removed;
-  for (const std::string& id : NotKept(series, rule, UnixNowNs())) {
+  for (const std::string& id : NotKept(members, rule, UnixNowNs())) {
+    // Another checkpoint of the owner's made meanwhile may be newer than
+    // this one, which stays all the same: it was just asked for.
+    if (id == made_id) continue;
     Status s = store_->Remove(id);
     if (!s.ok()) {
-      spdlog::warn("retention pid={} id={} result=failed error={}", request.pid, LogValue(id),
+      spdlog::warn("retention {} id={} result=failed error={}", scope, LogValue(id),
                    LogValue(s.message()));
       continue;
     }
     catalog_.Remove(id, keys[id]);
     removed.push_back(id);
   }
-  if (removed.empty()) return;
-  NoteStoreChanged();
-  spdlog::info("retention uid={} pid={} rule={} kept={} removed={} ids={}", owner, request.pid,
-               LogValue(rule.ToString()), series.size() - removed.size(), removed.size(),
-               LogValue(fmt::format("{}", fmt::join(removed, ","))));
+  if (!removed.empty()) NoteStoreChanged();
+  return removed;
 }
 
 }  // namespace gpuckpt

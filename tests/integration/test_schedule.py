@@ -2,7 +2,8 @@
 --every` by an ordinary user takes one now and then one every interval,
 each followed by the rule it was given (named checkpoints kept), shown in
 status and status.json, ended by `--every off` and by the process's end;
-the daemon's own rule (--keep-last) where a checkpoint gives none.
+the daemon's own rule (--keep-last) where a checkpoint gives none; the
+owner rule (--owner-keep-last) over all of a user's processes.
 
 Run by ctest under wl_reaper; needs root, /dev/fuse and CRIU (skipped,
 saying why, where one is missing)."""
@@ -111,6 +112,41 @@ def test_the_daemons_keep_last(keeping_one, users):
     ok, err = a.write(m.path(str(wl.pid), "ctl"), "checkpoint --keep-last 2")
     assert ok, f"{err}: {m.last(wl.pid)}"
     assert len(m.ids(a)) == 2, m.ids(a)
+
+
+@pytest.fixture
+def owner_keeping_two(request):
+    m = Mount("gpuckpt-schedule-owner.", "--owner-keep-last", "2")
+    try:
+        yield m
+    finally:
+        m.close()
+
+
+def test_the_owner_rule_bounds_a_users_checkpoints_across_processes(owner_keeping_two, users):
+    """--owner-keep-last 2: of all of a user's checkpoints, of both their
+    processes, the newest 2 stay (and a named one); another user's are
+    not theirs to count; a checkpoint's own --owner-keep-last wins."""
+    m = owner_keeping_two
+    a, b = users
+    first, second = m.start("wl_memory", user=a), m.start("wl_memory", user=a)
+    others = m.start("wl_memory", user=b)
+    theirs = [m.checkpoint(others.pid, user=b) for _ in range(3)]
+    m.checkpoint(first.pid, "--name kept", user=a)
+    named, = [i for i in m.ids(a) if not re.fullmatch(r"\d+-\d+", i)]
+    made = [m.checkpoint(first.pid, user=a), m.checkpoint(first.pid, user=a),
+            m.checkpoint(second.pid, user=a)]
+    assert sorted(m.ids(a)) == sorted([named] + made[1:]), (made, m.ids(a))
+    assert sorted(m.ids(b)) == sorted(theirs[1:]), (theirs, m.ids(b))
+    ok, text = a.read(m.path(str(first.pid), "status"))
+    assert ok and re.search(r"^owner_retention: keep last 2$", text, re.M), text
+    doc = status_json(m, first.pid, a)
+    assert doc["owner_retention"] == {"keep_last": 2, "keep_within_s": None}, doc
+    assert doc["retention"] is None, doc
+    ok, err = a.write(m.path(str(second.pid), "ctl"), "checkpoint --owner-keep-last 1")
+    assert ok, f"{err}: {m.last(second.pid)}"
+    assert len(m.ids(a)) == 2 and named in m.ids(a), m.ids(a)
+    assert sorted(m.ids(b)) == sorted(theirs[1:]), m.ids(b)
 
 
 def test_roots_schedule_of_a_users_process_is_the_users_and_theirs_to_stop(mount, users):

@@ -798,6 +798,9 @@ TEST_F(EngineTest, PidCtlRejectsBadCommandsAndRecordsWhy) {
       {"checkpoint --keep-last 0", "--keep-last"},
       {"checkpoint --keep-last many", "--keep-last"},
       {"checkpoint --keep-within 5", "--keep-within"},
+      {"checkpoint --every off --owner-keep-last 2", "no other option"},
+      {"checkpoint --owner-keep-last 0", "--owner-keep-last"},
+      {"checkpoint --owner-keep-within 1y", "--owner-keep-within"},
   };
   for (size_t i = 0; i < cases.size(); ++i) {
     const Case& c = cases[i];
@@ -1184,6 +1187,38 @@ TEST_F(EngineTest, TheDaemonsRetentionAppliesWhereACheckpointSetsNone) {
   EXPECT_EQ(SnapshotIds(), std::vector<std::string>{p + "-3"});
   ASSERT_OK(Run(NodeKind::kPidCtl, child.pid(), "checkpoint --keep-last 2"));
   EXPECT_EQ(SnapshotIds(), (std::vector<std::string>{p + "-3", p + "-4"}));
+}
+
+// The owner rule counts the owner's checkpoints of every process: the
+// newest N of them stay, named ones and the one just made always; a
+// checkpoint's own owner rule wins over the daemon's.
+TEST_F(EngineTest, TheOwnerRuleKeepsTheNewestOfAllTheOwnersCheckpoints) {
+  engine_.reset();
+  EngineOptions options = Options("-owner");
+  options.owner_retention.keep_last = 2;
+  ASSERT_OK_AND_ASSIGN(engine_, Engine::Create(store_.get(), MakeNoGpuBackend(), options));
+  Sleeper first, second;
+  ASSERT_TRUE(first.started());
+  ASSERT_TRUE(second.started());
+  const std::string a = std::to_string(first.pid()), b = std::to_string(second.pid());
+  ASSERT_OK(Run(NodeKind::kPidCtl, first.pid(), "checkpoint --name kept"));
+  ASSERT_OK(Run(NodeKind::kPidCtl, first.pid(), "checkpoint"));
+  ASSERT_OK(Run(NodeKind::kPidCtl, first.pid(), "checkpoint"));
+  ASSERT_OK(Run(NodeKind::kPidCtl, second.pid(), "checkpoint"));
+  // The first process's first numbered checkpoint went for the second's.
+  auto ids = SnapshotIds();
+  std::sort(ids.begin(), ids.end());
+  std::vector<std::string> expected = {a + "-2", b + "-1", "kept"};
+  std::sort(expected.begin(), expected.end());
+  EXPECT_EQ(ids, expected);
+  ASSERT_OK_AND_ASSIGN(ProcessInfo info, ReadProcess(first.pid()));
+  EXPECT_EQ(engine_->ProcessStatus(info).owner_retention.keep_last, 2u);
+  ASSERT_OK(Run(NodeKind::kPidCtl, second.pid(), "checkpoint --owner-keep-last 1"));
+  ids = SnapshotIds();
+  std::sort(ids.begin(), ids.end());
+  expected = {b + "-2", "kept"};
+  std::sort(expected.begin(), expected.end());
+  EXPECT_EQ(ids, expected);
 }
 
 TEST_F(EngineTest, CheckpointAndRestoreThroughCommands) {

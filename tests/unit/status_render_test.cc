@@ -113,7 +113,8 @@ TEST(StatusRenderTest, JsonOfAnIdleProcess) {
     "memory": {"rss_bytes": 12345678, "virtual_bytes": 987654321},
     "gpu_devices": [], "job_gpu_children": [],
     "gpu": {"available": true, "state": null, "gpus": []},
-    "operation": null, "last": null, "schedule": null, "retention": null})"))
+    "operation": null, "last": null, "schedule": null, "retention": null,
+    "owner_retention": null})"))
       << j.dump(2);
 }
 
@@ -192,6 +193,11 @@ TEST(StatusRenderTest, ScheduleAndRetentionWhereThereAreAny) {
   r.retention = RetentionRule{std::nullopt, std::chrono::seconds(60)};
   EXPECT_EQ(RenderStatusJson(r)["retention"],
             nlohmann::json::parse(R"({"keep_last": null, "keep_within_s": 60})"));
+  EXPECT_EQ(text.find("owner_retention"), std::string::npos) << text;
+  r.owner_retention = RetentionRule{20, std::nullopt};
+  EXPECT_NE(RenderStatusText(r).find("owner_retention: keep last 20\n"), std::string::npos);
+  EXPECT_EQ(RenderStatusJson(r)["owner_retention"],
+            nlohmann::json::parse(R"({"keep_last": 20, "keep_within_s": null})"));
 }
 
 }  // namespace

@@ -328,6 +328,23 @@ void DeclareCheckpointOptions(CLI::App& app, EngineOptions* engine_options) {
       ->transform(DurationUnits())
       ->check(CLI::Range(uint64_t{1}, uint64_t{100} * 366 * 86400))
       ->type_name("DURATION");
+  app.add_option("--owner-keep-last", engine_options->owner_retention.keep_last,
+                 "After each checkpoint, keep only the newest N of all its owner's checkpoints, "
+                 "of every process (and those --owner-keep-within keeps); the one just made and "
+                 "those given a --name are always kept. A checkpoint's own --owner-keep-last/"
+                 "--owner-keep-within override both. Default: all")
+      ->check(CLI::Range(1u, 1000000u))
+      ->type_name("N");
+  app.add_option_function<uint64_t>(
+         "--owner-keep-within",
+         [engine_options](uint64_t seconds) {
+           engine_options->owner_retention.keep_within = std::chrono::seconds(seconds);
+         },
+         "After each checkpoint, keep only those of all its owner's checkpoints made within "
+         "DURATION (and those --owner-keep-last keeps). Default: all")
+      ->transform(DurationUnits())
+      ->check(CLI::Range(uint64_t{1}, uint64_t{100} * 366 * 86400))
+      ->type_name("DURATION");
   app.add_option("--quota", engine_options->user_quota_bytes,
                  "The most of the store each user's checkpoints may hold (e.g. 100G; units of "
                  "1024), each chunk counted once; a checkpoint or import that could go beyond it, "
