@@ -7,6 +7,8 @@ with proctrack/cgroup) and a real mount, by an ordinary user:
   (`scontrol listpids`), and nothing of it is left once it ends; the other
   user sees none of its checkpoints; what the requeue cost beside a plain
   job's requeue is printed (-s shows it);
+- a job whose script runs srun steps: each task of the running step is
+  checkpointed and restored on its own, a finished step is not run again;
 - with --gpuckpt=INTERVAL, a job requeued without warning comes back from
   its last periodic checkpoint, losing at most an interval;
 - a checkpoint that cannot be restored, and a node without the mount: the
@@ -217,6 +219,63 @@ def test_a_preempted_job_comes_back_where_it_was(site, users):
     print(f"\nrequeue: plain {plain_cost:.2f} s; --gpuckpt {cost:.2f} s "
           f"(+{cost - plain_cost:.2f} s; checkpoint {ckpt_s:.2f} s + restore {restore_s:.2f} s "
           f"= {ckpt_s + restore_s:.2f} s)")
+
+
+def test_a_preempted_job_with_srun_steps_comes_back_step_by_step(site, users):
+    """A batch script that runs a short step and then a step of two tasks
+    (srun, each task its own output file): on preemption each task of the
+    running step is checkpointed and the job requeued; the script runs
+    again, its finished step is not run again, and each task comes back
+    where it was, its output equal to an uninterrupted run's. With
+    --gpuckpt=3s the tasks are checkpointed every 3 s, the batch step
+    (whose script holds srun) not."""
+    a, _ = users
+    mount, open_dir, work = site
+    steps = 60
+    expected = reference_output(a, work, steps)
+    script = os.path.join(work, "steps.sh")
+    with open(script, "w") as f:
+        f.write("#!/bin/bash\n"
+                "echo script starts\n"
+                f"srun --ntasks=1 sh -c 'echo prep >> {work}/prep.log'\n"
+                f"srun --ntasks=2 --output={work}/task.%t.out --open-mode=append "
+                f"{build.PYTHON} {work}/workload.py {steps} {STEP_S}\n"
+                "echo script ends\n")
+    os.chmod(script, 0o755)
+    out = os.path.join(work, "steps.out")
+    tasks = [os.path.join(work, f"task.{t}.out") for t in range(2)]
+    with cluster(open_dir, mount.mnt, grace_time=10) as slurm:
+        job = slurm.sbatch("--partition=low", "--ntasks=2", "--cpus-per-task=1",
+                           f"--chdir={work}", f"--output={out}", "--open-mode=append",
+                           "--gpuckpt=3s", "--signal=B:USR1@5", script, user=a)
+        for t in tasks:
+            wait_output(t, r"^step 8 ", 60, f"{t}'s 8th step")
+        preempt(slurm, work)
+        wait_output(out, r"^gpuckpt-slurm: job \d+ requeued", 60, "the checkpoint and requeue")
+        text = read_text(out)
+        assert re.search(r"^gpuckpt-slurm: 2 of 2 step task\(s\) checkpointed", text, re.M), text
+        fields = job_ended(slurm, job)
+        text = read_text(out)
+        assert fields["JobState"] == "COMPLETED" and fields["ExitCode"] == "0:0", (fields, text)
+        assert fields["Restarts"] == "1", fields
+    assert [line for line in program_lines(text) if not line.startswith("srun: ")] == [
+        "script starts", "script starts", "script ends"], (text, [read_text(t) for t in tasks])
+    # Periodic checkpoints are the tasks' own, not the batch step's.
+    assert re.search(rf"^gpuckpt-slurm: job {job} runs srun steps", text, re.M), text
+    assert not re.search(rf"checkpoint \S+slurm-{job}-\d+ taken", text), text
+    assert re.search(rf"^gpuckpt-slurm: step {job}\.0 task 0 ended before job {job} was "
+                     r"requeued \(exit status 0\): not run again", text, re.M), text
+    assert read_text(os.path.join(work, "prep.log")) == "prep\n"
+    for t in tasks:
+        task_text = read_text(t)
+        assert re.search(rf"^gpuckpt-slurm: restored step {job}\.1 task \d from checkpoint",
+                         task_text, re.M), task_text
+        assert program_lines(task_text) == expected, task_text
+        assert re.search(rf"^gpuckpt-slurm: checkpoint \S+slurm-{job}\.1\.\d-\d+ taken in [\d.]+ s$",
+                         task_text, re.M), task_text
+    assert not any(f"slurm-{job}" in i for i in mount.ids(a)), mount.ids(a)
+    assert not [n for n in os.listdir(work) if n.startswith(f".gpuckpt-slurm-{job}")]
+    assert not user_pids(a, "workload.py")
 
 
 def test_a_job_requeued_without_warning_comes_back_from_its_periodic_checkpoint(site, users):

@@ -60,7 +60,7 @@ int RunKeeper(const std::string& status_file, const std::vector<std::string>& co
     std::vector<char*> argv;
     for (const std::string& word : command) argv.push_back(const_cast<char*>(word.c_str()));
     argv.push_back(nullptr);
-    execv(argv[0], argv.data());
+    execvp(argv[0], argv.data());  // a step's program may be a bare name
     std::fprintf(stderr, "gpuckpt-slurm: cannot run %s: %s\n", argv[0], std::strerror(errno));
     _exit(errno == ENOENT ? 127 : 126);
   }

@@ -8,6 +8,8 @@
 #include <algorithm>
 #include <cerrno>
 #include <charconv>
+#include <functional>
+#include <optional>
 #include <string_view>
 
 #include "core/base/small_file.h"
@@ -50,39 +52,39 @@ Status Explained(const Status& failed, const std::string& result_file, std::stri
   return Status(failed.code(), why);
 }
 
-}  // namespace
-
-std::string JobCheckpoints::NameOf(int number) const {
-  return "slurm-" + std::to_string(job_id_) + "-" + std::to_string(number);
+// The number n of "<digits>", n > 0 without leading zeros; nullopt else.
+std::optional<int> NumberOf(std::string_view digits) {
+  int number = 0;
+  auto [end, error] = std::from_chars(digits.data(), digits.data() + digits.size(), number);
+  if (error != std::errc() || end != digits.data() + digits.size() || number <= 0 ||
+      digits.front() == '0')
+    return std::nullopt;
+  return number;
 }
 
-std::string JobCheckpoints::IdOf(int number) const {
+// What the daemon puts before a name of the caller's: "<uid>." for a
+// non-root user.
+std::string CallersIdPrefix() {
   const uid_t uid = geteuid();
-  return uid == 0 ? NameOf(number) : std::to_string(uid) + "." + NameOf(number);
+  return uid == 0 ? "" : std::to_string(uid) + ".";
 }
 
-Result<std::vector<JobCheckpoint>> JobCheckpoints::List() const {
-  const std::string dir_path = mount_ + "/checkpoints";
+// The checkpoints under <mount>/checkpoints/ whose id `accept` maps to a
+// number.
+Result<std::vector<JobCheckpoint>> ListMatching(
+    const std::string& mount, const std::function<std::optional<int>(std::string_view)>& accept) {
+  const std::string dir_path = mount + "/checkpoints";
   DIR* dir = opendir(dir_path.c_str());
   if (dir == nullptr) {
     if (errno == ENOENT || errno == ENOTDIR)
-      return Status::NotFound("no gpuckptfs mount at " + mount_ + " (no " + dir_path + ")");
+      return Status::NotFound("no gpuckptfs mount at " + mount + " (no " + dir_path + ")");
     return StatusFromErrno(errno, "listing " + dir_path);
   }
-  std::string prefix = IdOf(0);  // "...slurm-<job>-0"
-  prefix.pop_back();
   std::vector<JobCheckpoint> found;
   errno = 0;
   while (const dirent* entry = readdir(dir)) {
     std::string_view name(entry->d_name);
-    if (!name.starts_with(prefix)) continue;
-    std::string_view digits = name.substr(prefix.size());
-    int number = 0;
-    auto [end, error] = std::from_chars(digits.data(), digits.data() + digits.size(), number);
-    if (error != std::errc() || end != digits.data() + digits.size() || number <= 0 ||
-        digits.front() == '0')
-      continue;
-    found.push_back({std::string(name), number});
+    if (auto number = accept(name)) found.push_back({std::string(name), *number});
   }
   const int read_error = errno;
   closedir(dir);
@@ -90,6 +92,45 @@ Result<std::vector<JobCheckpoint>> JobCheckpoints::List() const {
   std::sort(found.begin(), found.end(),
             [](const JobCheckpoint& a, const JobCheckpoint& b) { return a.number < b.number; });
   return found;
+}
+
+}  // namespace
+
+std::string BatchSeries(uint32_t job_id) { return "slurm-" + std::to_string(job_id); }
+
+std::string StepSeries(uint32_t job_id, uint32_t step, uint32_t rank) {
+  return BatchSeries(job_id) + "." + std::to_string(step) + "." + std::to_string(rank);
+}
+
+std::string JobCheckpoints::NameOf(int number) const {
+  return series_ + "-" + std::to_string(number);
+}
+
+std::string JobCheckpoints::IdOf(int number) const { return CallersIdPrefix() + NameOf(number); }
+
+Result<std::vector<JobCheckpoint>> JobCheckpoints::List() const {
+  const std::string prefix = CallersIdPrefix() + series_ + "-";
+  return ListMatching(mount_, [&](std::string_view name) -> std::optional<int> {
+    if (!name.starts_with(prefix)) return std::nullopt;
+    return NumberOf(name.substr(prefix.size()));
+  });
+}
+
+Result<std::vector<JobCheckpoint>> JobCheckpoints::ListSteps(const std::string& mount,
+                                                             uint32_t job_id) {
+  // <prefix>slurm-<job>.<step>.<rank>-<n>
+  const std::string prefix = CallersIdPrefix() + BatchSeries(job_id) + ".";
+  return ListMatching(mount, [&](std::string_view name) -> std::optional<int> {
+    if (!name.starts_with(prefix)) return std::nullopt;
+    name.remove_prefix(prefix.size());
+    const size_t first_dot = name.find('.');
+    const size_t dash = name.rfind('-');
+    if (first_dot == std::string_view::npos || dash == std::string_view::npos || dash < first_dot)
+      return std::nullopt;
+    if (!NumberOf(name.substr(0, first_dot)) && name.substr(0, first_dot) != "0")
+      return std::nullopt;
+    return NumberOf(name.substr(dash + 1));
+  });
 }
 
 Result<JobCheckpoint> JobCheckpoints::Take(int pid, int number, bool kill) const {
@@ -117,8 +158,8 @@ Result<int> JobCheckpoints::Restore(const JobCheckpoint& checkpoint) const {
   return pid;
 }
 
-Status JobCheckpoints::Remove(const JobCheckpoint& checkpoint) const {
-  const std::string path = mount_ + "/checkpoints/" + checkpoint.id;
+Status JobCheckpoints::RemoveFrom(const std::string& mount, const JobCheckpoint& checkpoint) {
+  const std::string path = mount + "/checkpoints/" + checkpoint.id;
   if (rmdir(path.c_str()) != 0) return StatusFromErrno(errno, "removing " + path);
   return Status::Ok();
 }

@@ -1,11 +1,14 @@
 // gpuckpt-slurm: the program a --gpuckpt batch job runs (job_anchor.h), and
-// the keeper at the root of its checkpointed tree (exit_keeper.h).
+// the keeper at the root of its checkpointed tree (exit_keeper.h); also what
+// each task of a --gpuckpt job's srun steps runs.
 //
 // The SPANK plugin (spank_gpuckpt.cc) makes the batch step run this program
 // in place of the job's script: it puts this program's path in the step's
 // first argument and the script's in GPUCKPT_SLURM_PROGRAM, beside the
 // settings GPUCKPT_SLURM_MOUNT, _SIGNAL and _EVERY. Run so, it is the
-// anchor; the script's own arguments follow its name untouched. Otherwise
+// anchor; the script's own arguments follow its name untouched. In an srun
+// step's task the plugin does the same with the task's program, and adds
+// GPUCKPT_SLURM_STEP, the step's number. Otherwise
 // its command line is
 //   gpuckpt-slurm keep --status FILE -- PROGRAM [ARGS...]
 #include <limits.h>
@@ -29,7 +32,8 @@ namespace gpuckpt {
 namespace {
 
 constexpr char kProgramVariable[] = "GPUCKPT_SLURM_PROGRAM";
-constexpr const char* kSettingVariables[] = {kProgramVariable, "GPUCKPT_SLURM_MOUNT",
+constexpr char kStepVariable[] = "GPUCKPT_SLURM_STEP";
+constexpr const char* kSettingVariables[] = {kProgramVariable, kStepVariable, "GPUCKPT_SLURM_MOUNT",
                                              "GPUCKPT_SLURM_SIGNAL", "GPUCKPT_SLURM_EVERY"};
 
 // A signal by its name, with or without "SIG" ("USR1", "SIGUSR1"), or its
@@ -58,12 +62,24 @@ std::string OwnPath() {
   return n > 0 ? std::string(buffer, static_cast<size_t>(n)) : "gpuckpt-slurm";
 }
 
-// The job's script, run as it would have been without gpuckpt.
+// A decimal number that fits T, the whole of `text`; nullopt else (or
+// for nullptr).
+template <typename T>
+std::optional<T> NumberIn(const char* text) {
+  T number{};
+  if (text == nullptr || *text == '\0') return std::nullopt;
+  auto [end, error] = std::from_chars(text, text + strlen(text), number);
+  if (error != std::errc() || *end != '\0') return std::nullopt;
+  return number;
+}
+
+// The job's script, run as it would have been without gpuckpt (a step's
+// program may be a bare name, found on PATH as Slurm would).
 [[noreturn]] void RunPlain(const std::string& program, char** argv) {
   std::vector<char*> args = {const_cast<char*>(program.c_str())};
   for (char** arg = argv + 1; *arg != nullptr; ++arg) args.push_back(*arg);
   args.push_back(nullptr);
-  execv(args[0], args.data());
+  execvp(args[0], args.data());
   std::fprintf(stderr, "gpuckpt-slurm: cannot run %s: %s\n", args[0], strerror(errno));
   _exit(127);
 }
@@ -85,11 +101,20 @@ int MainAnchor(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     error = e.what();
   }
+  const char* step_text = getenv(kStepVariable);
+  std::optional<StepTask> step;
+  if (step_text != nullptr) {
+    auto step_id = NumberIn<uint32_t>(step_text);
+    auto rank = NumberIn<uint32_t>(getenv("SLURM_PROCID"));
+    if (!step_id || !rank)
+      error = "the step's number or its task's rank (SLURM_PROCID) is not a number";
+    else
+      step = StepTask{*step_id, *rank};
+  }
   for (const char* variable : kSettingVariables) unsetenv(variable);
   const std::optional<int> signal = SignalNamed(signal_name);
-  const char* job = getenv("SLURM_JOB_ID");
-  uint32_t job_id = 0;
-  if (job == nullptr || std::from_chars(job, job + strlen(job), job_id).ec != std::errc())
+  const std::optional<uint32_t> job_id = NumberIn<uint32_t>(getenv("SLURM_JOB_ID"));
+  if (!job_id)
     error = "SLURM_JOB_ID is not set: this is no Slurm job";
   else if (!signal)
     error = "no such signal: " + signal_name;
@@ -99,11 +124,15 @@ int MainAnchor(int argc, char** argv) {
   }
   AnchorOptions options;
   options.mount = mount;
-  options.job_id = job_id;
+  options.job_id = *job_id;
   options.checkpoint_signal = *signal;
   options.every = std::chrono::seconds(every_seconds);
   options.keeper = OwnPath();
-  options.status_file = Cwd() + "/.gpuckpt-slurm-" + std::to_string(job_id) + ".status";
+  options.step = step;
+  // A step's files go beside its batch step's, whose anchor passed its
+  // directory on through srun.
+  const char* job_dir = getenv("GPUCKPT_SLURM_JOB_DIR");
+  options.job_dir = step && job_dir != nullptr && job_dir[0] == '/' ? job_dir : Cwd();
   options.command.push_back(program);
   for (int i = 1; i < argc; ++i) options.command.push_back(argv[i]);
   return RunAnchor(options);

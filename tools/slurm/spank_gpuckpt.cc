@@ -16,8 +16,14 @@
 //   signal=SIG    the signal that means "checkpoint and requeue" (USR1)
 //   helper=PATH   gpuckpt-slurm (default: where it is installed)
 //
-// Other steps (srun inside the job) are left alone, said once in the
-// step's log. Thread-safety: Slurm calls a plugin from one thread.
+// In each task of the job's srun steps it does the same with the task's
+// program, and adds the step's number: there gpuckpt-slurm checkpoints the
+// task when the batch step's gpuckpt-slurm has Slurm signal the step, and
+// restores it when the requeued job starts the step again (job_anchor.h).
+// sbatch passes the option on to the srun steps inside the job in their
+// environment (Slurm's SPANK option variables). The extern and
+// interactive steps are left alone. Thread-safety: Slurm calls a plugin
+// from one thread.
 #include <slurm/slurm.h>
 #include <string.h>
 // spank.h declares the plugin's entry points outside its extern "C".
@@ -70,6 +76,9 @@ bool IsDuration(const std::string& text) {
 int OnOption(int, const char* argument, int) {
   g_enabled = true;
   g_every = argument != nullptr ? argument : "";
+  // sbatch passes its options on to the srun steps in the job's
+  // environment, an option given without a value as "(null)".
+  if (g_every == "(null)") g_every.clear();
   if (!g_every.empty() && !IsDuration(g_every)) {
     slurm_error("--gpuckpt=%s: INTERVAL is a number and a unit, s, m, h or d (e.g. 30m)",
                 g_every.c_str());
@@ -112,10 +121,8 @@ extern "C" int slurm_spank_task_init(spank_t spank, int, char**) {
   if (!g_enabled) return 0;
   uint32_t step = 0;
   if (spank_get_item(spank, S_JOB_STEPID, &step) != ESPANK_SUCCESS) return -1;
-  if (step != SLURM_BATCH_SCRIPT) {
-    slurm_info("gpuckpt: only a job's batch step is checkpointed; step %u runs as it is", step);
-    return 0;
-  }
+  const bool batch = step == SLURM_BATCH_SCRIPT;
+  if (!batch && step > SLURM_MAX_NORMAL_STEP_ID) return 0;  // extern, interactive
   int task_argc = 0;
   char** task_argv = nullptr;
   if (spank_get_item(spank, S_JOB_ARGV, &task_argc, &task_argv) != ESPANK_SUCCESS ||
@@ -125,7 +132,9 @@ extern "C" int slurm_spank_task_init(spank_t spank, int, char**) {
       spank_setenv(spank, "GPUCKPT_SLURM_MOUNT", g_mount.c_str(), 1) != ESPANK_SUCCESS ||
       spank_setenv(spank, "GPUCKPT_SLURM_SIGNAL", g_signal.c_str(), 1) != ESPANK_SUCCESS ||
       (!g_every.empty() &&
-       spank_setenv(spank, "GPUCKPT_SLURM_EVERY", g_every.c_str(), 1) != ESPANK_SUCCESS))
+       spank_setenv(spank, "GPUCKPT_SLURM_EVERY", g_every.c_str(), 1) != ESPANK_SUCCESS) ||
+      (!batch && spank_setenv(spank, "GPUCKPT_SLURM_STEP", std::to_string(step).c_str(), 1) !=
+                     ESPANK_SUCCESS))
     return -1;
   // The task execs task_argv[0]: Slurm's own array, its entry replaced for
   // the task's lifetime, which ends with that exec.
