@@ -11,6 +11,8 @@ with proctrack/cgroup) and a real mount, by an ordinary user:
   checkpointed and restored on its own, a finished step is not run again;
 - with --gpuckpt=INTERVAL, a job requeued without warning comes back from
   its last periodic checkpoint, losing at most an interval;
+- a job checkpointed through one daemon comes back through another on a
+  shared RADOS pool (tools/micro-ceph), as on another node;
 - a checkpoint that cannot be restored, and a node without the mount: the
   job starts anew and says why; a malformed --gpuckpt=INTERVAL is refused
   by sbatch.
@@ -31,6 +33,7 @@ import pytest
 
 from gpuckpt_testing import build
 from gpuckpt_testing.filetools import read_text
+from gpuckpt_testing.micro_ceph import MicroCeph
 from gpuckpt_testing.micro_slurm import MicroSlurm
 from gpuckpt_testing.mount import Mount, listdir_as, why_not_runnable
 from gpuckpt_testing.processes import wait_for
@@ -89,19 +92,25 @@ def program_lines(text):
             if not line.startswith("gpuckpt-slurm: ") and not line.startswith("slurmstepd")]
 
 
-@pytest.fixture
-def site(users):
-    """A mount, a work dir of user a's under an open directory, the
-    workload and its uninterrupted output there."""
-    a, _ = users
-    mount = Mount("gpuckpt-slurm.", all_processes=False)
+def make_work_dir(user):
+    """An open directory holding `user`'s work dir, the workload there."""
     open_dir = tempfile.mkdtemp(prefix="gpuckpt-slurm-", dir="/var/tmp")
     os.chmod(open_dir, 0o755)
     work = os.path.join(open_dir, "work")
     os.mkdir(work)
-    os.chown(work, a.uid, a.gid)
+    os.chown(work, user.uid, user.gid)
     with open(os.path.join(work, "workload.py"), "w") as f:
         f.write(WORKLOAD)
+    return open_dir, work
+
+
+@pytest.fixture
+def site(users):
+    """A mount, a work dir of user a's under an open directory, the
+    workload there."""
+    a, _ = users
+    mount = Mount("gpuckpt-slurm.", all_processes=False)
+    open_dir, work = make_work_dir(a)
     try:
         yield mount, open_dir, work
     finally:
@@ -276,6 +285,69 @@ def test_a_preempted_job_with_srun_steps_comes_back_step_by_step(site, users):
     assert not any(f"slurm-{job}" in i for i in mount.ids(a)), mount.ids(a)
     assert not [n for n in os.listdir(work) if n.startswith(f".gpuckpt-slurm-{job}")]
     assert not user_pids(a, "workload.py")
+
+
+def why_no_ceph():
+    missing = [d for d in ("ceph-mon", "ceph-osd", "ceph-mgr", "rados") if not shutil.which(d)]
+    if missing:
+        return f"no {', '.join(missing)} (Debian's Ceph packages; tools/setup installs them)"
+    return None
+
+
+@pytest.fixture
+def pooled_site(users, tmp_path):
+    """Two daemons on one RADOS pool of a one-node Ceph cluster, each with
+    a store and a mount of its own, as on two nodes; a work dir of user
+    a's, as `site`."""
+    if why_no_ceph():
+        pytest.skip(why_no_ceph())
+    a, _ = users
+    ceph = MicroCeph(str(tmp_path / "ceph"), pools=("gpuckpt",))
+    mounts = []
+    open_dir = None
+    try:
+        for name in ("first", "second"):
+            mounts.append(Mount(f"gpuckpt-slurm-{name}.", "--pool", "gpuckpt", "--ceph-conf",
+                                ceph.conf, all_processes=False))
+        open_dir, work = make_work_dir(a)
+        yield mounts, open_dir, work
+    finally:
+        for mount in reversed(mounts):
+            mount.close()
+        ceph.stop()
+        if open_dir is not None:
+            shutil.rmtree(open_dir, ignore_errors=True)
+
+
+def test_a_preempted_job_comes_back_on_another_node_through_a_shared_pool(pooled_site, users):
+    """The job is checkpointed through the first daemon; the node it comes
+    back on mounts the second (the plugstack.conf that the requeued job's
+    slurmstepd reads names it), which restores it from the pool. Its output
+    equals an uninterrupted run's, and its checkpoint, removed through the
+    second daemon, is gone from both."""
+    a, _ = users
+    (first, second), open_dir, work = pooled_site
+    steps = 60
+    expected = reference_output(a, work, steps)
+    with cluster(open_dir, first.mnt, grace_time=5) as slurm:
+        job, out = submit(slurm, a, work, "job", steps, "--gpuckpt", "--signal=B:USR1@5")
+        wait_output(out, r"^step 8 ", 60, "the job's 8th step")
+        preempt(slurm, work)
+        wait_output(out, r"^gpuckpt-slurm: job \d+ requeued", 60, "the checkpoint and requeue")
+        assert f"{a.uid}.slurm-{job}-1" in first.ids(a), first.ids(a)
+        plugstack(open_dir, second.mnt)
+        wait_output(out, r"^gpuckpt-slurm: restored job ", 120, "the job to come back")
+        # Restored through the second daemon, which tracks the restored tree.
+        root = re.search(r"^gpuckpt-slurm: restored job \d+ from checkpoint \S+ in [\d.]+ s "
+                         r"\(pid (\d+)\)", read_text(out), re.M).group(1)
+        assert root in os.listdir(second.mnt), os.listdir(second.mnt)
+        assert root not in os.listdir(first.mnt), os.listdir(first.mnt)
+        fields = job_ended(slurm, job)
+        assert fields["JobState"] == "COMPLETED" and fields["ExitCode"] == "0:0", fields
+    assert program_lines(read_text(out)) == expected
+    for mount in (first, second):
+        wait_for(lambda: not any(f"slurm-{job}-" in i for i in mount.ids(a)), 5,
+                 f"the job's checkpoint to be gone from {mount.mnt}")
 
 
 def test_a_job_requeued_without_warning_comes_back_from_its_periodic_checkpoint(site, users):
