@@ -708,9 +708,23 @@ Status CheckNothingMountedAt(const std::string& resolved_mountpoint) {
 
 namespace {
 
+// `value` as one value of a FUSE -o list: libfuse splits the list at
+// commas and takes a backslash as an escape.
+std::string FuseOptionValue(const std::string& value) {
+  std::string escaped;
+  for (char c : value) {
+    if (c == ',' || c == '\\') escaped += '\\';
+    escaped += c;
+  }
+  return escaped;
+}
+
 std::vector<std::string> FuseArguments(const MountOptions& options) {
-  std::vector<std::string> arg_strings = {"gpuckptfs", "-o",
-                                          "default_permissions,fsname=gpuckpt,subtype=gpuckpt"};
+  // The kernel shows the type as "fuse." and the subtype.
+  const std::string subtype = std::string(kGpuckptMountType).substr(std::strlen("fuse."));
+  std::vector<std::string> arg_strings = {
+      "gpuckptfs", "-o",
+      "default_permissions,subtype=" + subtype + ",fsname=" + FuseOptionValue(options.source)};
   if (options.allow_other) arg_strings.back() += ",allow_other";
   if (options.debug) arg_strings.push_back("-d");
   return arg_strings;

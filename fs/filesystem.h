@@ -29,6 +29,10 @@ struct MountOptions {
   // checks the modes we report (default_permissions). Default: true.
   bool allow_other = true;
   bool debug = false;
+  // The mount's source in the mount table (findmnt's SOURCE): the store's
+  // path, so that two daemons' mounts are told apart. Its type is always
+  // fuse.gpuckptfs (kGpuckptMountType).
+  std::string source = "gpuckptfs";
 };
 
 // kBusy, saying what is mounted, when a mount's mount point is exactly

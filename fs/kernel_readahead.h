@@ -17,7 +17,7 @@ namespace gpuckpt {
 
 // Sets the read-ahead of the FUSE mount at `resolved_mountpoint` (an
 // absolute path without symlinks, as /proc/self/mountinfo names it: resolve
-// it before mounting) of type `fstype` (e.g. "fuse.gpuckpt") to `kib`.
+// it before mounting) of type `fstype` (e.g. "fuse.gpuckptfs") to `kib`.
 // Finds the mount in /proc/self/mountinfo and touches no path inside it:
 // the mount's root must not be asked anything before its filesystem serves
 // requests. kNotFound when no such mount is there; kIOError or

@@ -15,14 +15,14 @@
 namespace gpuckpt {
 
 // The type of gpuckptfs's mounts in mountinfo ("fuse." and its subtype).
-inline constexpr char kGpuckptMountType[] = "fuse.gpuckpt";
+inline constexpr char kGpuckptMountType[] = "fuse.gpuckptfs";
 
 struct MountEntry {
   std::string device;      // "major:minor"
   std::string root;        // unescaped: the directory of the filesystem mounted here
   std::string mountpoint;  // unescaped: an absolute path without symlinks
   std::string options;     // this mount's own options, e.g. "rw,nosuid,relatime"
-  std::string type;        // e.g. "fuse.gpuckpt"
+  std::string type;        // e.g. "fuse.gpuckptfs"
   std::string source;      // unescaped
   // The filesystem's own options, e.g. "rw,memory" (a cgroup v1 hierarchy
   // names its controllers here).

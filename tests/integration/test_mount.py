@@ -1,6 +1,7 @@
 """gpuckptfs on a real FUSE mount of a store filled with the gpuckpt CLI: an
 imported tree is served under checkpoints/<id>/images/, byte for byte,
-read-only, with its manifest and with 8 MiB of kernel read-ahead; a second
+read-only, with its manifest and with 8 MiB of kernel read-ahead; the
+mount's type is fuse.gpuckptfs and its source the store's path; a second
 daemon (or the CLI) on the same store is refused; unmounting stops the
 daemon and frees the store.
 
@@ -109,6 +110,21 @@ def test_second_daemon_and_cli_on_a_store_in_use_are_refused(imported):
     r = cli(m.store, "gc")
     assert r.returncode != 0, "the CLI changed a store in use"
     assert "in use" in r.stdout + r.stderr, f"the CLI's message: {r.stdout}{r.stderr}"
+
+
+def test_the_mount_is_a_gpuckptfs_whose_source_is_its_store(imported, tmp_path):
+    """findmnt tells two daemons apart: the type is fuse.gpuckptfs, the
+    source the store's path (a comma and a space in it included)."""
+    m, _ = imported
+    other = Mount("gpuckpt-test_mount.", store=str(tmp_path / "st,ore x"))
+    try:
+        for mount in (m, other):
+            r = subprocess.run(["findmnt", "-n", "-o", "FSTYPE,SOURCE", "--mountpoint",
+                                mount.mnt], capture_output=True, text=True, check=True)
+            fstype, source = r.stdout.strip().split(" ", 1)
+            assert (fstype, source) == ("fuse.gpuckptfs", mount.store), r.stdout
+    finally:
+        other.close()
 
 
 def test_images_are_read_only(imported):

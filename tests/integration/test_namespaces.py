@@ -95,7 +95,7 @@ def test_unshare_namespaces_checkpoint_and_restore_through_the_mount(mount):
         assert namespace_pids(wl.pid) == [wl.pid, 1]
         wait_for(lambda: os.path.isdir(mount.path(str(wl.pid))), 10, "its directory")
         # Its mount namespace holds a copy of the daemon's FUSE mount.
-        assert any(line.split(" - ")[1].startswith("fuse.gpuckpt ")
+        assert any(line.split(" - ")[1].startswith("fuse.gpuckptfs ")
                    for line in read(f"/proc/{wl.pid}/mountinfo").splitlines())
         try:
             ctl(mount.path(str(wl.pid), "ctl"), "checkpoint --kill")
@@ -129,7 +129,7 @@ def test_unshare_namespaces_checkpoint_and_restore_through_the_mount(mount):
         assert r.stdout.strip() == HOSTNAME
         # The daemon's mount was left out: nothing of gpuckpt is mounted in
         # the new namespace.
-        assert not any(" fuse.gpuckpt " in line
+        assert not any(" fuse.gpuckptfs " in line
                        for line in read(f"/proc/{restored}/mountinfo").splitlines())
         assert verdict(restored, wl.result) == "PASS"
     finally:

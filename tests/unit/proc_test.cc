@@ -1172,7 +1172,7 @@ TEST(MountTableTest, RootsMountpointsAndEscapes) {
   TempDir tmp("gpuckpt-proc");
   WriteFile(tmp.Sub("mountinfo"),
             "48 47 254:0 / / rw,relatime - ext4 /dev/vda rw\n"
-            "70 48 0:41 / /tmp/a\\040b rw,nosuid shared:5 - fuse.gpuckpt gpuckpt rw\n"
+            "70 48 0:41 / /tmp/a\\040b rw,nosuid shared:5 - fuse.gpuckptfs /var/lib/gpuckpt rw\n"
             "90 48 254:0 /run/x/hosts /etc/hosts rw - ext4 /dev/vda rw\n"
             "garbage\n");
   auto mounts = ReadMountTable(tmp.Sub("mountinfo"));

@@ -429,6 +429,8 @@ void MakePathsAbsolute(Settings* settings) {
         &settings->gpu.cuda_checkpoint_dir}) {
     *path = Absolute(*path);
   }
+  // findmnt and /proc/self/mountinfo show the store as the mount's source.
+  settings->mount.source = settings->store_dir;
 }
 
 // The log is set up before the fork (it holds no threads), so that the
