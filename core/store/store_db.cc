@@ -273,6 +273,8 @@ Status CheckHoldsStoreOrMayCreateOne(const std::string& dir, const std::string& 
                                      bool create_if_missing) {
   struct stat db_st {};
   const bool has_db = stat(db_dir.c_str(), &db_st) == 0;
+  // Not a missing store: one this caller may not look into.
+  if (!has_db && errno != ENOENT && errno != ENOTDIR) return StatusFromErrno(errno, "store " + dir);
   if (!has_db) {
     if (!create_if_missing) return Status::NotFound("no gpuckpt store in " + dir);
     // Never scatter our files into somebody's unrelated directory.
@@ -651,6 +653,8 @@ Result<std::unique_ptr<StoreDb>> StoreDb::OpenReadOnly(const std::string& dir,
   struct stat st {};
   if (stat(dir.c_str(), &st) != 0) return StatusFromErrno(errno, "store " + dir);
   if (!S_ISDIR(st.st_mode)) return Status::InvalidArgument("store " + dir + " is not a directory");
+  if (stat(db_dir.c_str(), &st) != 0 && errno != ENOENT && errno != ENOTDIR)
+    return StatusFromErrno(errno, "store " + dir);  // not missing: not the caller's to read
   if (stat(db_dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
     return Status::NotFound("no gpuckpt store in " + dir);
   }

@@ -1,7 +1,9 @@
 """The store command beside a running gpuckptfs (README.md, "The store
 from the command line"): `gpuckpt ls`, `stats`, `export` and `fsck` read the store while
 the daemon holds it, see what it committed and change nothing; `rm`, `gc`
-and `import` are still refused, naming the daemon.
+and `import` are still refused, naming the daemon and saying how to do
+the same through its mount; an ordinary user is told that the store is
+root's and where their own checkpoints are.
 
 Run by ctest under wl_reaper:
     wl_reaper python3 -m pytest tests/integration/test_live_store.py
@@ -16,6 +18,7 @@ import tempfile
 
 import pytest
 
+from gpuckpt_testing import build
 from gpuckpt_testing.filetools import read, tree_differences
 from gpuckpt_testing.mount import cli, ctl, why_not_runnable
 from gpuckpt_testing.processes import wait_for
@@ -54,11 +57,18 @@ def test_read_commands_work_beside_the_daemon_and_writes_are_refused(mount):
     assert tree_differences(os.path.join(dest, "images"),
                             mount.path("checkpoints", ckpt_id, "images")) == []
 
-    # What would change the store is still the daemon's alone.
+    # What would change the store is still the daemon's alone; the refusal
+    # says how to do it through the daemon's mount, in words (no internal
+    # status names).
+    through = {"rm": f"rm -r {mount.mnt}/checkpoints/{ckpt_id}",
+               "gc": f"echo gc > {mount.mnt}/ctl",
+               "import": f"echo 'import {out}' > {mount.mnt}/ctl"}
     for args in (["rm", ckpt_id], ["gc"], ["import", out, "--name", "x"]):
         r = cli(mount.store, *args)
         assert r.returncode == 1, (args, r.stdout, r.stderr)
         assert f"in use by process {daemon_pid}" in r.stderr, (args, r.stderr)
+        assert through[args[0]] in r.stderr, (args, r.stderr)
+        assert "Busy:" not in r.stderr, (args, r.stderr)
 
     # The daemon went on serving: a second checkpoint, then the reader sees it.
     ctl(mount.path(str(wl.pid), "ctl"), "checkpoint")
@@ -66,3 +76,14 @@ def test_read_commands_work_beside_the_daemon_and_writes_are_refused(mount):
     assert r.returncode == 0, r.stderr
     assert {f"{wl.pid}-1", f"{wl.pid}-2"} <= {s["id"] for s in json.loads(r.stdout)}
     assert wl.verdict() == "PASS"
+
+
+def test_an_ordinary_user_is_told_the_store_is_roots_and_where_their_checkpoints_are(mount,
+                                                                                      users):
+    user, _ = users
+    for args in (["ls"], ["stats", "--json"]):
+        r = user.run([build.GPUCKPT_CLI, "--store", mount.store, *args])
+        assert r.returncode == 1, (args, r.stdout, r.stderr)
+        assert "Permission denied" in r.stderr, (args, r.stderr)
+        assert "NotFound" not in r.stderr and "no gpuckpt store" not in r.stderr, r.stderr
+        assert f"ls {mount.mnt}/checkpoints" in r.stderr, (args, r.stderr)

@@ -54,7 +54,7 @@ def help_options(text):
     for line in help_sections(text).get("options", []):
         m = re.match(r"^\s+(-\S+)", line)
         if m:
-            # "-h,--help", "--store", "--no-page-aware{false}"
+            # "-h,--help", "--store", "--no-page-aware"
             for name in m.group(1).split(","):
                 options.add(re.match(r"-[-\w]*", name).group(0))
     assert options, f"no options found in:\n{text}"
@@ -131,6 +131,19 @@ def manual_headings():
                 headings.append((len(m.group(1)), m.group(2)))
     assert headings, f"{MANUAL} has no ## headings"
     return headings
+
+
+SUBCOMMANDS = ("import", "export", "ls", "rm", "gc", "fsck", "stats")
+
+
+def test_help_says_types_and_defaults_without_the_parsers_own_notation():
+    """No validator's inner text ("INT:INT in [-100 - 22]", "ENUM:value in
+    {...}") and no flag's stored value ("--no-page-aware{false}")."""
+    texts = [run([GPUCKPTFS, "--help"]).stdout, run([GPUCKPT, "--help"]).stdout]
+    texts += [run([GPUCKPT, sub, "--help"]).stdout for sub in SUBCOMMANDS]
+    for text in texts:
+        for line in help_sections(text).get("options", []):
+            assert not re.search(r"\{|\}|:[A-Z]+\b| in \[|->", line), line
 
 
 def test_gpuckptfs_page_holds_the_manual():

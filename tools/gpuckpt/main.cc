@@ -8,11 +8,15 @@
 //
 // Exit status: 0 success; 1 the operation failed (one line on stderr);
 // 2 bad usage; 3 fsck found problems (listed on stdout).
+#include <limits.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
+#include <stdlib.h>
+#include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <cstring>
 #include <iostream>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -20,8 +24,10 @@
 #include <vector>
 
 #include "core/base/time_text.h"
+#include "core/proc/mount_table.h"
 #include "gpuckpt/store.h"
 #include "gpuckpt/version.h"
+#include "tools/common/help_format.h"
 #include "tools/common/pool_options.h"
 #include "tools/gpuckpt/progress.h"
 
@@ -33,8 +39,34 @@ using nlohmann::json;
 constexpr int kExitFailure = 1;
 constexpr int kExitFsckProblems = 3;
 
-int Fail(const Status& s) {
-  std::fprintf(stderr, "gpuckpt: %s\n", s.ToString().c_str());
+// Whether errno's text says what an error of `code` is.
+bool HasErrnoWords(StatusCode code) {
+  switch (code) {
+    case StatusCode::kInvalidArgument:
+    case StatusCode::kNotFound:
+    case StatusCode::kAlreadyExists:
+    case StatusCode::kPermissionDenied:
+    case StatusCode::kBusy:
+    case StatusCode::kIOError:
+    case StatusCode::kNoSpace:
+    case StatusCode::kNoSuchProcess:
+    case StatusCode::kNoMemory:
+    case StatusCode::kTimedOut:
+      return true;
+    default:  // a damaged store, an unreachable pool: the message says it
+      return false;
+  }
+}
+
+// One line in words: the message, and what the error is as errno's text
+// says it ("Permission denied") where that fits and the message does not
+// say it already; then `hint`, if any.
+int Fail(const Status& s, const std::string& hint = "") {
+  std::string line = s.message();
+  const std::string words = std::strerror(ErrnoFromStatus(s));
+  if (HasErrnoWords(s.code()) && line.find(words) == std::string::npos) line += ": " + words;
+  std::fprintf(stderr, "gpuckpt: %s\n", line.c_str());
+  if (!hint.empty()) std::fprintf(stderr, "gpuckpt: %s\n", hint.c_str());
   return kExitFailure;
 }
 
@@ -134,7 +166,8 @@ struct Commands {
 
 void DeclareGlobalOptions(CLI::App& app, Globals* g) {
   app.add_option("--store", g->store_dir, "Store directory")->capture_default_str();
-  app.add_option("--zstd-level", g->zstd_level, "zstd level for new chunks (negative: fast modes)")
+  app.add_option("--zstd-level", g->zstd_level,
+                 "zstd level for new chunks, -100 to 22 (negative: fast modes)")
       ->capture_default_str()
       ->check(CLI::Range(-100, 22));
   app.add_option("--threads", g->threads, "Worker threads (0: one per CPU)")->capture_default_str();
@@ -348,6 +381,29 @@ int RunCommand(const Commands& c, Store& store, const CommandArgs& args) {
   return 2;
 }
 
+// The mount point of the gpuckptfs serving `store_dir` (its mount's
+// source), or a placeholder saying what to look for.
+std::string MountOf(const std::string& store_dir) {
+  char resolved[PATH_MAX];
+  const std::string store = realpath(store_dir.c_str(), resolved) != nullptr ? resolved : store_dir;
+  if (auto mounts = ReadMountTable(); mounts.ok())
+    for (const MountEntry& m : *mounts)
+      if (m.type == kGpuckptMountType && m.source == store) return m.mountpoint;
+  return "MOUNTPOINT";
+}
+
+// How to do `command` through the mount of the gpuckptfs that holds the
+// store; "" for a command that has no such way.
+std::string ThroughTheMount(const Commands& c, const Globals& g, const CommandArgs& args) {
+  const std::string mount = MountOf(g.store_dir);
+  if (c.rm->parsed())
+    return "remove it through the mount: rm -r " + mount + "/checkpoints/" + args.id;
+  if (c.gc->parsed()) return "collect through the mount: echo gc > " + mount + "/ctl";
+  if (c.import->parsed())
+    return "import through the mount: echo 'import " + args.src + "' > " + mount + "/ctl";
+  return "";
+}
+
 int Main(int argc, char** argv) {
   // What the store logs (its shared pool's pushes, fetches and drops) is
   // the daemon's business; here stdout carries the command's output (ls
@@ -356,6 +412,7 @@ int Main(int argc, char** argv) {
   log->set_level(spdlog::level::warn);
   spdlog::set_default_logger(std::move(log));
   CLI::App app{"gpuckpt: the deduplicated checkpoint store of gpuckptfs"};
+  app.formatter(PlainHelpFormatter());
   app.set_version_flag("--version", "gpuckpt " GPUCKPT_VERSION_STRING);
   app.require_subcommand(1);
   Globals g;
@@ -386,10 +443,16 @@ int Main(int argc, char** argv) {
       store_or = std::move(writable);
   }
   if (!store_or.ok()) {
-    if (commands.fsck->parsed() && store_or.status().code() == StatusCode::kCorruption) {
-      return ReportUnopenableStore(store_or.status());
+    const Status& why = store_or.status();
+    if (commands.fsck->parsed() && why.code() == StatusCode::kCorruption) {
+      return ReportUnopenableStore(why);
     }
-    return Fail(store_or.status());
+    // Held by a gpuckptfs: the same is done through its mount.
+    if (why.code() == StatusCode::kBusy) return Fail(why, ThroughTheMount(commands, g, args));
+    if (why.code() == StatusCode::kPermissionDenied && geteuid() != 0)
+      return Fail(why, "the store is root's; your own checkpoints are in the mount: ls " +
+                           MountOf(g.store_dir) + "/checkpoints");
+    return Fail(why);
   }
   return RunCommand(commands, **store_or, args);
 }

@@ -35,6 +35,7 @@
 #include "gpuckpt/gpu_backend.h"
 #include "gpuckpt/store.h"
 #include "gpuckpt/version.h"
+#include "tools/common/help_format.h"
 #include "tools/common/pool_options.h"
 
 namespace gpuckpt {
@@ -549,6 +550,7 @@ int Fail(const Status& s) {
 
 int Main(int argc, char** argv) {
   CLI::App app{"gpuckptfs: checkpoints of processes as files"};
+  app.formatter(PlainHelpFormatter());
   app.set_version_flag("--version", "gpuckptfs " GPUCKPT_VERSION_STRING);
   Settings settings;
   DeclareDaemonOptions(app, &settings);
