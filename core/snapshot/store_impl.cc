@@ -12,6 +12,7 @@
 #include "core/snapshot/file_reader_impl.h"
 #include "core/snapshot/snapshot_writer_impl.h"
 #include "core/store/chunk_codec.h"
+#include "core/store/format.h"
 
 namespace gpuckpt {
 namespace {
@@ -533,6 +534,10 @@ Result<StoreStats> StoreImpl::Stats() {
         return Status::Ok();
       }));
   stats.disk_bytes = DiskUsage(dir());
+  struct stat reserve {};
+  if (lstat((dir() + "/" + format::kReserveFileName).c_str(), &reserve) == 0 &&
+      S_ISREG(reserve.st_mode))
+    stats.reserve_bytes = static_cast<uint64_t>(reserve.st_blocks) * 512;
   GPUCKPT_ASSIGN_OR_RETURN(stats.spooled_bytes, spool_->Bytes());
   return stats;
 }

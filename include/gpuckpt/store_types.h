@@ -311,6 +311,9 @@ struct StoreStats {
   uint64_t unique_bytes = 0;   // raw bytes of those chunks
   uint64_t stored_bytes = 0;   // their compressed size
   uint64_t disk_bytes = 0;     // what the store directory takes on disk
+  // Of disk_bytes, the reserve: space held back so that rm and gc work on
+  // a full disk (0 while given up).
+  uint64_t reserve_bytes = 0;
   // Bytes of spooled files not yet chunked (in disk_bytes, not in the
   // chunks' counts); 0 once everything is settled.
   uint64_t spooled_bytes = 0;

@@ -315,6 +315,10 @@ TEST_F(DiskFullTest, TheStoreResumesByItselfOnceSpaceIsBack) {
   struct stat st {};
   EXPECT_EQ(stat((store_dir_ + "/" + format::kReserveFileName).c_str(), &st), 0);
   EXPECT_GE(static_cast<uint64_t>(st.st_blocks) * 512, format::kReserveMinBytes);
+  // stats says how much of the store's disk use it is.
+  ASSERT_OK_AND_ASSIGN(StoreStats stats, store_->Stats());
+  EXPECT_EQ(stats.reserve_bytes, static_cast<uint64_t>(st.st_blocks) * 512);
+  EXPECT_LE(stats.reserve_bytes, stats.disk_bytes);
   // And it all survives a reopen.
   store_.reset();
   store_ = OpenStore(store_dir_);

@@ -352,7 +352,7 @@ int RunStats(Store& store, const CommandArgs& args) {
     json out = {{"snapshot_count", r->snapshot_count}, {"logical_bytes", r->logical_bytes},
                 {"chunk_count", r->chunk_count},       {"unique_bytes", r->unique_bytes},
                 {"stored_bytes", r->stored_bytes},     {"disk_bytes", r->disk_bytes},
-                {"spooled_bytes", r->spooled_bytes}};
+                {"reserve_bytes", r->reserve_bytes},   {"spooled_bytes", r->spooled_bytes}};
     std::cout << out.dump(2) << "\n";
   } else {
     std::printf("snapshots     %llu\n", static_cast<unsigned long long>(r->snapshot_count));
@@ -361,6 +361,9 @@ int RunStats(Store& store, const CommandArgs& args) {
     std::printf("unique        %s\n", HumanBytes(r->unique_bytes).c_str());
     std::printf("stored        %s\n", HumanBytes(r->stored_bytes).c_str());
     std::printf("on disk       %s\n", HumanBytes(r->disk_bytes).c_str());
+    // Counted in "on disk": what an empty store takes is mostly this.
+    std::printf("reserve       %s (of on disk: kept free so that rm and gc work on a full disk)\n",
+                HumanBytes(r->reserve_bytes).c_str());
     if (r->spooled_bytes != 0) {
       // Durable raw, not yet chunked: counted in "on disk" only.
       std::printf("spooled       %s (not yet deduplicated and compressed)\n",
