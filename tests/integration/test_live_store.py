@@ -2,8 +2,8 @@
 from the command line"): `gpuckpt ls`, `stats`, `export` and `fsck` read the store while
 the daemon holds it, see what it committed and change nothing; `rm`, `gc`
 and `import` are still refused, naming the daemon and saying how to do
-the same through its mount; an ordinary user is told that the store is
-root's and where their own checkpoints are.
+the same through its mount; an ordinary user's `ls` and `stats` show
+their own checkpoints, as the mount does, and root's `ls` names owners.
 
 Run by ctest under wl_reaper:
     wl_reaper python3 -m pytest tests/integration/test_live_store.py
@@ -78,12 +78,44 @@ def test_read_commands_work_beside_the_daemon_and_writes_are_refused(mount):
     assert wl.verdict() == "PASS"
 
 
-def test_an_ordinary_user_is_told_the_store_is_roots_and_where_their_checkpoints_are(mount,
-                                                                                      users):
-    user, _ = users
-    for args in (["ls"], ["stats", "--json"]):
-        r = user.run([build.GPUCKPT_CLI, "--store", mount.store, *args])
-        assert r.returncode == 1, (args, r.stdout, r.stderr)
-        assert "Permission denied" in r.stderr, (args, r.stderr)
-        assert "NotFound" not in r.stderr and "no gpuckpt store" not in r.stderr, r.stderr
-        assert f"ls {mount.mnt}/checkpoints" in r.stderr, (args, r.stderr)
+def test_an_ordinary_users_ls_and_stats_show_what_the_mount_shows_them(mount, users):
+    """The store is root's: a user's ls and stats read their own
+    checkpoints through the mount (found by its source, the store), exactly
+    as it lists them; root's ls has an OWNER column; what only root may do
+    (export) is refused in words, saying where the user's checkpoints are."""
+    user, other = users
+    theirs = mount.start("wl_memory", "--mib", "8", user=user)
+    mine = mount.start("wl_memory", "--mib", "8")
+    their_id = mount.checkpoint(theirs.pid, user=user)
+    mount.checkpoint(mine.pid)
+    mount.checkpoint(mount.start("wl_memory", "--mib", "8", user=other).pid, user=other)
+
+    def as_user(*args):
+        return user.run([build.GPUCKPT_CLI, "--store", mount.store, *args])
+
+    r = as_user("ls", "--json")
+    assert r.returncode == 0, r.stderr
+    listed = json.loads(r.stdout)
+    assert sorted(e["id"] for e in listed) == sorted(mount.ids(user)) == [their_id], listed
+    manifest = json.loads(read(mount.path("checkpoints", their_id, "manifest.json")))
+    assert listed[0] == manifest
+    r = as_user("ls")
+    assert r.returncode == 0 and their_id in r.stdout and "OWNER" not in r.stdout, r.stdout
+    r = as_user("stats", "--json")
+    assert r.returncode == 0, r.stderr
+    stats = json.loads(r.stdout)
+    assert stats["snapshot_count"] == 1, stats
+    assert stats["logical_bytes"] == manifest["logical_bytes"], stats
+    # Root's listing names each checkpoint's owner.
+    r = cli(mount.store, "ls")
+    assert r.returncode == 0, r.stderr
+    header, *rows = r.stdout.splitlines()
+    assert "OWNER" in header, header
+    row = next(line for line in rows if line.startswith(their_id + " "))
+    assert row.split()[1] == user.name, row
+
+    r = as_user("export", their_id, "/tmp/nowhere")
+    assert r.returncode == 1, (r.stdout, r.stderr)
+    assert "Permission denied" in r.stderr, r.stderr
+    assert "NotFound" not in r.stderr and "no gpuckpt store" not in r.stderr, r.stderr
+    assert f"ls {mount.mnt}/checkpoints" in r.stderr, r.stderr

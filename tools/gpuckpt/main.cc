@@ -9,6 +9,7 @@
 // Exit status: 0 success; 1 the operation failed (one line on stderr);
 // 2 bad usage; 3 fsck found problems (listed on stdout).
 #include <limits.h>
+#include <pwd.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 #include <stdlib.h>
@@ -20,6 +21,7 @@
 #include <iostream>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -29,6 +31,7 @@
 #include "gpuckpt/version.h"
 #include "tools/common/help_format.h"
 #include "tools/common/pool_options.h"
+#include "tools/gpuckpt/mount_listing.h"
 #include "tools/gpuckpt/progress.h"
 
 namespace gpuckpt {
@@ -120,6 +123,7 @@ struct Globals {
   bool page_aware = true;
   bool no_sync = false;
   PoolCommandLine pool;
+  std::string mount;  // "": the mount serving store_dir (MountOf)
 };
 
 // How a command opens the store.
@@ -179,6 +183,10 @@ void DeclareGlobalOptions(CLI::App& app, Globals* g) {
                  "MIN,AVG,MAX bytes of chunks of page images (default 4K,16K,64K)")
       ->delimiter(',')
       ->expected(3);
+  app.add_option("--mount", g->mount,
+                 "The gpuckptfs mount that an ordinary user's ls and stats read (their own "
+                 "checkpoints; the store is root's). Default: the mount serving --store")
+      ->type_name("DIR");
   app.add_flag("!--no-page-aware", g->page_aware,
                "Chunk page images (pages-*.img) like ordinary files, not at page boundaries");
   DeclarePoolOptions(app,
@@ -251,25 +259,89 @@ int RunExport(Store& store, const CommandArgs& args) {
   return 0;
 }
 
+// The owner's name (or uid) of a listed checkpoint: its manifest's
+// extra.owner, root's where it names none (a plain import).
+std::string OwnerName(const json& entry) {
+  uint32_t uid = 0;
+  const json* extra = entry.contains("extra") ? &entry["extra"] : nullptr;
+  if (extra != nullptr && extra->is_object() && extra->contains("owner") &&
+      (*extra)["owner"].is_object() && (*extra)["owner"].value("uid", json()).is_number_unsigned())
+    uid = (*extra)["owner"]["uid"].get<uint32_t>();
+  passwd entry_buffer{};
+  passwd* found = nullptr;
+  char buffer[4096];
+  if (getpwuid_r(uid, &entry_buffer, buffer, sizeof buffer, &found) == 0 && found != nullptr)
+    return found->pw_name;
+  return std::to_string(uid);
+}
+
+// `ls`'s table, or its JSON, of `entries` (each as InfoToJson or a
+// mount's manifest.json): with a WHERE column for a store with a pool, an
+// OWNER column for root.
+void PrintListing(const std::vector<json>& entries, bool with_pool, bool with_owner, bool as_json) {
+  if (as_json) {
+    std::cout << json(entries).dump(2) << "\n";
+    return;
+  }
+  // Optional columns have a width of 0, which prints nothing.
+  const int where_width = with_pool ? 7 : 0;
+  const int owner_width = with_owner ? 10 : 0;
+  std::printf("%-24s %-*s%-19s %10s %10s %10s  %-*s%s\n", "ID", owner_width,
+              with_owner ? "OWNER" : "", "CREATED", "LOGICAL", "NEW", "STORED", where_width,
+              with_pool ? "WHERE" : "", "SOURCE");
+  for (const json& e : entries) {
+    const auto created = ParseRfc3339Utc(e.value("created", std::string()));
+    std::printf("%-24s %-*s%-19s %10s %10s %10s  %-*s%s\n", e.value("id", std::string()).c_str(),
+                owner_width, with_owner ? (OwnerName(e) + " ").c_str() : "",
+                created ? FormatTime(*created).c_str() : "?",
+                HumanBytes(e.value("logical_bytes", uint64_t{0})).c_str(),
+                HumanBytes(e.value("new_bytes", uint64_t{0})).c_str(),
+                HumanBytes(e.value("stored_bytes", uint64_t{0})).c_str(), where_width,
+                e.value("where", std::string()).c_str(), e.value("source", std::string()).c_str());
+  }
+}
+
 int RunList(Store& store, const CommandArgs& args) {
   auto list = store.List();
   if (!list.ok()) return Fail(list.status());
   const bool with_pool = store.pool_stats().has_value();
+  std::vector<json> entries;
+  for (const auto& i : *list) entries.push_back(InfoToJson(i, with_pool));
+  PrintListing(entries, with_pool, /*with_owner=*/true, args.as_json);
+  return 0;
+}
+
+// An ordinary user's ls and stats: their own checkpoints, as `mount` shows
+// them.
+int RunListOfMount(const std::string& mount, const CommandArgs& args) {
+  auto entries = CheckpointsInMount(mount);
+  if (!entries.ok()) return Fail(entries.status());
+  PrintListing(*entries, /*with_pool=*/false, /*with_owner=*/false, args.as_json);
+  return 0;
+}
+
+int RunStatsOfMount(const std::string& mount, const CommandArgs& args) {
+  auto entries = CheckpointsInMount(mount);
+  if (!entries.ok()) return Fail(entries.status());
+  uint64_t logical = 0, added = 0, stored = 0;
+  for (const json& e : *entries) {
+    logical += e.value("logical_bytes", uint64_t{0});
+    added += e.value("new_bytes", uint64_t{0});
+    stored += e.value("stored_bytes", uint64_t{0});
+  }
   if (args.as_json) {
-    json out = json::array();
-    for (const auto& i : *list) out.push_back(InfoToJson(i, with_pool));
-    std::cout << out.dump(2) << "\n";
+    std::cout << json{{"snapshot_count", entries->size()},
+                      {"logical_bytes", logical},
+                      {"new_bytes", added},
+                      {"stored_bytes", stored}}
+                     .dump(2)
+              << "\n";
   } else {
-    // The WHERE column only with a pool (a width of 0 prints nothing).
-    const int where_width = with_pool ? 7 : 0;
-    std::printf("%-24s %-19s %10s %10s %10s  %-*s%s\n", "ID", "CREATED", "LOGICAL", "NEW", "STORED",
-                where_width, with_pool ? "WHERE" : "", "SOURCE");
-    for (const auto& i : *list) {
-      std::printf("%-24s %-19s %10s %10s %10s  %-*s%s\n", i.id.c_str(),
-                  FormatTime(i.created_ns).c_str(), HumanBytes(i.logical_bytes).c_str(),
-                  HumanBytes(i.new_bytes).c_str(), HumanBytes(i.stored_bytes).c_str(), where_width,
-                  with_pool ? PoolPlace(i) : "", i.source.c_str());
-    }
+    std::printf("snapshots     %zu (yours, as %s shows them)\n", entries->size(), mount.c_str());
+    std::printf("logical       %s\n", HumanBytes(logical).c_str());
+    std::printf("new           %s (what they added to the store when made)\n",
+                HumanBytes(added).c_str());
+    std::printf("stored        %s (that, compressed)\n", HumanBytes(stored).c_str());
   }
   return 0;
 }
@@ -385,20 +457,25 @@ int RunCommand(const Commands& c, Store& store, const CommandArgs& args) {
 }
 
 // The mount point of the gpuckptfs serving `store_dir` (its mount's
-// source), or a placeholder saying what to look for.
-std::string MountOf(const std::string& store_dir) {
+// source); nullopt where none does.
+std::optional<std::string> MountOf(const std::string& store_dir) {
   char resolved[PATH_MAX];
   const std::string store = realpath(store_dir.c_str(), resolved) != nullptr ? resolved : store_dir;
   if (auto mounts = ReadMountTable(); mounts.ok())
     for (const MountEntry& m : *mounts)
       if (m.type == kGpuckptMountType && m.source == store) return m.mountpoint;
-  return "MOUNTPOINT";
+  return std::nullopt;
+}
+
+// MountOf, or what to look for, to be shown in a hint.
+std::string MountOrPlaceholder(const std::string& store_dir) {
+  return MountOf(store_dir).value_or("MOUNTPOINT");
 }
 
 // How to do `command` through the mount of the gpuckptfs that holds the
 // store; "" for a command that has no such way.
 std::string ThroughTheMount(const Commands& c, const Globals& g, const CommandArgs& args) {
-  const std::string mount = MountOf(g.store_dir);
+  const std::string mount = MountOrPlaceholder(g.store_dir);
   if (c.rm->parsed())
     return "remove it through the mount: rm -r " + mount + "/checkpoints/" + args.id;
   if (c.gc->parsed()) return "collect through the mount: echo gc > " + mount + "/ctl";
@@ -431,6 +508,17 @@ int Main(int argc, char** argv) {
     return rc == 0 ? 0 : 2;
   }
 
+  // The store is root's: an ordinary user lists their own checkpoints
+  // through the mount, as it shows them to them.
+  if (geteuid() != 0 && (commands.ls->parsed() || commands.stats->parsed())) {
+    std::optional<std::string> mount = g.mount;
+    if (g.mount.empty()) mount = MountOf(g.store_dir);
+    if (!mount)
+      return Fail(Status::NotFound("no gpuckptfs mount serves the store " + g.store_dir),
+                  "your checkpoints are listed through the mount: name it with --mount DIR");
+    if (commands.ls->parsed()) return RunListOfMount(*mount, args);
+    return RunStatsOfMount(*mount, args);
+  }
   // Only import creates a store; everything else on a missing store is an
   // error, not a new empty store. What only reads works while gpuckptfs
   // holds the store.
@@ -454,7 +542,7 @@ int Main(int argc, char** argv) {
     if (why.code() == StatusCode::kBusy) return Fail(why, ThroughTheMount(commands, g, args));
     if (why.code() == StatusCode::kPermissionDenied && geteuid() != 0)
       return Fail(why, "the store is root's; your own checkpoints are in the mount: ls " +
-                           MountOf(g.store_dir) + "/checkpoints");
+                           MountOrPlaceholder(g.store_dir) + "/checkpoints");
     return Fail(why);
   }
   return RunCommand(commands, **store_or, args);
