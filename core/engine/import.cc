@@ -266,9 +266,10 @@ Result<EngineImpl::ImportSource> EngineImpl::AttributeImport(int top_fd, uint32_
     return source;
   }
   if (!caller.is_root()) {
+    // Someone else's checkpoint is absent to a user, as in the mount's
+    // listings (ENOENT), whoever's it is.
     if (file_uid != caller.uid)
-      return Status::PermissionDenied(source.shown + " belongs to uid " + std::to_string(file_uid) +
-                                      ", not to uid " + std::to_string(caller.uid));
+      return Status::NotFound("no checkpoint of yours at " + source.shown);
     return source;
   }
   // Root's import of files root does not own is their owner's checkpoint;

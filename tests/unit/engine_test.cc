@@ -958,6 +958,19 @@ TEST_F(EngineTest, RestoreRejectsBadPaths) {
   EXPECT_TRUE(SnapshotIds().empty());
 }
 
+// Another user's copy is absent to a user (ENOENT), as another user's
+// checkpoints are in the mount, without naming its owner.
+TEST_F(EngineTest, AnotherUsersCopyIsAbsentToAUser) {
+  const std::string dir = tmp_.Sub("roots");
+  MakeDirs(dir, 0755);
+  WriteFile(dir + "/pstree.img", "root's", 0644);
+  for (const Status& s : {Ctl("import " + dir, Nobody()), Restore(dir, Nobody())}) {
+    EXPECT_CODE(s, StatusCode::kNotFound);
+    EXPECT_EQ(s.message().find("uid"), std::string::npos) << s.message();
+  }
+  EXPECT_TRUE(SnapshotIds().empty());
+}
+
 TEST_F(EngineTest, ImportReadsOnlyTheCallersFiles) {
   const std::string dir = tmp_.Sub("theirs");
   MakeDirs(dir, 0755);
