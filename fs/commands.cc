@@ -1,9 +1,12 @@
 #include "fs/commands.h"
 
+#include <fmt/format.h>
+
 #include <CLI/CLI.hpp>
 #include <string_view>
 #include <vector>
 
+#include "core/base/display_text.h"
 #include "core/base/log.h"
 #include "fs/duration_option.h"
 
@@ -186,7 +189,9 @@ Status ProcessCommand(Engine& engine, int pid, const std::string& line, const Ca
   return engine.Checkpoint(*request).status();
 }
 
-Status GlobalCommand(Engine& engine, const std::string& line, const Caller& caller) {
+// Runs a `ctl` command; what it did, in a line, for `cat ctl`.
+Result<std::string> RunGlobalCommand(Engine& engine, const std::string& line,
+                                     const Caller& caller) {
   GPUCKPT_ASSIGN_OR_RETURN(auto words, Words(line));
   const std::string verb = words.empty() ? "" : words[0];
   if (verb == "track" && words.size() == 2) {
@@ -194,21 +199,41 @@ Status GlobalCommand(Engine& engine, const std::string& line, const Caller& call
     const long pid = std::strtol(words[1].c_str(), &end, 10);
     if (*end != '\0' || pid <= 0 || pid > (1 << 22))
       return Status::InvalidArgument("track: '" + words[1] + "' is not a pid");
-    return engine.Track(static_cast<int>(pid), caller);
+    GPUCKPT_RETURN_IF_ERROR(engine.Track(static_cast<int>(pid), caller));
+    return fmt::format("ok, {}/ is listed", pid);
   }
   if (verb == "import" && (words.size() == 2 || words.size() == 3)) {
-    return engine.Import(words[1], words.size() == 3 ? words[2] : "", caller).status();
+    GPUCKPT_ASSIGN_OR_RETURN(SnapshotInfo made,
+                             engine.Import(words[1], words.size() == 3 ? words[2] : "", caller));
+    return fmt::format("ok, checkpoint {} ({:.1f} MB logical, {:.1f} MB new)", made.id,
+                       made.logical_bytes / 1e6, made.new_bytes / 1e6);
   }
-  if (verb == "gc" && words.size() == 1) return engine.Gc(caller).status();
+  if (verb == "gc" && words.size() == 1) {
+    GPUCKPT_ASSIGN_OR_RETURN(GcReport report, engine.Gc(caller));
+    return fmt::format("freed {:.1f} MB in {} chunks", report.bytes_deleted / 1e6,
+                       report.chunks_deleted);
+  }
   return Status::InvalidArgument("unknown command '" + line +
                                  "': expected track PID | import PATH [NAME] | gc");
+}
+
+// The line `cat ctl` shows for `line` and how it ended.
+std::string CtlResultLine(const std::string& line, const Status& status, const std::string& did) {
+  return DisplayText(line) + ": " + (status.ok() ? did : "error: " + status.message());
+}
+
+Status GlobalCommand(Engine& engine, const std::string& line, const Caller& caller) {
+  Result<std::string> did = RunGlobalCommand(engine, line, caller);
+  engine.SetLastResult(ResultFile::kCtl, caller.uid,
+                       CtlResultLine(line, did.status(), did.ok() ? *did : ""));
+  return did.status();
 }
 
 // `PATH` alone is taken as it is (spaces and all); `PATH --option ...` is
 // split like a command line, so a path with spaces is then quoted.
 Status RestoreCommand(Engine& engine, const std::string& line, const Caller& caller) {
   auto refuse = [&](Status s) {
-    engine.SetRestoreResult(caller.uid, "error: " + s.message());
+    engine.SetLastResult(ResultFile::kRestore, caller.uid, "error: " + s.message());
     return s;
   };
   if (line.empty() || line.size() > kMaxCommand || line.find('\0') != std::string::npos)
@@ -256,7 +281,10 @@ void RecordRefusedCommand(Engine& engine, NodeKind file, int pid, const Status& 
       engine.RecordFailure(pid, "command", refusal, caller);
       return;
     case NodeKind::kRestore:
-      engine.SetRestoreResult(caller.uid, "error: " + refusal.message());
+      engine.SetLastResult(ResultFile::kRestore, caller.uid, "error: " + refusal.message());
+      break;
+    case NodeKind::kCtl:
+      engine.SetLastResult(ResultFile::kCtl, caller.uid, "error: " + refusal.message());
       break;
     default:
       break;

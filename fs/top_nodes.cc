@@ -129,11 +129,12 @@ class ReadmeNode : public NodeHandler {
 class CtlNode : public NodeHandler {
  public:
   using NodeHandler::NodeHandler;
-  Result<struct stat> Attributes(const NodeId&, const Caller&) override {
-    return TimedFileStat(0666, 0, context_.engine->started_ns());
+  Result<struct stat> Attributes(const NodeId&, const Caller& caller) override {
+    return TimedFileStat(0666, 0, context_.engine->LastResultTime(ResultFile::kCtl, caller.uid));
   }
-  Result<std::string> Content(const NodeId&, const Caller&) override {
-    return std::string(kCtlHelp);
+  // The caller's own last command and how it ended, then the commands.
+  Result<std::string> Content(const NodeId&, const Caller& caller) override {
+    return "last: " + context_.engine->LastResult(ResultFile::kCtl, caller.uid) + kCtlHelp;
   }
 };
 
@@ -141,10 +142,11 @@ class RestoreNode : public NodeHandler {
  public:
   using NodeHandler::NodeHandler;
   Result<struct stat> Attributes(const NodeId&, const Caller& caller) override {
-    return TimedFileStat(0666, 0, context_.engine->RestoreResultTime(caller.uid));
+    return TimedFileStat(0666, 0,
+                         context_.engine->LastResultTime(ResultFile::kRestore, caller.uid));
   }
   Result<std::string> Content(const NodeId&, const Caller& caller) override {
-    return context_.engine->RestoreResult(caller.uid);
+    return context_.engine->LastResult(ResultFile::kRestore, caller.uid);
   }
 };
 

@@ -465,22 +465,22 @@ PoolStatus EngineImpl::PoolStatusOf(const PoolStats& pool,
   return status;
 }
 
-std::string EngineImpl::RestoreResult(uint32_t uid) const {
+std::string EngineImpl::LastResult(ResultFile file, uint32_t uid) const {
   MutexLock lock(&mu_);
-  auto it = restore_results_.find(uid);
-  return it == restore_results_.end() ? "none\n" : it->second.text;
+  auto it = last_results_.find({file, uid});
+  return it == last_results_.end() ? "none\n" : it->second.text;
 }
 
-int64_t EngineImpl::RestoreResultTime(uint32_t uid) const {
+int64_t EngineImpl::LastResultTime(ResultFile file, uint32_t uid) const {
   MutexLock lock(&mu_);
-  auto it = restore_results_.find(uid);
-  return it == restore_results_.end() ? started_ns_ : it->second.set_ns;
+  auto it = last_results_.find({file, uid});
+  return it == last_results_.end() ? started_ns_ : it->second.set_ns;
 }
 
-void EngineImpl::SetRestoreResult(uint32_t uid, std::string text) {
+void EngineImpl::SetLastResult(ResultFile file, uint32_t uid, std::string text) {
   if (text.empty() || text.back() != '\n') text += '\n';
   MutexLock lock(&mu_);
-  restore_results_[uid] = RestoreText{std::move(text), UnixNowNs()};
+  last_results_[{file, uid}] = ResultText{std::move(text), UnixNowNs()};
 }
 
 std::string EngineImpl::MetricsText() {
@@ -547,10 +547,14 @@ Result<GcReport> Engine::Gc(const Caller& caller) { return impl_->Gc(caller); }
 ProcessStatusReport Engine::ProcessStatus(const ProcessInfo& process) {
   return impl_->ProcessStatus(process);
 }
-std::string Engine::RestoreResult(uint32_t uid) const { return impl_->RestoreResult(uid); }
-int64_t Engine::RestoreResultTime(uint32_t uid) const { return impl_->RestoreResultTime(uid); }
-void Engine::SetRestoreResult(uint32_t uid, std::string text) {
-  impl_->SetRestoreResult(uid, std::move(text));
+std::string Engine::LastResult(ResultFile file, uint32_t uid) const {
+  return impl_->LastResult(file, uid);
+}
+int64_t Engine::LastResultTime(ResultFile file, uint32_t uid) const {
+  return impl_->LastResultTime(file, uid);
+}
+void Engine::SetLastResult(ResultFile file, uint32_t uid, std::string text) {
+  impl_->SetLastResult(file, uid, std::move(text));
 }
 std::string Engine::MetricsText() { return impl_->MetricsText(); }
 void Engine::NoteStoreChanged() { impl_->NoteStoreChanged(); }

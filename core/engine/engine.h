@@ -162,6 +162,9 @@ bool IsCheckpointOfProcess(const SnapshotInfo& info, int pid, uint32_t owner_uid
 
 class EngineImpl;  // engine_impl.h
 
+// The control files that show each caller their own last result.
+enum class ResultFile { kRestore, kCtl };
+
 class Engine {
  public:
   static Result<std::unique_ptr<Engine>> Create(Store* store, std::unique_ptr<GpuBackend> gpu,
@@ -190,12 +193,14 @@ class Engine {
   // renders them, fs/status_render.h): its GPU, the operation in flight,
   // the last one's outcome, the shared pool.
   ProcessStatusReport ProcessStatus(const ProcessInfo& process);
-  // The text of `restore` for `uid`: "pid N", "error: ...", or "none".
-  std::string RestoreResult(uint32_t uid) const;
+  // The text of `file` for `uid`, each caller's own last result: of
+  // `restore`, "pid N" or "error: ..."; of `ctl`, the command and how it
+  // ended ("gc: freed 21.9 MB in 1517 chunks"); "none" before the first.
+  std::string LastResult(ResultFile file, uint32_t uid) const;
   // When that text last changed (CLOCK_REALTIME ns): the daemon's start
   // when it never did.
-  int64_t RestoreResultTime(uint32_t uid) const;
-  void SetRestoreResult(uint32_t uid, std::string text);
+  int64_t LastResultTime(ResultFile file, uint32_t uid) const;
+  void SetLastResult(ResultFile file, uint32_t uid, std::string text);
   // The `metrics` file. The store's totals in it (StoreStats, a scan of the
   // chunk index) are computed again only at the first call after the store
   // changed (an operation ended, NoteStoreChanged(), a spooled checkpoint

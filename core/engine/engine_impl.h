@@ -56,9 +56,9 @@ class EngineImpl {
   Status StopSchedule(int pid, const Caller& caller);
   Result<GcReport> Gc(const Caller& caller);
   ProcessStatusReport ProcessStatus(const ProcessInfo& process);
-  std::string RestoreResult(uint32_t uid) const EXCLUDES(mu_);
-  int64_t RestoreResultTime(uint32_t uid) const EXCLUDES(mu_);
-  void SetRestoreResult(uint32_t uid, std::string text) EXCLUDES(mu_);
+  std::string LastResult(ResultFile file, uint32_t uid) const EXCLUDES(mu_);
+  int64_t LastResultTime(ResultFile file, uint32_t uid) const EXCLUDES(mu_);
+  void SetLastResult(ResultFile file, uint32_t uid, std::string text) EXCLUDES(mu_);
   std::string MetricsText() EXCLUDES(stats_mu_);
   void NoteStoreChanged() {
     store_changed_.store(true, std::memory_order_relaxed);
@@ -310,12 +310,12 @@ class EngineImpl {
   uint64_t stats_settled_ GUARDED_BY(stats_mu_) = 0;  // Store::settled_snapshots() at the scan
   std::atomic<bool> store_changed_{true};
 
-  struct RestoreText {
+  struct ResultText {
     std::string text;
     int64_t set_ns = 0;
   };
   mutable Mutex mu_;
-  std::map<uint32_t, RestoreText> restore_results_ GUARDED_BY(mu_);  // by uid
+  std::map<std::pair<ResultFile, uint32_t>, ResultText> last_results_ GUARDED_BY(mu_);  // by uid
   // --keep-logs: the newest work dirs
   std::vector<std::string> kept_work_dirs_ GUARDED_BY(mu_);
 

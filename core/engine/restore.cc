@@ -650,7 +650,7 @@ void EngineImpl::RecordRestoreEnd(const RestoreRequest& request, const std::stri
                               : "error: " + pid.status().message() +
                                     (kept_log.empty() ? "" : "\ncriu_log: " + kept_log);
   if (pid.ok() && imported) said += "\nimported: " + id;
-  SetRestoreResult(request.caller.uid, std::move(said));
+  SetLastResult(ResultFile::kRestore, request.caller.uid, std::move(said));
 }
 
 Result<int> EngineImpl::RestoreSnapshot(const std::string& id, const TreeSetup& setup,

@@ -282,3 +282,27 @@ def test_kept_criu_logs_are_bounded(mount, traced):
     metrics = read(m.path("metrics"))
     assert metric(metrics, "gpuckpt_operations_total",
                   'operation="checkpoint",result="failed"') == 34
+
+
+def test_cat_ctl_shows_each_callers_own_last_command(mount, users):
+    """`cat ctl`: the caller's own last command and how it ended (gc's
+    freed bytes among them), then the commands; another user's is not
+    theirs to see."""
+    a, b = users
+    ok, text = a.read(mount.path("ctl"))
+    assert ok and text.startswith("last: none\n") and "commands: track" in text, text
+    ok, err = a.write(mount.path("ctl"), "gc")
+    assert not ok, "a user ran gc"
+    ok, text = a.read(mount.path("ctl"))
+    assert ok and re.match(r"last: gc: error: .+\n", text), text
+    wl = mount.start("wl_memory", "--mib", "4")
+    ckpt = mount.checkpoint(wl.pid)
+    shutil.rmtree(mount.path("checkpoints", ckpt))
+    ctl(mount.path("ctl"), "gc")
+    text = read(mount.path("ctl"))
+    m = re.match(r"last: gc: freed ([\d.]+) MB in (\d+) chunks\n", text)
+    assert m and int(m.group(2)) > 0, text
+    ok, text = b.read(mount.path("ctl"))
+    assert ok and text.startswith("last: none\n"), text
+    ok, text = a.read(mount.path("ctl"))
+    assert ok and text.startswith("last: gc: error: "), text

@@ -835,10 +835,10 @@ TEST_F(EngineTest, ARefusedCommandSaysWhyWhereTheCallerReadsResults) {
   EXPECT_TRUE(Contains(LastOf(child.pid()), "already runs 64 commands")) << LastOf(child.pid());
   EXPECT_TRUE(Contains(LastOf(child.pid()), "failed")) << LastOf(child.pid());
   RecordRefusedCommand(*engine_, NodeKind::kRestore, 0, busy, Root());
-  EXPECT_EQ(engine_->RestoreResult(0), "error: " + busy.message() + "\n");
+  EXPECT_EQ(engine_->LastResult(ResultFile::kRestore, 0), "error: " + busy.message() + "\n");
   // ctl has no result file: nothing else changes.
   RecordRefusedCommand(*engine_, NodeKind::kCtl, 0, Status::Busy("ctl refused"), Root());
-  EXPECT_EQ(engine_->RestoreResult(0), "error: " + busy.message() + "\n");
+  EXPECT_EQ(engine_->LastResult(ResultFile::kRestore, 0), "error: " + busy.message() + "\n");
 }
 
 // What <pid>/status shows, as the engine reports it: the process as read,
@@ -906,7 +906,7 @@ TEST_F(EngineTest, GcIsForRootOnly) {
 }
 
 TEST_F(EngineTest, RestoreRejectsBadPaths) {
-  EXPECT_EQ(engine_->RestoreResult(0), "none\n");
+  EXPECT_EQ(engine_->LastResult(ResultFile::kRestore, 0), "none\n");
   // The plain directory has files, but no pstree.img.
   MakeDirs(tmp_.Sub("plain/sub"));
   WriteFile(tmp_.Sub("plain/core-1.img"), "not an image");
@@ -935,7 +935,7 @@ TEST_F(EngineTest, RestoreRejectsBadPaths) {
                                       ? StatusCode::kPermissionDenied
                                       : StatusCode::kInvalidArgument;
       EXPECT_CODE(Restore(path, caller), expected);
-      const std::string result = engine_->RestoreResult(caller.uid);
+      const std::string result = engine_->LastResult(ResultFile::kRestore, caller.uid);
       EXPECT_EQ(result.rfind("error: ", 0), 0u) << result;
       EXPECT_EQ(result.back(), '\n');
     }
@@ -951,10 +951,11 @@ TEST_F(EngineTest, RestoreRejectsBadPaths) {
         std::string(" --gpu-map GPU-1=GPU-2")}) {
     SCOPED_TRACE("restore '" + line + "'");
     EXPECT_CODE(Restore(line), StatusCode::kInvalidArgument);
-    EXPECT_EQ(engine_->RestoreResult(0).rfind("error: ", 0), 0u) << engine_->RestoreResult(0);
+    EXPECT_EQ(engine_->LastResult(ResultFile::kRestore, 0).rfind("error: ", 0), 0u)
+        << engine_->LastResult(ResultFile::kRestore, 0);
   }
   // Results are per user.
-  EXPECT_EQ(engine_->RestoreResult(1234), "none\n");
+  EXPECT_EQ(engine_->LastResult(ResultFile::kRestore, 1234), "none\n");
   EXPECT_TRUE(SnapshotIds().empty());
 }
 
@@ -979,7 +980,7 @@ TEST_F(EngineTest, ImportReadsOnlyTheCallersFiles) {
   EXPECT_CODE(Ctl("import " + dir, Nobody()), StatusCode::kPermissionDenied);
   EXPECT_CODE(Ctl("import " + dir + " mine", Nobody()), StatusCode::kPermissionDenied);
   EXPECT_CODE(Restore(dir, Nobody()), StatusCode::kPermissionDenied);
-  EXPECT_EQ(engine_->RestoreResult(65534).rfind("error: ", 0), 0u);
+  EXPECT_EQ(engine_->LastResult(ResultFile::kRestore, 65534).rfind("error: ", 0), 0u);
   // Made theirs, the same file gets past the owner check and fails as what
   // it is: not an image.
   ASSERT_EQ(chown((dir + "/pstree.img").c_str(), 65534, 65534), 0);
@@ -1265,7 +1266,8 @@ TEST_F(EngineTest, CheckpointAndRestoreThroughCommands) {
   Status busy = Restore(mnt_ + "/checkpoints/" + first);
   EXPECT_CODE(busy, StatusCode::kBusy);
   EXPECT_TRUE(Contains(busy.message(), "in use")) << busy.message();
-  EXPECT_TRUE(Contains(engine_->RestoreResult(0), "in use")) << engine_->RestoreResult(0);
+  EXPECT_TRUE(Contains(engine_->LastResult(ResultFile::kRestore, 0), "in use"))
+      << engine_->LastResult(ResultFile::kRestore, 0);
 
   ASSERT_OK(Run(NodeKind::kPidCtl, pid, "checkpoint --kill"));
   const std::string second = p + "-2";
@@ -1290,10 +1292,11 @@ TEST_F(EngineTest, CheckpointAndRestoreThroughCommands) {
   const std::string uuid = "GPU-01234567-89ab-cdef-0123-456789abcdef";
   EXPECT_CODE(Restore(mnt_ + "/checkpoints/" + first + " --gpu-map " + uuid + "=" + uuid),
               StatusCode::kInvalidArgument);
-  EXPECT_TRUE(Contains(engine_->RestoreResult(0), "--gpu-map")) << engine_->RestoreResult(0);
+  EXPECT_TRUE(Contains(engine_->LastResult(ResultFile::kRestore, 0), "--gpu-map"))
+      << engine_->LastResult(ResultFile::kRestore, 0);
   // Restore from a path in the mount (not mounted: the engine knows it).
   ASSERT_OK(Restore(mnt_ + "/checkpoints/" + first));
-  EXPECT_EQ(engine_->RestoreResult(0), "pid " + p + "\n");
+  EXPECT_EQ(engine_->LastResult(ResultFile::kRestore, 0), "pid " + p + "\n");
   const char state = WaitForState(
       pid, [](char s) { return s == 'S'; }, 1s);
   EXPECT_TRUE(state == 'S' || state == 'R') << "restored process " << pid << " state " << state;
@@ -1307,14 +1310,15 @@ TEST_F(EngineTest, CheckpointAndRestoreThroughCommands) {
   busy = Restore(mnt_ + "/checkpoints/" + second + "/images");
   EXPECT_CODE(busy, StatusCode::kBusy);
   EXPECT_TRUE(Contains(busy.message(), "in use")) << busy.message();
-  EXPECT_TRUE(Contains(engine_->RestoreResult(0), "error: ")) << engine_->RestoreResult(0);
+  EXPECT_TRUE(Contains(engine_->LastResult(ResultFile::kRestore, 0), "error: "))
+      << engine_->LastResult(ResultFile::kRestore, 0);
   ASSERT_EQ(kill(pid, SIGKILL), 0);
   ASSERT_TRUE(ReapWithin(pid, 5s).has_value()) << "restored process " << pid << " not reaped";
 
   // Again, from the newest (the --kill) checkpoint, named by an untidy
   // path through the process's directory.
   ASSERT_OK(Restore(mnt_ + "//" + p + "/checkpoints/./latest/"));
-  EXPECT_EQ(engine_->RestoreResult(0), "pid " + p + "\n");
+  EXPECT_EQ(engine_->LastResult(ResultFile::kRestore, 0), "pid " + p + "\n");
   EXPECT_TRUE(Contains(LastOf(pid), "restore of " + second + " ok")) << LastOf(pid);
   EXPECT_NE(StateOf(pid), '?');
   ASSERT_EQ(kill(pid, SIGKILL), 0);
