@@ -28,9 +28,16 @@ nlohmann::json GpuJson(const GpuStatus& gpu) {
 }
 
 nlohmann::json OperationJson(const OperationInFlight& op) {
+  const auto percent = op.Percent();
+  const auto eta = op.EtaSeconds();
   return {{"kind", op.kind},
           {"stage", op.stage},
+          {"stage_text", StageWords(op.stage)},
           {"bytes_read", op.bytes},
+          {"expected_bytes",
+           op.expected_bytes != 0 ? nlohmann::json(op.expected_bytes) : nlohmann::json()},
+          {"percent", percent ? nlohmann::json(*percent) : nlohmann::json()},
+          {"eta_s", eta ? nlohmann::json(*eta) : nlohmann::json()},
           {"elapsed_s", op.elapsed_s},
           {"started", Rfc3339Utc(op.started_ns)}};
 }
@@ -115,12 +122,7 @@ std::string GpuText(const GpuStatus& gpu) {
 
 std::string OperationText(const std::optional<OperationInFlight>& op) {
   if (!op) return "operation: idle\n";
-  // printf's rounding, as the line has always had (fmt may round a tie
-  // such as 0.25 MB the other way).
-  char progress[160];
-  std::snprintf(progress, sizeof(progress), " (stage %s, %.1f MB read, %.1f s)", op->stage.c_str(),
-                static_cast<double>(op->bytes) / 1e6, op->elapsed_s);
-  return "operation: " + op->kind + progress + "\n" +
+  return "operation: " + op->kind + " (" + ProgressText(*op) + ")\n" +
          "operation_started: " + Rfc3339Utc(op->started_ns) + "\n";
 }
 

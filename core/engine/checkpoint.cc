@@ -354,6 +354,8 @@ Result<SnapshotInfo> EngineImpl::Checkpoint(const CheckpointRequest& request) {
                                  "a checkpoint of process " + std::to_string(request.pid)));
     GPUCKPT_ASSIGN_OR_RETURN(auto ticket, board_.Begin(request.pid, "checkpoint"));
     on_board = true;
+    // The image holds about the tree's memory and its device memory.
+    ticket->SetExpectedBytes(footprint.rss_bytes + footprint.device_memory_bytes);
     auto info = DumpAndStore(request, process, tree, footprint, ticket.get(), &kept_log);
     if (info.ok()) {
       const std::optional<double> frozen = FrozenSecondsOf(*info);
@@ -551,6 +553,9 @@ Result<SnapshotInfo> EngineImpl::DumpAndStore(
   GPUCKPT_RETURN_IF_ERROR(CheckNotCancelled(
       request.caller, "the checkpoint of process " + std::to_string(request.pid)));
   const int64_t setup_start_ns = MonotonicNowNs();
+  // Locking the GPU and moving device memory to the host can be most of a
+  // GPU process's checkpoint: a stage of its own in `status`.
+  if (footprint.device_memory_bytes > 0) ticket->SetStage("gpu");
   GPUCKPT_ASSIGN_OR_RETURN(const CriuGpuSetup gpu, gpu_->SetupForCheckpoint(tree, gpu_options));
   rollback.HoldLocks(gpu.locked_pids, setup_start_ns);
 

@@ -466,9 +466,32 @@ PoolStatus EngineImpl::PoolStatusOf(const PoolStats& pool,
 }
 
 std::string EngineImpl::LastResult(ResultFile file, uint32_t uid) const {
+  std::optional<RestoreInFlight> restoring;
+  {
+    MutexLock lock(&mu_);
+    if (auto r = restores_in_flight_.find(uid);
+        file == ResultFile::kRestore && r != restores_in_flight_.end())
+      restoring = r->second;
+    else if (auto it = last_results_.find({file, uid}); it != last_results_.end())
+      return it->second.text;
+    else
+      return "none\n";
+  }
+  if (auto op = board_.InFlightInfo(restoring->pid))
+    return "in flight: restore of " + restoring->id + " (" + ProgressText(*op) + ")\n";
+  return "in flight: restore of " + restoring->id + "\n";
+}
+
+void EngineImpl::NoteRestoreInFlight(uint32_t uid, int pid, const std::string& id) {
   MutexLock lock(&mu_);
-  auto it = last_results_.find({file, uid});
-  return it == last_results_.end() ? "none\n" : it->second.text;
+  restores_in_flight_[uid] = RestoreInFlight{pid, id};
+}
+
+void EngineImpl::ForgetRestoreInFlight(uint32_t uid, int pid) {
+  MutexLock lock(&mu_);
+  // A later restore of the same caller's may have taken the place.
+  auto r = restores_in_flight_.find(uid);
+  if (r != restores_in_flight_.end() && r->second.pid == pid) restores_in_flight_.erase(r);
 }
 
 int64_t EngineImpl::LastResultTime(ResultFile file, uint32_t uid) const {

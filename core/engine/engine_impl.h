@@ -59,6 +59,10 @@ class EngineImpl {
   std::string LastResult(ResultFile file, uint32_t uid) const EXCLUDES(mu_);
   int64_t LastResultTime(ResultFile file, uint32_t uid) const EXCLUDES(mu_);
   void SetLastResult(ResultFile file, uint32_t uid, std::string text) EXCLUDES(mu_);
+  // Has LastResult(kRestore, uid) show the restore of `id` in flight on the
+  // board under `pid`, until ForgetRestoreInFlight(uid, pid).
+  void NoteRestoreInFlight(uint32_t uid, int pid, const std::string& id) EXCLUDES(mu_);
+  void ForgetRestoreInFlight(uint32_t uid, int pid) EXCLUDES(mu_);
   std::string MetricsText() EXCLUDES(stats_mu_);
   void NoteStoreChanged() {
     store_changed_.store(true, std::memory_order_relaxed);
@@ -316,6 +320,11 @@ class EngineImpl {
   };
   mutable Mutex mu_;
   std::map<std::pair<ResultFile, uint32_t>, ResultText> last_results_ GUARDED_BY(mu_);  // by uid
+  struct RestoreInFlight {
+    int pid = 0;  // on the board
+    std::string id;
+  };
+  std::map<uint32_t, RestoreInFlight> restores_in_flight_ GUARDED_BY(mu_);  // by uid
   // --keep-logs: the newest work dirs
   std::vector<std::string> kept_work_dirs_ GUARDED_BY(mu_);
 

@@ -28,6 +28,7 @@ Result<std::unique_ptr<OperationBoard::Ticket>> OperationBoard::Begin(int pid, s
   e.kind = std::move(kind);
   e.stage = "starting";
   e.start = std::chrono::steady_clock::now();
+  e.stage_start = e.start;
   e.started_ns = UnixNowNs();
   e.ticket = ticket.get();
   e.pending = OperationOutcome{};
@@ -45,19 +46,22 @@ std::optional<OperationInFlight> OperationBoard::InFlightInfo(int pid) const {
   auto it = entries_.find(pid);
   if (it == entries_.end() || !it->second.in_flight) return std::nullopt;
   const Entry& e = it->second;
-  return OperationInFlight{
-      e.kind, e.stage, e.ticket->bytes_.load(std::memory_order_relaxed),
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - e.start).count(),
-      e.started_ns};
+  const auto now = std::chrono::steady_clock::now();
+  OperationInFlight op;
+  op.kind = e.kind;
+  op.stage = e.stage;
+  op.bytes = e.ticket->bytes_.load(std::memory_order_relaxed);
+  op.elapsed_s = std::chrono::duration<double>(now - e.start).count();
+  op.started_ns = e.started_ns;
+  op.expected_bytes = e.ticket->expected_bytes_.load(std::memory_order_relaxed);
+  op.stage_elapsed_s = std::chrono::duration<double>(now - e.stage_start).count();
+  return op;
 }
 
 std::string OperationBoard::InFlight(int pid) const {
   const auto op = InFlightInfo(pid);
   if (!op) return "idle";
-  char buf[160];
-  std::snprintf(buf, sizeof(buf), " (stage %s, %.1f MB read, %.1f s)", op->stage.c_str(),
-                static_cast<double>(op->bytes) / 1e6, op->elapsed_s);
-  return op->kind + buf;
+  return op->kind + " (" + ProgressText(*op) + ")";
 }
 
 std::string OperationBoard::Last(int pid) const {
@@ -89,7 +93,9 @@ OperationBoard::Ticket::~Ticket() {
 void OperationBoard::Ticket::SetStage(std::string stage) {
   if (board_ == nullptr) return;
   MutexLock lock(&board_->mu_);
-  board_->entries_[pid_].stage = std::move(stage);
+  Entry& e = board_->entries_[pid_];
+  e.stage = std::move(stage);
+  e.stage_start = std::chrono::steady_clock::now();
 }
 
 void OperationBoard::Ticket::SetResult(std::string summary) {

@@ -37,7 +37,8 @@ class OperationBoard {
   // back, under a new pid. Its calls do nothing.
   static std::unique_ptr<Ticket> Unlisted();
 
-  // "idle", or "checkpoint (stage dump, 1.2 GB read, 3.4 s)".
+  // "idle", or "checkpoint (copying memory, 1200.0 of about 2100.0 MB
+  // (57%), 3.4 s, about 3 s left)" (ProgressText).
   std::string InFlight(int pid) const EXCLUDES(mu_);
   std::optional<OperationInFlight> InFlightInfo(int pid) const EXCLUDES(mu_);
   // The last operation's summary line, or "none".
@@ -50,6 +51,10 @@ class OperationBoard {
     ~Ticket();
     void SetStage(std::string stage);
     void SetBytes(uint64_t bytes) { bytes_.store(bytes, std::memory_order_relaxed); }
+    // What the operation should read in all, estimated (OperationInFlight).
+    void SetExpectedBytes(uint64_t bytes) {
+      expected_bytes_.store(bytes, std::memory_order_relaxed);
+    }
     // The outcome shown as "last:" once the operation ends (the summary
     // line of a success).
     void SetResult(std::string summary);
@@ -68,6 +73,7 @@ class OperationBoard {
     OperationBoard* board_;
     int pid_;
     std::atomic<uint64_t> bytes_{0};
+    std::atomic<uint64_t> expected_bytes_{0};
   };
 
  private:
@@ -76,6 +82,7 @@ class OperationBoard {
     std::string kind;
     std::string stage;
     std::chrono::steady_clock::time_point start;
+    std::chrono::steady_clock::time_point stage_start;
     int64_t started_ns = 0;
     const Ticket* ticket = nullptr;
     // The outcome being recorded by the operation in flight.

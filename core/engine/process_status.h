@@ -38,11 +38,32 @@ struct OperationOutcome {
 // The operation in flight on a process.
 struct OperationInFlight {
   std::string kind;
+  // "starting", "gpu" (device memory to the host), "dump", "store",
+  // "restore": StageWords() says each as a user would.
   std::string stage;
   uint64_t bytes = 0;  // read so far
   double elapsed_s = 0;
   int64_t started_ns = 0;  // CLOCK_REALTIME
+  // What it should read in all, estimated (a checkpoint: the tree's memory
+  // and device memory; a restore: the checkpoint's logical size); 0: not
+  // known.
+  uint64_t expected_bytes = 0;
+  double stage_elapsed_s = 0;  // in the current stage
+
+  // Of expected_bytes, read so far (at most 99 while in flight); nullopt
+  // when not known.
+  std::optional<int> Percent() const;
+  // Seconds left at the current stage's pace, while it reads; nullopt when
+  // not known.
+  std::optional<double> EtaSeconds() const;
 };
+
+// A stage as a user would say it: "copying memory" for "dump".
+std::string StageWords(const std::string& stage);
+
+// "copying memory, 812.0 of about 2148.0 MB (37%), 1.9 s, about 3 s left",
+// or with no estimate "copying memory, 812.0 MB read, 1.9 s".
+std::string ProgressText(const OperationInFlight& op);
 
 // The GPU side of a process, as the engine's GpuBackend sees it.
 struct GpuStatus {

@@ -610,9 +610,17 @@ Result<int> EngineImpl::ResolveAndRestore(const RestoreRequest& request, std::st
   // A tree with its own pid namespace gets new pids outside, so no
   // process here is its: no status shows its restore, nothing waits.
   std::unique_ptr<OperationBoard::Ticket> ticket = OperationBoard::Unlisted();
-  if (!HasOwnPidNamespace(*root)) {
-    GPUCKPT_ASSIGN_OR_RETURN(ticket, board_.Begin(static_cast<int>(root->pid), "restore"));
+  const int board_pid = HasOwnPidNamespace(*root) ? 0 : static_cast<int>(root->pid);
+  if (board_pid != 0) {
+    GPUCKPT_ASSIGN_OR_RETURN(ticket, board_.Begin(board_pid, "restore"));
+    // CRIU reads about the checkpoint's logical size; `cat restore` shows
+    // the caller how far it is meanwhile.
+    ticket->SetExpectedBytes(info.logical_bytes);
+    NoteRestoreInFlight(request.caller.uid, board_pid, *id);
   }
+  ScopeExit in_flight_ended([&] {
+    if (board_pid != 0) ForgetRestoreInFlight(request.caller.uid, board_pid);
+  });
   // The last moment the caller can give up: CRIU has not run.
   GPUCKPT_RETURN_IF_ERROR(CheckNotCancelled(request.caller, "the restore of " + *id));
   auto pid =

@@ -14,10 +14,13 @@ one of them is missing.
 
 import concurrent.futures
 import errno
+import json
 import os
 import re
+import shutil
 import signal
 import subprocess
+import tempfile
 import threading
 import time
 
@@ -363,6 +366,89 @@ def test_the_mount_answers_while_32_checkpoints_are_held_in_their_dumps(stopping
     assert len(made) == 32, f"32 checkpoints written, {len(made)} appeared"
     for ckpt_id in sorted(made)[:4]:
         m.assert_complete(ckpt_id)
+
+
+# CRIU for the daemon, except that a dump and a restore each stop
+# themselves (SIGSTOP) before they start, until continued.
+STOPPING_CRIU_BOTH = """#!/bin/sh
+case "$1" in dump|restore) kill -STOP $$ ;; esac
+exec {criu} "$@"
+"""
+
+
+def stopped_wrapper(wrapper, verb, seconds=60):
+    """The pid of the `sh WRAPPER VERB ...` that stopped itself."""
+    found = []
+
+    def look():
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit():
+                continue
+            try:
+                with open(f"/proc/{entry}/cmdline", "rb") as f:
+                    argv = f.read().split(b"\0")
+            except OSError:
+                continue
+            if (len(argv) > 2 and argv[1] == os.fsencode(wrapper) and argv[2] == verb
+                    and proc_state(int(entry)) in ("T", "t")):
+                found.append(int(entry))
+                return True
+        return False
+    wait_for(look, seconds, f"a {verb.decode()} to stop itself")
+    return found[0]
+
+
+def test_status_and_restore_say_how_far_an_operation_is(users):
+    """While a user's checkpoint is in flight, `status` and `status.json`
+    say its stage in words, what it should read in all and how much of it
+    it has; while their restore is, `cat restore` says the same of it."""
+    a = users[0]
+    # Where the user, as whom CRIU runs for their tree, may run it from.
+    wrapper_dir = tempfile.mkdtemp(prefix="gpuckpt-progress-criu.", dir="/var/tmp")
+    os.chmod(wrapper_dir, 0o755)
+    wrapper = os.path.join(wrapper_dir, "criu")
+    with open(wrapper, "w") as f:
+        f.write(STOPPING_CRIU_BOTH.format(criu=build.CRIU))
+    os.chmod(wrapper, 0o755)
+    m = Mount("gpuckpt-test_progress.", "--criu", wrapper)
+    held = []
+    try:
+        wl = m.start("wl_memory", "--mib", "64", user=a)
+        done = {}
+        writer = threading.Thread(target=lambda: done.update(
+            checkpoint=a.write(m.path(str(wl.pid), "ctl"), "checkpoint")))
+        writer.start()
+        held.append(stopped_wrapper(wrapper, b"dump"))
+        ok, text = a.read(m.path(str(wl.pid), "status"))
+        assert ok and re.search(r"^operation: checkpoint \(copying memory, 0\.0 of about "
+                                r"(\d+)\.\d MB \(0%\), [\d.]+ s\)$", text, re.M), text
+        ok, text = a.read(m.path(str(wl.pid), "status.json"))
+        op = json.loads(text)["operation"]
+        assert op["stage_text"] == "copying memory" and op["percent"] == 0, op
+        assert op["expected_bytes"] >= 64 << 20, op
+        os.kill(held.pop(), signal.SIGCONT)
+        writer.join(timeout=300)
+        assert done["checkpoint"][0], done
+        made, = m.ids(a)
+        wl.kill()
+
+        restorer = threading.Thread(target=lambda: done.update(
+            restore=a.write(m.path("restore"), m.path("checkpoints", made))))
+        restorer.start()
+        held.append(stopped_wrapper(wrapper, b"restore"))
+        ok, text = a.read(m.path("restore"))
+        assert ok and re.match(rf"in flight: restore of {re.escape(made)} \(restoring memory, "
+                               r"0\.0 of about \d+\.\d MB \(0%\), [\d.]+ s\)\n$", text), text
+        os.kill(held.pop(), signal.SIGCONT)
+        restorer.join(timeout=300)
+        assert done["restore"][0], done
+        ok, text = a.read(m.path("restore"))
+        assert ok and text.startswith("pid "), text
+    finally:
+        for pid in held:
+            os.kill(pid, signal.SIGCONT)
+        m.close()
+        shutil.rmtree(wrapper_dir, ignore_errors=True)
 
 
 # One command in one write(2); the write's outcome is printed apart from the

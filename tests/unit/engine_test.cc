@@ -469,15 +469,24 @@ TEST(OperationBoardTest, OneOperationPerProcess) {
     ticket->SetBytes(1'500'000);
     const std::string shown = board.InFlight(42);
     EXPECT_EQ(shown.rfind("checkpoint (", 0), 0u) << shown;
-    EXPECT_TRUE(Contains(shown, "stage dump")) << shown;
+    EXPECT_TRUE(Contains(shown, "copying memory")) << shown;
     EXPECT_TRUE(Contains(shown, "1.5 MB read")) << shown;
+    // With an estimate: the total, the share and the time left.
+    ticket->SetExpectedBytes(6'000'000);
+    const std::optional<OperationInFlight> op = board.InFlightInfo(42);
+    ASSERT_TRUE(op.has_value());
+    EXPECT_EQ(op->Percent(), 25);
+    ASSERT_TRUE(op->EtaSeconds().has_value());
+    EXPECT_NEAR(*op->EtaSeconds(), 3 * op->stage_elapsed_s, 1e-9);
+    EXPECT_TRUE(Contains(board.InFlight(42), "1.5 of about 6.0 MB (25%)")) << board.InFlight(42);
+    EXPECT_TRUE(Contains(board.InFlight(42), "s left")) << board.InFlight(42);
     ticket->SetResult("checkpoint 42-1 ok");
   }
   EXPECT_EQ(board.InFlight(42), "idle");
   EXPECT_EQ(board.Last(42), "checkpoint 42-1 ok");
   {
     ASSERT_OK_AND_ASSIGN(auto again, board.Begin(42, "restore"));
-    EXPECT_TRUE(Contains(board.InFlight(42), "restore (stage starting")) << board.InFlight(42);
+    EXPECT_TRUE(Contains(board.InFlight(42), "restore (preparing")) << board.InFlight(42);
     // The last result stays until this one sets its own.
     EXPECT_EQ(board.Last(42), "checkpoint 42-1 ok");
     again->SetResult("restore failed: x");

@@ -80,7 +80,7 @@ TEST(StatusRenderTest, TextOfABusyGpuProcess) {
             "gpu: NVIDIA H100 GPU-1234 (80.0 GiB)\n"
             "gpu: NVIDIA H100 - (80.0 GiB)\n"
             "device memory: 3221225472 bytes (3.00 GiB)\n"
-            "operation: checkpoint (stage dump, 0.2 MB read, 1.2 s)\n"
+            "operation: checkpoint (copying memory, 0.2 MB read, 1.2 s)\n"
             "operation_started: 1970-01-02T00:00:00Z\n"
             "pool: ckpts (2 checkpoints waiting to be published)\n"
             "pool_last_checkpoint: pending\n"
@@ -127,8 +127,9 @@ TEST(StatusRenderTest, JsonOfABusyGpuProcess) {
     "gpus": [{"name": "NVIDIA H100", "uuid": "GPU-1234", "memory_bytes": 85899345920},
              {"name": "NVIDIA H100", "uuid": "", "memory_bytes": 85899345920}]})"));
   EXPECT_EQ(j["operation"], nlohmann::json::parse(R"({
-    "kind": "checkpoint", "stage": "dump", "bytes_read": 250000, "elapsed_s": 1.25,
-    "started": "1970-01-02T00:00:00Z"})"));
+    "kind": "checkpoint", "stage": "dump", "stage_text": "copying memory",
+    "bytes_read": 250000, "expected_bytes": null, "percent": null, "eta_s": null,
+    "elapsed_s": 1.25, "started": "1970-01-02T00:00:00Z"})"));
   EXPECT_EQ(j["pool"], nlohmann::json::parse(R"({
     "name": "ckpts", "background": true, "pending_checkpoints": 2,
     "last_checkpoint": "pending"})"));
@@ -170,6 +171,32 @@ TEST(StatusRenderTest, TheFilesEndWithTheProcesssCheckpoints) {
       nlohmann::json::parse(StatusJsonFile(Idle(), std::vector<std::string>{"a", "b"}));
   EXPECT_EQ(two["checkpoints"], nlohmann::json::parse(R"({"count": 2, "latest": "b"})"));
   EXPECT_EQ(two.size(), j.size() + 1);
+}
+
+// With an estimate of what it reads: the total, the share, the time left
+// at the stage's pace; in words a user knows.
+TEST(StatusRenderTest, ProgressWithAnEstimate) {
+  ProcessStatusReport r = Idle();
+  OperationInFlight op{"checkpoint", "dump", 250'000, 1.25, kDayNs};
+  op.expected_bytes = 1'000'000;
+  op.stage_elapsed_s = 1.0;
+  r.operation = op;
+  const std::string text = RenderStatusText(r);
+  EXPECT_NE(text.find("operation: checkpoint (copying memory, 0.2 of about 1.0 MB (25%), 1.2 s, "
+                      "about 3 s left)\n"),
+            std::string::npos)
+      << text;
+  const nlohmann::json j = RenderStatusJson(r)["operation"];
+  EXPECT_EQ(j["expected_bytes"], 1'000'000);
+  EXPECT_EQ(j["percent"], 25);
+  EXPECT_DOUBLE_EQ(j["eta_s"].get<double>(), 3.0);
+  // Past the estimate (a tree that grew): never 100% while in flight.
+  op.bytes = 2'000'000;
+  op.stage = "store";
+  r.operation = op;
+  EXPECT_NE(RenderStatusText(r).find("(making it durable, 2.0 of about 1.0 MB (99%), 1.2 s)"),
+            std::string::npos)
+      << RenderStatusText(r);
 }
 
 // A schedule and a rule are shown where there is one, and only there.
