@@ -30,7 +30,8 @@ from gpuckpt_testing import build
 from gpuckpt_testing.build import PYTHON
 from gpuckpt_testing.filetools import read
 from gpuckpt_testing.mount import Mount, listdir_as, status_line, why_not_runnable
-from gpuckpt_testing.processes import assert_runs_on, proc_state, proc_status_field, wait_for
+from gpuckpt_testing.processes import (assert_runs_on, live_processes, proc_state,
+                                       proc_status_field, wait_for)
 from gpuckpt_testing.users import Root
 
 pytestmark = pytest.mark.skipif(why_not_runnable("wl_big") is not None,
@@ -381,19 +382,10 @@ def stopped_wrapper(wrapper, verb, seconds=60):
     found = []
 
     def look():
-        for entry in os.listdir("/proc"):
-            if not entry.isdigit():
-                continue
-            try:
-                with open(f"/proc/{entry}/cmdline", "rb") as f:
-                    argv = f.read().split(b"\0")
-            except OSError:
-                continue
-            if (len(argv) > 2 and argv[1] == os.fsencode(wrapper) and argv[2] == verb
-                    and proc_state(int(entry)) in ("T", "t")):
-                found.append(int(entry))
-                return True
-        return False
+        found[:] = [pid for pid in live_processes(
+            lambda argv: len(argv) > 2 and argv[1] == os.fsencode(wrapper) and argv[2] == verb)
+            if proc_state(pid) in ("T", "t")]
+        return bool(found)
     wait_for(look, seconds, f"a {verb.decode()} to stop itself")
     return found[0]
 

@@ -939,9 +939,9 @@ TEST_F(EngineTest, RestoreRejectsBadPaths) {
     SCOPED_TRACE("restore '" + path.substr(0, 60) + "'");
     for (const Caller& caller : {Root(), Nobody()}) {
       // Whose a directory is, is asked before what is in it: root's plain
-      // directory is refused to nobody for that.
+      // directory is absent to nobody for that, as another's checkpoint is.
       const StatusCode expected = caller.uid != 0 && path == tmp_.Sub("plain")
-                                      ? StatusCode::kPermissionDenied
+                                      ? StatusCode::kNotFound
                                       : StatusCode::kInvalidArgument;
       EXPECT_CODE(Restore(path, caller), expected);
       const std::string result = engine_->LastResult(ResultFile::kRestore, caller.uid);

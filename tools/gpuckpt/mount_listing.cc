@@ -1,10 +1,7 @@
 #include "tools/gpuckpt/mount_listing.h"
 
-#include <dirent.h>
-
-#include <cerrno>
-
 #include "core/base/small_file.h"
+#include "tools/common/mount_checkpoints.h"
 
 namespace gpuckpt {
 namespace {
@@ -15,22 +12,8 @@ constexpr size_t kMaxManifestBytes = 1 << 20;
 }  // namespace
 
 Result<std::vector<nlohmann::json>> CheckpointsInMount(const std::string& mount) {
+  GPUCKPT_ASSIGN_OR_RETURN(const std::vector<std::string> ids, CheckpointIdsInMount(mount));
   const std::string dir_path = mount + "/checkpoints";
-  DIR* dir = opendir(dir_path.c_str());
-  if (dir == nullptr) {
-    if (errno == ENOENT || errno == ENOTDIR)
-      return Status::NotFound("no gpuckptfs mount at " + mount + " (no " + dir_path + ")");
-    return StatusFromErrno(errno, "listing " + dir_path);
-  }
-  std::vector<std::string> ids;
-  errno = 0;
-  while (const dirent* entry = readdir(dir)) {
-    const std::string name = entry->d_name;
-    if (name != "." && name != "..") ids.push_back(name);
-  }
-  const int read_error = errno;
-  closedir(dir);
-  if (read_error != 0) return StatusFromErrno(read_error, "listing " + dir_path);
   std::vector<nlohmann::json> manifests;
   for (const std::string& id : ids) {
     const std::string path = dir_path + "/" + id + "/manifest.json";

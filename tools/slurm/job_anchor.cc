@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <sys/signalfd.h>
 #include <sys/syscall.h>
 #include <sys/timerfd.h>
@@ -228,7 +229,14 @@ class Anchor {
     } else if (!listed->empty()) {
       const JobCheckpoint& latest = listed->back();
       const auto start = std::chrono::steady_clock::now();
-      auto pid = checkpoints_.Restore(latest);
+      Result<int> pid = Status::Internal("not restored");
+      {
+        // The mount's `restore` answers each user with their last result:
+        // the job's tasks, all one user's, restore one at a time so that
+        // each reads its own.
+        const UniqueFd lock = LockJobFile(".restore-lock");
+        pid = checkpoints_.Restore(latest);
+      }
       if (pid.ok()) {
         root_ = *pid;
         restored_ = true;
@@ -303,6 +311,19 @@ class Anchor {
       RemoveStepsLeftovers();
     }
     return code;
+  }
+
+  // Holds an exclusive flock on the job's file <job prefix>`suffix` (in the
+  // job's directory, removed with the job's other files) until the fd
+  // goes; an fd of -1 (said why) where it cannot be had.
+  UniqueFd LockJobFile(const char* suffix) {
+    const std::string path = FilePrefix(options_.job_dir, options_.job_id, std::nullopt) + suffix;
+    UniqueFd fd(open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600));
+    if (fd.get() < 0 || flock(fd.get(), LOCK_EX) != 0) {
+      Say("%s: %s (going on without it)", path.c_str(), std::strerror(errno));
+      return UniqueFd(-1);
+    }
+    return fd;
   }
 
   // "job 12", "step 12.0 task 3": what the job's output calls this one.

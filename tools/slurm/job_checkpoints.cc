@@ -1,6 +1,5 @@
 #include "tools/slurm/job_checkpoints.h"
 
-#include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -14,6 +13,7 @@
 
 #include "core/base/small_file.h"
 #include "core/base/unique_fd.h"
+#include "tools/common/mount_checkpoints.h"
 
 namespace gpuckpt {
 namespace {
@@ -73,22 +73,10 @@ std::string CallersIdPrefix() {
 // number.
 Result<std::vector<JobCheckpoint>> ListMatching(
     const std::string& mount, const std::function<std::optional<int>(std::string_view)>& accept) {
-  const std::string dir_path = mount + "/checkpoints";
-  DIR* dir = opendir(dir_path.c_str());
-  if (dir == nullptr) {
-    if (errno == ENOENT || errno == ENOTDIR)
-      return Status::NotFound("no gpuckptfs mount at " + mount + " (no " + dir_path + ")");
-    return StatusFromErrno(errno, "listing " + dir_path);
-  }
+  GPUCKPT_ASSIGN_OR_RETURN(const std::vector<std::string> ids, CheckpointIdsInMount(mount));
   std::vector<JobCheckpoint> found;
-  errno = 0;
-  while (const dirent* entry = readdir(dir)) {
-    std::string_view name(entry->d_name);
-    if (auto number = accept(name)) found.push_back({std::string(name), *number});
-  }
-  const int read_error = errno;
-  closedir(dir);
-  if (read_error != 0) return StatusFromErrno(read_error, "listing " + dir_path);
+  for (const std::string& id : ids)
+    if (auto number = accept(id)) found.push_back({id, *number});
   std::sort(found.begin(), found.end(),
             [](const JobCheckpoint& a, const JobCheckpoint& b) { return a.number < b.number; });
   return found;
