@@ -473,9 +473,12 @@ std::string MountOrPlaceholder(const std::string& store_dir) {
 }
 
 // How to do `command` through the mount of the gpuckptfs that holds the
-// store; "" for a command that has no such way.
+// store; "" for a command that has no such way, or where no gpuckptfs
+// mount serves the store (another gpuckpt holds it).
 std::string ThroughTheMount(const Commands& c, const Globals& g, const CommandArgs& args) {
-  const std::string mount = MountOrPlaceholder(g.store_dir);
+  const std::optional<std::string> served_at = MountOf(g.store_dir);
+  if (!served_at) return "";
+  const std::string& mount = *served_at;
   if (c.rm->parsed())
     return "remove it through the mount: rm -r " + mount + "/checkpoints/" + args.id;
   if (c.gc->parsed()) return "collect through the mount: echo gc > " + mount + "/ctl";
