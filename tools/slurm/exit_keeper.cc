@@ -27,20 +27,23 @@ void Forward(int signal) {
 constexpr int kForwarded[] = {SIGHUP,  SIGINT,  SIGQUIT, SIGTERM, SIGUSR1,
                               SIGUSR2, SIGALRM, SIGCONT, SIGWINCH};
 
-Status WriteStatus(const std::string& status_file, int code) {
-  const std::string partial = status_file + ".partial";
+}  // namespace
+
+Status WriteFileWhole(const std::string& path, const std::string& text) {
+  const std::string partial = path + ".partial";
   UniqueFd fd(open(partial.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600));
   if (fd.get() < 0) return StatusFromErrno(errno, "writing " + partial);
-  const std::string text = std::to_string(code) + "\n";
   if (write(fd.get(), text.data(), text.size()) != static_cast<ssize_t>(text.size()) ||
       fsync(fd.get()) != 0)
     return StatusFromErrno(errno, "writing " + partial);
-  if (rename(partial.c_str(), status_file.c_str()) != 0)
+  if (rename(partial.c_str(), path.c_str()) != 0)
     return StatusFromErrno(errno, "renaming " + partial);
   return Status::Ok();
 }
 
-}  // namespace
+Status WriteKeptStatus(const std::string& status_file, int code) {
+  return WriteFileWhole(status_file, std::to_string(code) + "\n");
+}
 
 int RunKeeper(const std::string& status_file, const std::vector<std::string>& command) {
   struct sigaction forward {};
@@ -69,7 +72,7 @@ int RunKeeper(const std::string& status_file, const std::vector<std::string>& co
   while (waitpid(child, &wait_status, 0) < 0)
     if (errno != EINTR) return 1;
   const int code = WIFEXITED(wait_status) ? WEXITSTATUS(wait_status) : 128 + WTERMSIG(wait_status);
-  Status written = WriteStatus(status_file, code);
+  Status written = WriteKeptStatus(status_file, code);
   if (!written.ok())
     std::fprintf(stderr, "gpuckpt-slurm: the job's exit status is lost: %s\n",
                  written.message().c_str());

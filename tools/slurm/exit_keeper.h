@@ -26,6 +26,14 @@ namespace gpuckpt {
 // program's, or 128 + its signal.
 int RunKeeper(const std::string& status_file, const std::vector<std::string>& command);
 
+// Writes `text` to `path` whole, by rename, or not at all: the keeper's
+// status file, and the anchors' files beside it (job_anchor.h).
+Status WriteFileWhole(const std::string& path, const std::string& text);
+
+// Records exit code `code` in `status_file` as the keeper does, for
+// ReadKeptStatus.
+Status WriteKeptStatus(const std::string& status_file, int code);
+
 // The exit code `status_file` records: the program's code, or 128 + the
 // signal that ended it. kNotFound when there is none (the keeper was
 // killed before its program ended).

@@ -102,18 +102,6 @@ std::set<pid_t> StopTree(pid_t root) {
   return stopped;
 }
 
-// A small file written whole or not at all (the name appears last).
-Status WriteWhole(const std::string& path, const std::string& text) {
-  const std::string partial = path + ".partial";
-  UniqueFd fd(open(partial.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600));
-  if (fd.get() < 0) return StatusFromErrno(errno, "writing " + partial);
-  if (write(fd.get(), text.data(), text.size()) != static_cast<ssize_t>(text.size()))
-    return StatusFromErrno(errno, "writing " + partial);
-  if (rename(partial.c_str(), path.c_str()) != 0)
-    return StatusFromErrno(errno, "renaming " + partial);
-  return Status::Ok();
-}
-
 class Anchor {
  public:
   explicit Anchor(const AnchorOptions& options)
@@ -305,7 +293,7 @@ class Anchor {
     RemoveCheckpoints(/*keep_number=*/0);
     if (options_.step) {
       // Not to be run again if the job is requeued before its end.
-      Status noted = WriteWhole(files_ + ".done", std::to_string(code) + "\n");
+      Status noted = WriteKeptStatus(files_ + ".done", code);
       if (!noted.ok()) Say("%s", noted.message().c_str());
     } else {
       RemoveStepsLeftovers();
@@ -381,7 +369,7 @@ class Anchor {
   // waits for Slurm to end the job.
   void CheckpointStepTask() {
     const bool taken = Checkpoint(/*kill=*/true, nullptr, &last_failure_);
-    Status answered = WriteWhole(files_ + ".checkpoint", taken ? "ok\n" : last_failure_ + "\n");
+    Status answered = WriteFileWhole(files_ + ".checkpoint", taken ? "ok\n" : last_failure_ + "\n");
     if (!answered.ok()) Say("%s", answered.message().c_str());
     parked_ = taken;
   }
