@@ -17,6 +17,7 @@ enum class NodeKind {
   kCtl,                // global commands
   kRestore,            // write a path; read the caller's last result
   kMetrics,            // Prometheus text
+  kReport,             // report.html: the caller's checkpoints and the store, drawn
   kCheckpointsDir,     // checkpoints/
   kSnapshotDir,        // checkpoints/<id>
   kManifest,           // checkpoints/<id>/manifest.json

@@ -1,8 +1,11 @@
-// The mount's top: its directory, README, ctl, restore and metrics, and
-// the three lists of checkpoints (checkpoints/, device/, archives/).
+// The mount's top: its directory, README, ctl, restore, metrics and
+// report.html, and the three lists of checkpoints (checkpoints/, device/,
+// archives/).
 #include <algorithm>
 
 #include "core/base/time_text.h"
+#include "core/report/report_gather.h"
+#include "core/report/report_html.h"
 #include "fs/node_handler.h"
 
 namespace gpuckpt {
@@ -46,6 +49,8 @@ constexpr char kReadme[] =
     "  echo gc > ctl                    reclaim chunks of deleted checkpoints (root)\n"
     "  rm -r checkpoints/<id>           delete a checkpoint\n"
     "  metrics                          Prometheus text format\n"
+    "  report.html                      a page of charts: your checkpoints over time, what\n"
+    "                                   they hold of the store (root: all of them)\n"
     "\n"
     "A failed write says why in <pid>/status (or restore). `ls -l` shows logical\n"
     "sizes; `du` shows what each checkpoint added to the deduplicated store.\n";
@@ -71,6 +76,7 @@ class RootNode : public NodeHandler {
     if (name == "ctl") return MakeNode(NodeKind::kCtl);
     if (name == "restore") return MakeNode(NodeKind::kRestore);
     if (name == "metrics") return MakeNode(NodeKind::kMetrics);
+    if (name == "report.html") return MakeNode(NodeKind::kReport);
     if (name == "checkpoints") return MakeNode(NodeKind::kCheckpointsDir);
     if (name == "device") return MakeNode(NodeKind::kDeviceDir);
     if (name == "archives") return MakeNode(NodeKind::kArchivesDir);
@@ -101,6 +107,7 @@ class RootNode : public NodeHandler {
     out.push_back({"ctl", MakeNode(NodeKind::kCtl)});
     out.push_back({"device", MakeNode(NodeKind::kDeviceDir)});
     out.push_back({"metrics", MakeNode(NodeKind::kMetrics)});
+    out.push_back({"report.html", MakeNode(NodeKind::kReport)});
     out.push_back({"restore", MakeNode(NodeKind::kRestore)});
     GPUCKPT_ASSIGN_OR_RETURN(auto processes, context_.Processes());
     for (const auto& p : processes) {
@@ -158,6 +165,31 @@ class MetricsNode : public NodeHandler {
   }
   Result<std::string> Content(const NodeId&, const Caller&) override {
     return context_.engine->MetricsText();
+  }
+};
+
+// The report page of what the caller may see (the same rule as
+// checkpoints/: their own checkpoints, root's all), made when it is read.
+// Its name is everyone's, its contents each reader's: the content is taken
+// at open, as the opener's (fs/filesystem.cc), never from a shared cache.
+class ReportNode : public NodeHandler {
+ public:
+  using NodeHandler::NodeHandler;
+  Result<struct stat> Attributes(const NodeId&, const Caller&) override {
+    return TimedFileStat(0444, 0, UnixNowNs());
+  }
+  Result<std::string> Content(const NodeId&, const Caller& caller) override {
+    GPUCKPT_ASSIGN_OR_RETURN(auto list, context_.trees->Snapshots());
+    std::vector<SnapshotInfo> visible;
+    for (SnapshotInfo& s : list)
+      if (CheckpointTrees::MaySee(OwnerOf(s), caller)) visible.push_back(std::move(s));
+    ReportScope scope;
+    // An ordinary user learns nothing of the store as a whole, nor of
+    // other owners: only what their own checkpoints are and hold.
+    if (!caller.is_root()) scope.owner = caller.uid;
+    GPUCKPT_ASSIGN_OR_RETURN(ReportData data,
+                             GatherReport(*context_.store, visible, scope, UnixNowNs()));
+    return RenderReportHtml(data);
   }
 };
 
@@ -246,6 +278,7 @@ void AddTopNodes(const NodeContext* context, NodeHandlers* handlers) {
   PutHandler<CtlNode>(NodeKind::kCtl, context, handlers);
   PutHandler<RestoreNode>(NodeKind::kRestore, context, handlers);
   PutHandler<MetricsNode>(NodeKind::kMetrics, context, handlers);
+  PutHandler<ReportNode>(NodeKind::kReport, context, handlers);
   PutHandler<SnapshotDirsNode>(NodeKind::kCheckpointsDir, context, handlers, /*device_view=*/false);
   PutHandler<SnapshotDirsNode>(NodeKind::kDeviceDir, context, handlers, /*device_view=*/true);
   PutHandler<ArchivesDirNode>(NodeKind::kArchivesDir, context, handlers);

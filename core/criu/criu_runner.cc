@@ -25,7 +25,6 @@ namespace gpuckpt {
 namespace {
 
 constexpr const char* kDefaultCriu = "/usr/local/sbin/criu";
-constexpr const char* kPluginDir = "/usr/local/lib/criu";
 constexpr const char* kDefaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 constexpr size_t kChildStackSize = 256 * 1024;
 
@@ -273,7 +272,17 @@ Result<int> CriuProcess::Wait() {
 }
 
 std::string Criu::plugin_dir() const {
-  return access(kPluginDir, R_OK | X_OK) == 0 ? kPluginDir : "";
+  char* real = realpath(path_.c_str(), nullptr);
+  std::string binary = real != nullptr ? real : path_;
+  free(real);
+  // Two levels up: <prefix>/sbin/criu -> <prefix>.
+  for (int level = 0; level < 2; ++level) {
+    const size_t slash = binary.rfind('/');
+    if (slash == std::string::npos) return "";
+    binary.resize(slash);
+  }
+  const std::string dir = binary + "/lib/criu";
+  return access(dir.c_str(), R_OK | X_OK) == 0 ? dir : "";
 }
 
 Result<CriuProcess> Criu::Start(const CriuCommand& command) const {

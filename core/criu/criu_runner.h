@@ -118,8 +118,9 @@ class Criu {
 
   const std::string& path() const { return path_; }
   const std::string& version() const { return version_; }  // e.g. "4.1.1"
-  // /usr/local/lib/criu when it exists (where tools/setup installs the
-  // cuda and amdgpu plugins), else "".
+  // <prefix>/lib/criu beside <prefix>/sbin/criu (after symlinks), when it
+  // exists, else "": where CRIU's own install puts the cuda and amdgpu
+  // plugins, under /usr/local (tools/setup) as under /usr (the package).
   std::string plugin_dir() const;
 
   Result<CriuProcess> Start(const CriuCommand& command) const;

@@ -119,9 +119,13 @@ def site(users):
 
 
 def plugstack(dir, mount_point):
+    """Without helper=: the plugin finds gpuckpt-slurm from its own path, as
+    where both are installed (the build tree has them in the same places)."""
+    assert os.path.relpath(build.SLURM_HELPER, os.path.dirname(build.SLURM_PLUGIN)) == \
+        "../../libexec/gpuckpt/gpuckpt-slurm", (build.SLURM_PLUGIN, build.SLURM_HELPER)
     path = os.path.join(dir, "plugstack.conf")
     with open(path, "w") as f:
-        f.write(f"required {build.SLURM_PLUGIN} mount={mount_point} helper={build.SLURM_HELPER}\n")
+        f.write(f"required {build.SLURM_PLUGIN} mount={mount_point}\n")
     return path
 
 

@@ -21,6 +21,7 @@
 #include "core/base/small_file.h"
 #include "core/base/time_text.h"
 #include "core/base/unique_fd.h"
+#include "core/base/user_name.h"
 #include "core/base/work_queue.h"
 #include "gpuckpt/byte_budget.h"
 #include "tests/unit/test_util.h"
@@ -29,6 +30,12 @@ namespace gpuckpt {
 namespace {
 
 using ::gpuckpt::testing::TempDir;
+
+TEST(UserNameTest, IsTheDatabasesNameOrTheUidInDecimal) {
+  EXPECT_EQ(UserNameOrUid(0), "root");
+  // A uid no user database names (the highest, which is no valid uid).
+  EXPECT_EQ(UserNameOrUid(4294967294u), "4294967294");
+}
 
 TEST(WorkQueueTest, BackgroundWorkersRunUnderSchedIdleAndComeBack) {
   WorkQueue queue(1, 1 << 20);

@@ -213,6 +213,28 @@ TEST_F(CriuTest, FindReportsVersion41) {
   EXPECT_EQ(Criu::Find("/nonexistent/criu").status().code(), StatusCode::kNotFound);
 }
 
+// The plugins are looked for beside the criu found, under whatever prefix
+// installed it (tools/setup's /usr/local, the package's /usr), through
+// symlinks to the binary.
+TEST(CriuPluginDirTest, IsLibCriuBesideTheBinarysPrefix) {
+  TempDir tmp("gpuckpt-criu-prefix");
+  const std::string prefix = tmp.Sub("prefix");
+  ASSERT_EQ(mkdir(prefix.c_str(), 0755), 0);
+  ASSERT_EQ(mkdir((prefix + "/sbin").c_str(), 0755), 0);
+  const std::string binary = prefix + "/sbin/criu";
+  testing::WriteFile(binary, "#!/bin/sh\necho Version: 4.1.1\n");
+  ASSERT_EQ(chmod(binary.c_str(), 0755), 0);
+  ASSERT_OK_AND_ASSIGN(Criu criu, Criu::Find(binary));
+  EXPECT_EQ(criu.plugin_dir(), "") << "no lib/criu under the prefix yet";
+  ASSERT_EQ(mkdir((prefix + "/lib").c_str(), 0755), 0);
+  ASSERT_EQ(mkdir((prefix + "/lib/criu").c_str(), 0755), 0);
+  EXPECT_EQ(criu.plugin_dir(), prefix + "/lib/criu");
+  const std::string link = tmp.Sub("criu-link");
+  ASSERT_EQ(symlink(binary.c_str(), link.c_str()), 0);
+  ASSERT_OK_AND_ASSIGN(Criu linked, Criu::Find(link));
+  EXPECT_EQ(linked.plugin_dir(), prefix + "/lib/criu");
+}
+
 TEST_F(CriuTest, StreamedDumpAndRestoreKeepMemory) {
   TempDir dir("criu-test");
   const std::string status_file = dir.Sub("status");

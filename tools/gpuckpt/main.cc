@@ -5,11 +5,11 @@
 //   gpuckpt [--store DIR] ls [--json]
 //   gpuckpt [--store DIR] rm ID
 //   gpuckpt [--store DIR] gc | fsck | stats [--json]
+//   gpuckpt [--store DIR] report --html FILE
 //
 // Exit status: 0 success; 1 the operation failed (one line on stderr);
 // 2 bad usage; 3 fsck found problems (listed on stdout).
 #include <limits.h>
-#include <pwd.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 #include <stdlib.h>
@@ -26,13 +26,17 @@
 #include <vector>
 
 #include "core/base/time_text.h"
+#include "core/base/user_name.h"
 #include "core/proc/mount_table.h"
+#include "core/report/report_gather.h"
+#include "core/report/report_html.h"
 #include "gpuckpt/store.h"
 #include "gpuckpt/version.h"
 #include "tools/common/help_format.h"
 #include "tools/common/pool_options.h"
 #include "tools/gpuckpt/mount_listing.h"
 #include "tools/gpuckpt/progress.h"
+#include "tools/gpuckpt/report_file.h"
 
 namespace gpuckpt {
 namespace {
@@ -130,7 +134,7 @@ struct Globals {
 enum class Access {
   kCreate,    // import: makes the store where there is none
   kWrite,     // rm, gc: takes the store's lock (refused while gpuckptfs runs)
-  kReadOnly,  // ls, stats, export, fsck: beside a running gpuckptfs too
+  kReadOnly,  // ls, stats, export, fsck, report: beside a running gpuckptfs too
 };
 
 Result<std::unique_ptr<Store>> OpenStore(const Globals& g, Access access) {
@@ -154,6 +158,7 @@ Result<std::unique_ptr<Store>> OpenStore(const Globals& g, Access access) {
 // What the subcommands' arguments say.
 struct CommandArgs {
   std::string src, name, base, id, dest;
+  std::string html;  // report: the page's file
   bool as_json = false;
 };
 
@@ -166,6 +171,7 @@ struct Commands {
   CLI::App* gc;
   CLI::App* fsck;
   CLI::App* stats;
+  CLI::App* report;
 };
 
 void DeclareGlobalOptions(CLI::App& app, Globals* g) {
@@ -184,8 +190,9 @@ void DeclareGlobalOptions(CLI::App& app, Globals* g) {
       ->delimiter(',')
       ->expected(3);
   app.add_option("--mount", g->mount,
-                 "The gpuckptfs mount that an ordinary user's ls and stats read (their own "
-                 "checkpoints; the store is root's). Default: the mount serving --store")
+                 "The gpuckptfs mount that an ordinary user's ls, stats and report read "
+                 "(their own checkpoints; the store is root's). Default: the mount serving "
+                 "--store")
       ->type_name("DIR");
   app.add_flag("!--no-page-aware", g->page_aware,
                "Chunk page images (pages-*.img) like ordinary files, not at page boundaries");
@@ -224,6 +231,16 @@ Commands DeclareCommands(CLI::App& app, Globals* g, CommandArgs* args) {
   c.fsck = app.add_subcommand("fsck", "Re-hash every chunk and check every snapshot's index");
   c.stats = app.add_subcommand("stats", "Sizes of the store");
   c.stats->add_flag("--json", args->as_json, "JSON output");
+  c.report = app.add_subcommand(
+      "report",
+      "Draw the checkpoints (each process's over time) and the store's sizes as one HTML page "
+      "that needs no network");
+  c.report
+      ->add_option("--html", args->html,
+                   "Write the page to FILE, replaced whole (written beside it, then renamed); "
+                   "a new FILE is private (0600)")
+      ->type_name("FILE")
+      ->required();
   return c;
 }
 
@@ -267,12 +284,7 @@ std::string OwnerName(const json& entry) {
   if (extra != nullptr && extra->is_object() && extra->contains("owner") &&
       (*extra)["owner"].is_object() && (*extra)["owner"].value("uid", json()).is_number_unsigned())
     uid = (*extra)["owner"]["uid"].get<uint32_t>();
-  passwd entry_buffer{};
-  passwd* found = nullptr;
-  char buffer[4096];
-  if (getpwuid_r(uid, &entry_buffer, buffer, sizeof buffer, &found) == 0 && found != nullptr)
-    return found->pw_name;
-  return std::to_string(uid);
+  return UserNameOrUid(uid);
 }
 
 // `ls`'s table, or its JSON, of `entries` (each as InfoToJson or a
@@ -445,6 +457,25 @@ int RunStats(Store& store, const CommandArgs& args) {
   return 0;
 }
 
+// The report of the whole store, as root reads it.
+int RunReport(Store& store, const CommandArgs& args) {
+  auto list = store.List();
+  if (!list.ok()) return Fail(list.status());
+  auto data = GatherReport(store, *list, ReportScope{}, UnixNowNs());
+  if (!data.ok()) return Fail(data.status());
+  if (Status s = WriteReportFile(args.html, RenderReportHtml(*data)); !s.ok()) return Fail(s);
+  return 0;
+}
+
+// An ordinary user's report: the mount's report.html, which shows them
+// their own checkpoints, as it is.
+int RunReportOfMount(const std::string& mount, const CommandArgs& args) {
+  auto page = ReadMountReport(mount);
+  if (!page.ok()) return Fail(page.status());
+  if (Status s = WriteReportFile(args.html, *page); !s.ok()) return Fail(s);
+  return 0;
+}
+
 int RunCommand(const Commands& c, Store& store, const CommandArgs& args) {
   if (c.import->parsed()) return RunImport(store, args);
   if (c.exp->parsed()) return RunExport(store, args);
@@ -453,6 +484,7 @@ int RunCommand(const Commands& c, Store& store, const CommandArgs& args) {
   if (c.gc->parsed()) return RunGc(store);
   if (c.fsck->parsed()) return RunFsck(store);
   if (c.stats->parsed()) return RunStats(store, args);
+  if (c.report->parsed()) return RunReport(store, args);
   return 2;
 }
 
@@ -511,15 +543,22 @@ int Main(int argc, char** argv) {
     return rc == 0 ? 0 : 2;
   }
 
+  // A path that cannot be written is refused before the store is read
+  // (whose index is checked whole first: seconds on a large store).
+  if (commands.report->parsed()) {
+    if (Status s = CheckReportPath(args.html); !s.ok()) return Fail(s);
+  }
   // The store is root's: an ordinary user lists their own checkpoints
   // through the mount, as it shows them to them.
-  if (geteuid() != 0 && (commands.ls->parsed() || commands.stats->parsed())) {
+  if (geteuid() != 0 &&
+      (commands.ls->parsed() || commands.stats->parsed() || commands.report->parsed())) {
     std::optional<std::string> mount = g.mount;
     if (g.mount.empty()) mount = MountOf(g.store_dir);
     if (!mount)
       return Fail(Status::NotFound("no gpuckptfs mount serves the store " + g.store_dir),
                   "your checkpoints are listed through the mount: name it with --mount DIR");
     if (commands.ls->parsed()) return RunListOfMount(*mount, args);
+    if (commands.report->parsed()) return RunReportOfMount(*mount, args);
     return RunStatsOfMount(*mount, args);
   }
   // Only import creates a store; everything else on a missing store is an

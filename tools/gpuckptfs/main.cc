@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "core/base/log.h"
+#include "core/criu/criu_runner.h"
 #include "core/engine/engine.h"
 #include "core/gpu/system_gpu_backend.h"
 #include "fs/duration_option.h"
@@ -93,14 +94,12 @@ std::string FindCudaCheckpointDir() {
   return "";
 }
 
-// CRIU's plugins: <prefix>/lib/criu beside <prefix>/sbin/criu.
+// CRIU's plugins: <prefix>/lib/criu beside the criu the engine runs (the
+// same lookup: --criu, else /usr/local/sbin/criu, else PATH); "" without
+// one, and the engine then says that CRIU is missing.
 std::string FindCriuPluginDir(const std::string& criu_path) {
-  std::string criu = criu_path.empty() ? "/usr/local/sbin/criu" : criu_path;
-  if (char* real = realpath(criu.c_str(), nullptr)) {
-    criu = real;
-    free(real);
-  }
-  return DirOf(DirOf(criu)) + "/lib/criu";
+  Result<Criu> criu = Criu::Find(criu_path);
+  return criu.ok() ? criu->plugin_dir() : "";
 }
 
 // Generic mount options that mount(8), mount.fuse3 and systemd pass to

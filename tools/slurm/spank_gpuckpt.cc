@@ -14,7 +14,8 @@
 // Its arguments on the plugstack.conf line, all optional:
 //   mount=DIR     gpuckptfs's mount point (default /mnt/gpuckpt)
 //   signal=SIG    the signal that means "checkpoint and requeue" (USR1)
-//   helper=PATH   gpuckpt-slurm (default: where it is installed)
+//   helper=PATH   gpuckpt-slurm (default: where it is installed, found
+//                 from the plugin's own path)
 //
 // In each task of the job's srun steps it does the same with the task's
 // program, and adds the step's number: there gpuckpt-slurm checkpoints the
@@ -24,7 +25,9 @@
 // environment (Slurm's SPANK option variables). The extern and
 // interactive steps are left alone. Thread-safety: Slurm calls a plugin
 // from one thread.
+#include <dlfcn.h>
 #include <slurm/slurm.h>
+#include <stdlib.h>
 #include <string.h>
 // spank.h declares the plugin's entry points outside its extern "C".
 extern "C" {
@@ -36,8 +39,8 @@ extern "C" {
 
 #include "fs/duration_option.h"
 
-#ifndef GPUCKPT_SLURM_HELPER
-#error "GPUCKPT_SLURM_HELPER: the installed path of gpuckpt-slurm"
+#ifndef GPUCKPT_SLURM_HELPER_FROM_PLUGIN
+#error "GPUCKPT_SLURM_HELPER_FROM_PLUGIN: gpuckpt-slurm's path relative to the plugin's directory"
 #endif
 
 // Slurm's plugin loader looks these up by name; C++ gives a const at
@@ -56,7 +59,23 @@ bool g_enabled = false;
 std::string g_every;  // the option's INTERVAL, "" for none
 std::string g_mount = "/mnt/gpuckpt";
 std::string g_signal = "USR1";
-std::string g_helper = GPUCKPT_SLURM_HELPER;
+// gpuckpt-slurm where it was installed with this plugin: its path from
+// the plugin's directory, which is the same under any prefix (/usr/local
+// of `cmake --install`, /usr of the package) and in the build tree.
+std::string InstalledHelper() {
+  Dl_info self{};
+  if (dladdr(reinterpret_cast<void*>(&InstalledHelper), &self) == 0 || self.dli_fname == nullptr)
+    return GPUCKPT_SLURM_HELPER_FROM_PLUGIN;
+  std::string dir = self.dli_fname;
+  dir.resize(dir.rfind('/') == std::string::npos ? 0 : dir.rfind('/'));
+  const std::string helper = (dir.empty() ? "." : dir) + "/" + GPUCKPT_SLURM_HELPER_FROM_PLUGIN;
+  char* real = realpath(helper.c_str(), nullptr);
+  const std::string out = real != nullptr ? real : helper;
+  free(real);
+  return out;
+}
+
+std::string g_helper = InstalledHelper();
 
 // Whether `text` is a duration as --every takes it ("30m").
 bool IsDuration(const std::string& text) {
