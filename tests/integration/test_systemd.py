@@ -157,10 +157,15 @@ def test_sigterm_lets_a_checkpoint_in_flight_finish(daemon):
         processes.kill_if_alive(wl.pid)
 
 
-def systemd_analyze_verify(unit):
-    """What `systemd-analyze verify` says of `unit` (stdout and stderr)."""
+def systemd_analyze_verify(unit, manpath=None):
+    """What `systemd-analyze verify` says of `unit` (stdout and stderr). It
+    also runs `man` for each man: page in Documentation=, looked up in
+    `manpath` when given."""
+    env = dict(os.environ)
+    if manpath is not None:
+        env["MANPATH"] = str(manpath)
     r = subprocess.run(["systemd-analyze", "verify", unit], capture_output=True, text=True,
-                       timeout=60)
+                       timeout=60, env=env)
     return (r.stdout + r.stderr).strip()
 
 
@@ -183,10 +188,12 @@ def test_installed_unit_and_mount_unit_verify(tmp_path):
                     "StateDirectory=gpuckpt gpuckptfs", "RuntimeDirectory=gpuckpt",
                     "RuntimeDirectoryPreserve=yes", "LimitNOFILE=1048576"):
         assert setting in text.splitlines(), setting
-    assert systemd_analyze_verify(str(unit)) == ""
+    # Its Documentation= names gpuckptfs(8), which the install put beside it.
+    assert "Documentation=man:gpuckptfs(8)" in text.splitlines()
+    assert systemd_analyze_verify(str(unit), manpath=prefix / "share/man") == ""
     assert systemd_analyze_verify(os.path.join(SOURCE_DIR, "contrib/mnt-gpuckpt.mount")) == ""
 
     # The check can fail: a misspelt setting is reported.
     broken = tmp_path / "gpuckptfs.service"
     broken.write_text(text.replace("KillMode=process", "KillMode=proces"))
-    assert "kill mode" in systemd_analyze_verify(str(broken))
+    assert "kill mode" in systemd_analyze_verify(str(broken), manpath=prefix / "share/man")
