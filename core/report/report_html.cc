@@ -343,41 +343,42 @@ void StoreSection(std::string* out, const ReportStoreTotals& store) {
   *out += "</section>\n";
 }
 
+// A list of holders as bars (of class `bar_css`) with their table under
+// them, both of class "holders `kind`"; a line saying so when it is empty.
+void HoldersChart(std::string* out, const std::vector<ReportHolder>& holders, std::string_view kind,
+                  std::string_view bar_css, std::string_view title, std::string_view caption,
+                  const std::vector<std::string>& headings) {
+  if (holders.empty()) {
+    *out += "<p class=\"empty\">No checkpoints.</p>\n";
+    return;
+  }
+  std::vector<Bar> bars;
+  std::vector<std::vector<Cell>> rows;
+  for (const ReportHolder& h : holders) {
+    bars.push_back({h.name, h.bytes, std::string(bar_css)});
+    rows.push_back({TextCell(h.name), BytesCell(h.bytes)});
+  }
+  const std::string css = "holders " + std::string(kind);
+  BarChart(out, css, title, bars);
+  Table(out, css, caption, headings, rows);
+}
+
 void HoldersSection(std::string* out, const ReportData& data) {
   *out += "<section id=\"holders\">\n<h2>Who holds the most</h2>\n";
   if (data.store.whole_store) {
     *out +=
         "<h3>Owners</h3>\n<p>What each owner's checkpoints hold of the store: each chunk "
         "they name once, compressed (what a quota charges them).</p>\n";
-    if (data.owners.empty()) {
-      *out += "<p class=\"empty\">No checkpoints.</p>\n";
-    } else {
-      std::vector<Bar> bars;
-      std::vector<std::vector<Cell>> rows;
-      for (const ReportHolder& h : data.owners) {
-        bars.push_back({h.name, h.bytes, "owner"});
-        rows.push_back({TextCell(h.name), BytesCell(h.bytes)});
-      }
-      BarChart(out, "holders owners", "What each owner holds of the store", bars);
-      Table(out, "holders owners", "Owners", {"owner", "held"}, rows);
-    }
+    HoldersChart(out, data.owners, "owners", "owner", "What each owner holds of the store",
+                 "Owners", {"owner", "held"});
   }
   *out +=
       "<h3>Checkpoints that added the most</h3>\n<p>What each added to the store when it "
       "was made: its new chunks, compressed (the largest " +
       std::to_string(kReportTopCheckpoints) + ").</p>\n";
-  if (data.checkpoints.empty()) {
-    *out += "<p class=\"empty\">No checkpoints.</p>\n";
-  } else {
-    std::vector<Bar> bars;
-    std::vector<std::vector<Cell>> rows;
-    for (const ReportHolder& h : data.checkpoints) {
-      bars.push_back({h.name, h.bytes, "stored"});
-      rows.push_back({TextCell(h.name), BytesCell(h.bytes)});
-    }
-    BarChart(out, "holders checkpoints", "What each checkpoint added to the store", bars);
-    Table(out, "holders checkpoints", "Checkpoints", {"checkpoint", "added (stored)"}, rows);
-  }
+  HoldersChart(out, data.checkpoints, "checkpoints", "stored",
+               "What each checkpoint added to the store", "Checkpoints",
+               {"checkpoint", "added (stored)"});
   *out += "</section>\n";
 }
 
