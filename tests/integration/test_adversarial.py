@@ -25,6 +25,7 @@ from gpuckpt_testing.build import PYTHON
 from gpuckpt_testing.filetools import read
 from gpuckpt_testing.mount import Mount, ctl, status_line, why_not_runnable
 from gpuckpt_testing.processes import kill_if_alive, wait_for
+from gpuckpt_testing.stopping_criu import StoppingCriu
 
 CRIT = shutil.which("crit") or "/usr/local/bin/crit"
 
@@ -178,45 +179,47 @@ def test_thread_holding_a_capability_is_refused_and_the_refused_copy_leaves_noth
 
 # --- Nothing a user hands in is opened as root to their benefit ---------------------
 
-def test_swapped_criu_log_is_never_read_through(mount, users):
-    m = mount
+def test_swapped_criu_log_is_never_read_through(users):
     a, _ = users
-    wl = m.start("wl_big", "--mib", "384", user=a)
-    result = {}
-    def checkpoint():
-        result["ok"], result["err"] = a.write(m.path(str(wl.pid), "ctl"), "checkpoint")
-    writer = threading.Thread(target=checkpoint)
-    writer.start()
-    # The user's CRIU (it runs as them): stop it, put a symlink to a
-    # root-only file where its log is, and kill it so that the dump fails.
-    criu_pid = None
-    deadline = time.monotonic() + 60
-    while criu_pid is None and time.monotonic() < deadline:
-        # CRIU dumping this process, as the user.
-        r = subprocess.run(["pgrep", "-u", str(a.uid), "-f", f"^\\S*criu dump -t {wl.pid} "],
-                           capture_output=True, text=True)
-        if r.stdout.split():
-            criu_pid = int(r.stdout.split()[0])
-        else:
-            time.sleep(0.005)
-    assert criu_pid is not None, "the user's CRIU never ran"
-    a.run(["kill", "-STOP", str(criu_pid)])
-    (work,) = glob.glob(os.path.join(m.run_dir, f"checkpoint-{wl.pid}-*"))
-    assert os.stat(work).st_uid == a.uid, "CRIU runs as the user in a directory not theirs"
-    r = a.run(["ln", "-sfn", "/etc/shadow", os.path.join(work, "dump.log")])
-    assert r.returncode == 0, r.stderr
-    r = a.run(["ln", "-sfn", "/etc/shadow", os.path.join(work, "criu.stderr")])
-    assert r.returncode == 0, r.stderr
-    a.run(["kill", "-KILL", str(criu_pid)])
-    writer.join(timeout=120)
-    assert not writer.is_alive(), "the checkpoint never returned"
-    assert not result["ok"], "the dump of a killed CRIU succeeded"
-    last = status_line(m.mnt, wl.pid, "last")
-    with open("/etc/shadow") as f:
-        shadow = [line.strip() for line in f if line.strip()]
-    leaked = [line for line in shadow if line in last]
-    assert not leaked, f"last: shows /etc/shadow: {last}"
-    assert wl.alive(), "the process did not run on"
+    # The user's CRIU (it runs as them) stops itself before it starts; the
+    # user then puts a symlink to a root-only file where its log and its
+    # stderr are, and kills it, so that the dump fails and the daemon reads
+    # both to say why.
+    criu = StoppingCriu(verbs=("dump",))
+    m = Mount("gpuckpt-adversarial-log.", "--criu", criu.path)
+    held = None
+    try:
+        wl = m.start("wl_big", "--mib", "64", user=a)
+        result = {}
+
+        def checkpoint():
+            result["ok"], result["err"] = a.write(m.path(str(wl.pid), "ctl"), "checkpoint")
+        writer = threading.Thread(target=checkpoint)
+        writer.start()
+        held = criu.stopped("dump")
+        (work,) = glob.glob(os.path.join(m.run_dir, f"checkpoint-{wl.pid}-*"))
+        assert os.stat(work).st_uid == a.uid, "CRIU runs as the user in a directory not theirs"
+        r = a.run(["ln", "-sfn", "/etc/shadow", os.path.join(work, "dump.log")])
+        assert r.returncode == 0, r.stderr
+        r = a.run(["ln", "-sfn", "/etc/shadow", os.path.join(work, "criu.stderr")])
+        assert r.returncode == 0, r.stderr
+        r = a.run(["kill", "-KILL", str(held)])
+        assert r.returncode == 0, r.stderr
+        held = None
+        writer.join(timeout=120)
+        assert not writer.is_alive(), "the checkpoint never returned"
+        assert not result["ok"], "the dump of a killed CRIU succeeded"
+        last = status_line(m.mnt, wl.pid, "last")
+        with open("/etc/shadow") as f:
+            shadow = [line.strip() for line in f if line.strip()]
+        leaked = [line for line in shadow if line in last]
+        assert not leaked, f"last: shows /etc/shadow: {last}"
+        assert wl.alive(), "the process did not run on"
+    finally:
+        if held is not None:
+            kill_if_alive(held)
+        m.close()
+        criu.close()
 
 
 def fifo_in(directory, name, user):

@@ -17,21 +17,19 @@ import errno
 import json
 import os
 import re
-import shutil
 import signal
 import subprocess
-import tempfile
 import threading
 import time
 
 import pytest
 
-from gpuckpt_testing import build
 from gpuckpt_testing.build import PYTHON
 from gpuckpt_testing.filetools import read
 from gpuckpt_testing.mount import Mount, listdir_as, status_line, why_not_runnable
-from gpuckpt_testing.processes import (assert_runs_on, live_processes, proc_state,
-                                       proc_status_field, wait_for)
+from gpuckpt_testing.processes import (assert_runs_on, proc_state, proc_status_field,
+                                       wait_for)
+from gpuckpt_testing.stopping_criu import StoppingCriu
 from gpuckpt_testing.users import Root
 
 pytestmark = pytest.mark.skipif(why_not_runnable("wl_big") is not None,
@@ -218,23 +216,14 @@ def criu_dumps(daemons):
         except (OSError, ValueError, IndexError):
             continue  # gone meanwhile
         if len(argv) > 1 and argv[0].endswith(b"sh") and argv[1].endswith(b"criu"):
-            argv = argv[1:]  # STOPPING_CRIU, before it execs CRIU
+            argv = argv[1:]  # StoppingCriu, before it execs CRIU
         if len(argv) > 3 and argv[0].endswith(b"criu") and argv[1:3] == [b"dump", b"-t"]:
             dumps[int(argv[3])] = int(entry)
     return dumps
 
 
-# CRIU for the daemon, except that a dump stops itself (SIGSTOP) before it
-# starts, until it is continued: a test that must catch dumps in flight
-# then need not race them.
-STOPPING_CRIU = """#!/bin/sh
-[ "$1" = dump ] && kill -STOP $$
-exec {criu} "$@"
-"""
-
-
 def await_self_stopped_dumps(mount, pids, held, seconds=120):
-    """Waits until the STOPPING_CRIU dump of each of `pids` has stopped
+    """Waits until the StoppingCriu dump of each of `pids` has stopped
     itself; `held`: {pid: its dump's pid}, filled in. Never sends SIGSTOP:
     a dump stopped from outside before its own `kill -STOP` would stop
     itself again once continued, and stay stopped."""
@@ -305,21 +294,20 @@ def timed(args, what):
 
 
 @pytest.fixture
-def stopping_mount(tmp_path):
-    """A mount whose daemon runs STOPPING_CRIU."""
-    criu = tmp_path / "criu"
-    criu.write_text(STOPPING_CRIU.format(criu=build.CRIU))
-    criu.chmod(0o755)
-    m = Mount("gpuckpt-test_checkpoint.", "--criu", str(criu))
+def stopping_mount():
+    """A mount whose daemon's dumps stop themselves (StoppingCriu)."""
+    criu = StoppingCriu(verbs=("dump",))
+    m = Mount("gpuckpt-test_checkpoint.", "--criu", criu.path)
     try:
         yield m
     finally:
         m.close()
+        criu.close()
 
 
 def test_the_mount_answers_while_32_checkpoints_are_held_in_their_dumps(stopping_mount):
     """32 checkpoints written at once and each held in its CRIU dump
-    (stopped before CRIU starts, STOPPING_CRIU): more commands in flight
+    (stopped before CRIU starts, StoppingCriu): more commands in flight
     than the daemon has FUSE threads (16), yet listings and status files
     answer at once, since every command runs on a thread of its own;
     released, all 32 complete."""
@@ -369,40 +357,13 @@ def test_the_mount_answers_while_32_checkpoints_are_held_in_their_dumps(stopping
         m.assert_complete(ckpt_id)
 
 
-# CRIU for the daemon, except that a dump and a restore each stop
-# themselves (SIGSTOP) before they start, until continued.
-STOPPING_CRIU_BOTH = """#!/bin/sh
-case "$1" in dump|restore) kill -STOP $$ ;; esac
-exec {criu} "$@"
-"""
-
-
-def stopped_wrapper(wrapper, verb, seconds=60):
-    """The pid of the `sh WRAPPER VERB ...` that stopped itself."""
-    found = []
-
-    def look():
-        found[:] = [pid for pid in live_processes(
-            lambda argv: len(argv) > 2 and argv[1] == os.fsencode(wrapper) and argv[2] == verb)
-            if proc_state(pid) in ("T", "t")]
-        return bool(found)
-    wait_for(look, seconds, f"a {verb.decode()} to stop itself")
-    return found[0]
-
-
 def test_status_and_restore_say_how_far_an_operation_is(users):
     """While a user's checkpoint is in flight, `status` and `status.json`
     say its stage in words, what it should read in all and how much of it
     it has; while their restore is, `cat restore` says the same of it."""
     a = users[0]
-    # Where the user, as whom CRIU runs for their tree, may run it from.
-    wrapper_dir = tempfile.mkdtemp(prefix="gpuckpt-progress-criu.", dir="/var/tmp")
-    os.chmod(wrapper_dir, 0o755)
-    wrapper = os.path.join(wrapper_dir, "criu")
-    with open(wrapper, "w") as f:
-        f.write(STOPPING_CRIU_BOTH.format(criu=build.CRIU))
-    os.chmod(wrapper, 0o755)
-    m = Mount("gpuckpt-test_progress.", "--criu", wrapper)
+    criu = StoppingCriu()
+    m = Mount("gpuckpt-test_progress.", "--criu", criu.path)
     held = []
     try:
         wl = m.start("wl_memory", "--mib", "64", user=a)
@@ -410,7 +371,7 @@ def test_status_and_restore_say_how_far_an_operation_is(users):
         writer = threading.Thread(target=lambda: done.update(
             checkpoint=a.write(m.path(str(wl.pid), "ctl"), "checkpoint")))
         writer.start()
-        held.append(stopped_wrapper(wrapper, b"dump"))
+        held.append(criu.stopped("dump"))
         ok, text = a.read(m.path(str(wl.pid), "status"))
         assert ok and re.search(r"^operation: checkpoint \(copying memory, 0\.0 of about "
                                 r"(\d+)\.\d MB \(0%\), [\d.]+ s\)$", text, re.M), text
@@ -427,7 +388,7 @@ def test_status_and_restore_say_how_far_an_operation_is(users):
         restorer = threading.Thread(target=lambda: done.update(
             restore=a.write(m.path("restore"), m.path("checkpoints", made))))
         restorer.start()
-        held.append(stopped_wrapper(wrapper, b"restore"))
+        held.append(criu.stopped("restore"))
         ok, text = a.read(m.path("restore"))
         assert ok and re.match(rf"in flight: restore of {re.escape(made)} \(restoring memory, "
                                r"0\.0 of about \d+\.\d MB \(0%\), [\d.]+ s\)\n$", text), text
@@ -440,7 +401,7 @@ def test_status_and_restore_say_how_far_an_operation_is(users):
         for pid in held:
             os.kill(pid, signal.SIGCONT)
         m.close()
-        shutil.rmtree(wrapper_dir, ignore_errors=True)
+        criu.close()
 
 
 # One command in one write(2); the write's outcome is printed apart from the

@@ -26,6 +26,7 @@ from gpuckpt_testing.build import PYTHON
 from gpuckpt_testing.filetools import read
 from gpuckpt_testing.mount import Mount, ctl, status_line, why_not_runnable
 from gpuckpt_testing.processes import wait_for
+from gpuckpt_testing.stopping_criu import StoppingCriu
 from gpuckpt_testing.users import Root
 
 CRIT = shutil.which("crit") or "/usr/local/bin/crit"
@@ -369,30 +370,24 @@ def test_a_garbage_pstree_in_an_archive_is_bad_input(mount):
 
 # --- 5. No caller's command holds a control file for another ---------------------------
 
-def test_a_long_restore_holds_no_other_callers_write_to_a_control_file(mount, users):
-    m = mount
+def test_a_long_restore_holds_no_other_callers_write_to_a_control_file(users):
     a, b = users
-    wl = m.start("wl_memory", "--mib", "8", user=a)
-    made = m.checkpoint(wl.pid, "--kill", user=a)
-    wait_for(wl.gone, 30, "the killed job to go")
-    slow = {}
-
-    def restore():
-        slow["ok"], slow["err"] = a.write(m.path("restore"), m.path("checkpoints", made))
-    writer = threading.Thread(target=restore)
-    writer.start()
-    # a's restore is held in the middle: its CRIU (running as a) stopped.
-    criu = []
-
-    def find_criu():
-        r = subprocess.run(["pgrep", "-u", str(a.uid), "-f", "criu restore"],
-                           capture_output=True, text=True)
-        criu[:] = [int(p) for p in r.stdout.split()]
-        return bool(criu)
-    wait_for(find_criu, 60, "a's CRIU to run")
-    for pid in criu:
-        os.kill(pid, signal.SIGSTOP)
+    # a's restore is held in the middle: its CRIU stops itself before it
+    # starts, however fast the restore would otherwise be.
+    criu = StoppingCriu(verbs=("restore",))
+    m = Mount("gpuckpt-rights-restore.", "--criu", criu.path)
+    held = []
     try:
+        wl = m.start("wl_memory", "--mib", "8", user=a)
+        made = m.checkpoint(wl.pid, "--kill", user=a)
+        wait_for(wl.gone, 30, "the killed job to go")
+        slow = {}
+
+        def restore():
+            slow["ok"], slow["err"] = a.write(m.path("restore"), m.path("checkpoints", made))
+        writer = threading.Thread(target=restore)
+        writer.start()
+        held.append(criu.stopped("restore"))
         # Meanwhile b's and root's writes to the same file, and to ctl, are
         # answered at once.
         for user, path, text in ((b, "restore", "/nonexistent"), (Root(), "ctl", "gc"),
@@ -402,12 +397,15 @@ def test_a_long_restore_holds_no_other_callers_write_to_a_control_file(mount, us
             took = time.monotonic() - start
             assert writer.is_alive(), "a's restore ended while its CRIU was stopped"
             assert took < 10, f"{user.name}'s write to {path} waited {took:.1f} s"
+        criu.resume(held.pop())
+        writer.join(timeout=120)
+        assert slow.get("ok"), slow
+        assert wl.verdict() == "PASS"
     finally:
-        for pid in criu:
-            os.kill(pid, signal.SIGCONT)
-    writer.join(timeout=120)
-    assert slow.get("ok"), slow
-    assert wl.verdict() == "PASS"
+        for pid in held:
+            criu.resume(pid)
+        m.close()
+        criu.close()
 
 
 # A write of one command, in one write(2), that a signal can interrupt: the
