@@ -78,11 +78,13 @@ constexpr char kCheckpointSynopsis[] =
     "keeps); --owner-keep-last, --owner-keep-within: the same over all of the owner's "
     "checkpoints, of every process; checkpoints given a --name are always kept)";
 constexpr char kRestoreSynopsis[] =
-    "PATH [--gpu-map OLD_UUID=NEW_UUID,...] [--root DIR] [--join-cgroup] (--gpu-map: restore the "
+    "PATH [--gpu-map OLD_UUID=NEW_UUID,...] [--root DIR] [--join-cgroup] [--lazy | --eager] "
+    "(--gpu-map: restore the "
     "checkpoint's GPUs onto these; --root: the directory a process with a mount namespace of its "
     "own gets as its root, instead of the one it had; --join-cgroup: the tree joins the cgroups "
     "of the process that writes this, as a batch scheduler's job, instead of new ones below "
-    "them)";
+    "them; --lazy: the tree runs at once and its memory follows from the store; --eager: all "
+    "of its memory is in before it runs; without either, the daemon's --lazy-restore decides)";
 
 // Parses `args` (without the command word) with `app`. --help is answered
 // with the synopsis, as an error: what is written to a control file is a
@@ -238,7 +240,9 @@ Status RestoreCommand(Engine& engine, const std::string& line, const Caller& cal
   };
   if (line.empty() || line.size() > kMaxCommand || line.find('\0') != std::string::npos)
     return refuse(Status::InvalidArgument("write the absolute path of a checkpoint to restore"));
-  RestoreRequest request{line, "", "", false, caller};
+  RestoreRequest request;
+  request.path = line;
+  request.caller = caller;
   if (line.find(" --") != std::string::npos) {
     auto words = Words(line);
     if (!words.ok()) return refuse(words.status());
@@ -251,9 +255,15 @@ Status RestoreCommand(Engine& engine, const std::string& line, const Caller& cal
                    "the root directory of a process with a mount namespace of its own");
     app.add_flag("--join-cgroup", request.join_cgroup,
                  "the restored tree joins the writer's cgroups instead of new ones below them");
+    bool lazy = false;
+    bool eager = false;
+    auto* lazy_flag = app.add_flag("--lazy", lazy, "the tree runs at once; its memory follows");
+    app.add_flag("--eager", eager, "all of the tree's memory is in before it runs")
+        ->excludes(lazy_flag);
     Status parsed = Parse(app, *words, std::string("restore ") + kRestoreSynopsis);
     if (!parsed.ok()) return refuse(parsed);
     request.path = path;
+    if (lazy || eager) request.lazy = lazy;
   }
   return engine.Restore(request).status();
 }

@@ -8,6 +8,7 @@
 //                          [--owner-keep-last N] [--owner-keep-within DURATION]
 //   ctl         track PID | import PATH [NAME] | gc
 //   restore     PATH [--gpu-map OLD_UUID=NEW_UUID,...] [--root DIR] [--join-cgroup]
+//               [--lazy | --eager]
 //
 // Every input is untrusted: anything unknown (an unterminated quote, an
 // unknown option) is kInvalidArgument with a line saying what was

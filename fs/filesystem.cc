@@ -265,8 +265,12 @@ class Filesystem {
     // open may "remove" its entries, without effect; anyone else (`rm` of
     // one file, `rm -r` of images/) gets EROFS, and so does everything in
     // device/ (`rm -r device/<id>` removes no checkpoint).
-    if (StoreView::InCheckpoint(child->kind) && RemovingCheckpoint(child->key, caller.pid))
-      return 0;
+    // Unless the checkpoint cannot go now: the rm then stops at its first
+    // entry (EBUSY), before the kernel forgets the entries it "removed".
+    if (StoreView::InCheckpoint(child->kind) && RemovingCheckpoint(child->key, caller.pid)) {
+      Status removable = view_.CheckRemovable(*child);
+      return removable.ok() ? 0 : ErrnoFromStatus(removable);
+    }
     return RefusalErrno(*child);
   }
 

@@ -150,6 +150,19 @@ std::string ScheduleText(const ProcessStatusReport& report) {
   return out;
 }
 
+// Shown only while a lazily restored tree's memory is still coming in.
+std::string LazyText(const std::optional<LazyRestoreProgress>& lazy) {
+  if (!lazy) return "";
+  return "lazy_restore: " + lazy->id + ", resident " + LazyProgressText(*lazy) + "\n";
+}
+
+nlohmann::json LazyJson(const LazyRestoreProgress& lazy) {
+  return {{"checkpoint", lazy.id},
+          {"bytes_read", lazy.bytes},
+          {"expected_bytes", lazy.expected_bytes},
+          {"seconds", lazy.seconds}};
+}
+
 std::string LastText(const std::optional<OperationOutcome>& last) {
   if (!last) return "last: none\n";
   std::string out = "last: " + DisplayText(last->summary) + "\n";
@@ -166,7 +179,7 @@ std::string RenderStatusText(const ProcessStatusReport& report) {
   std::string out =
       ProcessText(report.process) + GpuText(report.gpu) + OperationText(report.operation);
   if (report.pool) out += PoolText(*report.pool);
-  return out + ScheduleText(report) + LastText(report.last);
+  return out + LazyText(report.lazy) + ScheduleText(report) + LastText(report.last);
 }
 
 nlohmann::json RenderStatusJson(const ProcessStatusReport& report) {
@@ -185,6 +198,7 @@ nlohmann::json RenderStatusJson(const ProcessStatusReport& report) {
       {"operation", report.operation ? OperationJson(*report.operation) : nlohmann::json()},
       {"last", report.last ? LastJson(*report.last) : nlohmann::json()},
       {"schedule", report.schedule ? ScheduleJson(*report.schedule) : nlohmann::json()},
+      {"lazy_restore", report.lazy ? LazyJson(*report.lazy) : nlohmann::json()},
       {"retention", RetentionJson(report.retention)},
       {"owner_retention", RetentionJson(report.owner_retention)},
   };

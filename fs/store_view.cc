@@ -21,8 +21,20 @@ StoreView::StoreView(Store* store, Engine* engine)
   }
 }
 
+Status StoreView::CheckRemovable(const NodeId& node) const {
+  // (Tests of the checkpoint tree alone run without an engine.)
+  return context_.engine != nullptr ? context_.engine->CheckRemovable(node.snapshot) : Status::Ok();
+}
+
 Status StoreView::RemoveSnapshot(const NodeId& node, const Caller& caller) {
   if (node.kind != NodeKind::kSnapshotDir) return Status::InvalidArgument("not a checkpoint");
+  // A lazily restored tree's memory still comes from it. Asked after the
+  // visibility check, so that another user's checkpoint reads as absent.
+  if (context_.engine != nullptr) {
+    GPUCKPT_RETURN_IF_ERROR(
+        trees_.VisibleHead(node.snapshot, node.key, caller, /*device_view=*/false).status());
+    GPUCKPT_RETURN_IF_ERROR(CheckRemovable(node));
+  }
   GPUCKPT_RETURN_IF_ERROR(trees_.Remove(node.snapshot, node.key, caller).status());
   // (Tests of the checkpoint tree alone run without an engine.)
   if (context_.engine != nullptr) context_.engine->NoteRemoved(node.snapshot, node.key);

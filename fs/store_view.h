@@ -118,8 +118,13 @@ class StoreView {
   // Forgets cached listings (after a checkpoint, import or delete).
   void Invalidate() { trees_.Invalidate(); }
   // Deletes the checkpoint `node` (a kSnapshotDir) for `caller` (its owner
-  // or root); kNotFound if that incarnation is gone.
+  // or root); kNotFound if that incarnation is gone, kBusy while a lazily
+  // restored tree's memory still comes from it (Engine::CheckRemovable).
   Status RemoveSnapshot(const NodeId& node, const Caller& caller);
+  // kBusy while the checkpoint `node` is in (any node of it) cannot be
+  // removed now (Engine::CheckRemovable); the caller's right to see it is
+  // checked elsewhere.
+  Status CheckRemovable(const NodeId& node) const;
 
  private:
   NodeHandler& HandlerOf(const NodeId& node) { return *handlers_[static_cast<size_t>(node.kind)]; }

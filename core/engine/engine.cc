@@ -141,11 +141,12 @@ Status GiveTo(uint32_t uid, uint32_t gid, const std::vector<std::string>& paths)
 Result<std::unique_ptr<CriuLogs>> CriuLogs::Create(const std::string& work,
                                                    const std::string& log_name,
                                                    std::optional<uint32_t> owner_uid,
-                                                   uint32_t owner_gid) {
+                                                   uint32_t owner_gid,
+                                                   const std::string& stderr_name) {
   const std::string log_path = work + "/" + log_name;
   UniqueFd log(MakeCriuOutputFile(log_path, owner_uid, owner_gid));
   if (log.get() < 0) return StatusFromErrno(errno, log_path);
-  const std::string stderr_path = work + "/criu.stderr";
+  const std::string stderr_path = work + "/" + stderr_name;
   UniqueFd err(MakeCriuOutputFile(stderr_path, owner_uid, owner_gid));
   if (err.get() < 0) return StatusFromErrno(errno, stderr_path);
   return std::unique_ptr<CriuLogs>(new CriuLogs(log.release(), err.release(), log_path));
@@ -266,6 +267,7 @@ Result<std::unique_ptr<EngineImpl>> EngineImpl::Create(Store* store,
   if (Status loaded = engine->catalog_.Prime(); !loaded.ok())
     spdlog::warn("checkpoint catalog not loaded: error={}", LogValue(loaded.message()));
   engine->RecoverInterruptedKills();
+  engine->RecoverInterruptedLazyRestores();
   return engine;
 }
 
@@ -314,6 +316,34 @@ void EngineImpl::RecoverInterruptedKills() {
   spdlog::warn("recovery: resumed {} process(es) that a previous daemon left stopped: pids {}",
                resumed.size(), fmt::join(resumed, ","));
   ReleaseGpusOrLog(*gpu_, resumed, "recovery");
+}
+
+void EngineImpl::RecoverInterruptedLazyRestores() {
+  for (const LazyJournal::Entry& e : LazyJournal(LazyJournalDir()).TakeAll()) {
+    auto info = ReadProcess(e.tree_pid, ProcReadOptions{.read_gpu_devices = false});
+    if (info.ok() && info->start_time == e.start_time) {
+      spdlog::warn(
+          "recovery: lazy restore id={} pid={} was still coming in when a previous daemon "
+          "stopped; the tree still runs",
+          LogValue(e.id), e.tree_pid);
+      continue;
+    }
+    // Its server could no longer read the mount: it killed the tree's
+    // unfinished processes (tools/criu-patches) and said why in its log,
+    // read without following a link the tree's user may have put there.
+    const std::string cause = CriuFailureCause(SummarizeCriuLog(e.work_dir + "/lazy-pages.log"));
+    spdlog::warn(
+        "recovery: lazy restore id={} pid={} was still coming in when a previous daemon "
+        "stopped, so its lazy-pages server killed the tree: {} (log: {}/lazy-pages.log)",
+        LogValue(e.id), e.tree_pid, LogValue(cause.empty() ? "its log says nothing" : cause),
+        e.work_dir);
+  }
+}
+
+std::string EngineImpl::LazyJournalDir() const {
+  char hash[17];
+  std::snprintf(hash, sizeof(hash), "%016zx", std::hash<std::string>{}(store_->dir()));
+  return options_.work_dir + "/lazy-" + hash;
 }
 
 void ReleaseGpusOrLog(GpuBackend& gpu, const std::vector<int>& pids, const std::string& when) {
@@ -437,6 +467,7 @@ ProcessStatusReport EngineImpl::ProcessStatus(const ProcessInfo& p) {
     if (auto g = gpu_->Describe(p.pid); g.ok()) report.gpu.process = *g;
   }
   report.operation = board_.InFlightInfo(p.pid);
+  report.lazy = lazy_servers_.ProgressOf(p.pid);
   report.last = board_.LastOutcome(p.pid);
   if (auto pool = store_->pool_stats()) report.pool = PoolStatusOf(*pool, report.last);
   report.retention = options_.retention;
@@ -467,15 +498,21 @@ PoolStatus EngineImpl::PoolStatusOf(const PoolStats& pool,
 
 std::string EngineImpl::LastResult(ResultFile file, uint32_t uid) const {
   std::optional<RestoreInFlight> restoring;
+  ResultText last;
   {
     MutexLock lock(&mu_);
     if (auto r = restores_in_flight_.find(uid);
         file == ResultFile::kRestore && r != restores_in_flight_.end())
       restoring = r->second;
     else if (auto it = last_results_.find({file, uid}); it != last_results_.end())
-      return it->second.text;
+      last = it->second;
     else
       return "none\n";
+  }
+  if (!restoring) {
+    if (last.lazy_pid == 0) return last.text;
+    auto progress = lazy_servers_.ProgressOf(last.lazy_pid);
+    return progress ? last.text + "resident: " + LazyProgressText(*progress) + "\n" : last.text;
   }
   if (auto op = board_.InFlightInfo(restoring->pid))
     return "in flight: restore of " + restoring->id + " (" + ProgressText(*op) + ")\n";
@@ -506,6 +543,12 @@ void EngineImpl::SetLastResult(ResultFile file, uint32_t uid, std::string text) 
   last_results_[{file, uid}] = ResultText{std::move(text), UnixNowNs()};
 }
 
+void EngineImpl::SetLazyRestoreResult(uint32_t uid, std::string text, int lazy_pid) {
+  if (text.empty() || text.back() != '\n') text += '\n';
+  MutexLock lock(&mu_);
+  last_results_[{ResultFile::kRestore, uid}] = ResultText{std::move(text), UnixNowNs(), lazy_pid};
+}
+
 std::string EngineImpl::MetricsText() {
   std::optional<StoreStats> stats;
   {
@@ -529,7 +572,12 @@ std::string EngineImpl::MetricsText() {
     }
     stats = store_stats_;
   }
-  return metrics_.Render(store_->cache_stats(), stats, store_->pool_stats());
+  LazyRestoresInFlight lazy;
+  for (const LazyRestoreProgress& p : lazy_servers_.AllProgress()) {
+    ++lazy.trees;
+    lazy.bytes_read += p.bytes;
+  }
+  return metrics_.Render(store_->cache_stats(), stats, store_->pool_stats(), lazy);
 }
 
 void EngineImpl::RecordFailure(int pid, const std::string& operation, const Status& status,
@@ -576,6 +624,8 @@ std::string Engine::LastResult(ResultFile file, uint32_t uid) const {
 int64_t Engine::LastResultTime(ResultFile file, uint32_t uid) const {
   return impl_->LastResultTime(file, uid);
 }
+Status Engine::CheckRemovable(const std::string& id) const { return impl_->CheckRemovable(id); }
+
 void Engine::SetLastResult(ResultFile file, uint32_t uid, std::string text) {
   impl_->SetLastResult(file, uid, std::move(text));
 }

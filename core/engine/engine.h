@@ -20,6 +20,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "core/engine/process_status.h"
@@ -97,6 +98,13 @@ struct EngineOptions {
   // after each checkpoint of theirs, where the request sets no owner rule
   // of its own (retention.h). Default: all.
   RetentionRule owner_retention;
+  // The daemon's mount at `mountpoint` serves every checkpoint's images as
+  // files read from the store on demand (gpuckptfs sets it): what a lazy
+  // restore's page server reads. Default: false (no lazy restore).
+  bool mount_serves_images = false;
+  // Restore lazily where a request does not say (RestoreRequest::lazy).
+  // Default: false.
+  bool lazy_restore = false;
 };
 
 // Makes EngineOptions::state_dir (one level: its parent must exist) owned by
@@ -142,6 +150,13 @@ struct RestoreRequest {
   // instead of cgroups of its own below them (cgroup_placement.h): a batch
   // scheduler then treats it as that job's.
   bool join_cgroup = false;
+  // Lazily: the tree runs as soon as CRIU has restored everything but its
+  // private anonymous memory, whose pages CRIU's lazy-pages server then
+  // copies in from the store (userfaultfd), first those the tree touches,
+  // then the rest, until the tree is resident and the server ends. A tree
+  // that cannot be restored lazily (lazy_restore.h says which) is restored
+  // eagerly, and the result says why. Unset: EngineOptions::lazy_restore.
+  std::optional<bool> lazy;
   Caller caller;
 };
 
@@ -213,6 +228,10 @@ class Engine {
   // outside the engine (through the mount); what NoteStoreChanged() says
   // besides.
   void NoteRemoved(const std::string& id, uint64_t key);
+  // kBusy while a lazily restored tree's memory still comes from
+  // checkpoint `id` (RestoreRequest::lazy): it may not be removed until
+  // the tree is resident.
+  Status CheckRemovable(const std::string& id) const;
   // When this engine started (CLOCK_REALTIME ns).
   int64_t started_ns() const;
   // Records a failed request in status, metrics and the log (e.g. a bad

@@ -29,6 +29,7 @@
 #include "core/engine/checkpoint_schedule.h"
 #include "core/engine/engine.h"
 #include "core/engine/engine_internal.h"
+#include "core/engine/lazy_restore.h"
 #include "core/engine/metrics.h"
 #include "core/engine/operation_board.h"
 #include "core/engine/quota.h"
@@ -59,6 +60,9 @@ class EngineImpl {
   std::string LastResult(ResultFile file, uint32_t uid) const EXCLUDES(mu_);
   int64_t LastResultTime(ResultFile file, uint32_t uid) const EXCLUDES(mu_);
   void SetLastResult(ResultFile file, uint32_t uid, std::string text) EXCLUDES(mu_);
+  // A restore's result whose tree (`lazy_pid`) is still coming in lazily:
+  // LastResult adds how far it is, until LazyRestoreEnded says how it ended.
+  void SetLazyRestoreResult(uint32_t uid, std::string text, int lazy_pid) EXCLUDES(mu_);
   // Has LastResult(kRestore, uid) show the restore of `id` in flight on the
   // board under `pid`, until ForgetRestoreInFlight(uid, pid).
   void NoteRestoreInFlight(uint32_t uid, int pid, const std::string& id) EXCLUDES(mu_);
@@ -71,6 +75,12 @@ class EngineImpl {
   void NoteRemoved(const std::string& id, uint64_t key) {
     catalog_.Remove(id, key);
     NoteStoreChanged();
+  }
+  Status CheckRemovable(const std::string& id) const {
+    if (!lazy_servers_.Serving(id)) return Status::Ok();
+    return Status::Busy("checkpoint " + id +
+                        " is being restored lazily: it can be removed once the restored tree is "
+                        "resident (cat restore, or the tree's status)");
   }
   int64_t started_ns() const { return started_ns_; }
   void RecordFailure(int pid, const std::string& operation, const Status& status,
@@ -234,6 +244,7 @@ class EngineImpl {
     bool shell_job = false;
     std::string root_dir;
     bool join_cgroup = false;
+    bool lazy = false;  // restore lazily (RestoreRequest::lazy), as checked
   };
   // Restores as `as` (CRIU runs with their credentials unless root), in
   // cgroups below those of the process `restorer_pid` that asked for it,
@@ -241,17 +252,26 @@ class EngineImpl {
   // unknown, is refused); the tree's root
   // comes back as `root_pid` (1: in a new pid namespace, with a new pid
   // here).
+  // A lazy restore's server reports its end to `caller_uid`'s `restore`.
   Result<int> RestoreSnapshot(const std::string& id, const TreeSetup& setup,
                               const CriuGpuSetup& gpu, const Caller& as, int restorer_pid,
-                              int root_pid, OperationBoard::Ticket* ticket, std::string* kept_log);
+                              int root_pid, uint32_t caller_uid, OperationBoard::Ticket* ticket,
+                              std::string* kept_log);
   // Restore's steps (restore.cc): the checkpoint `request` names (*id;
   // *imported when it was imported for this restore), checked and restored.
+  // *lazy_note: "lazy: yes", "lazy: no (why)", or "" when not asked.
   Result<int> ResolveAndRestore(const RestoreRequest& request, std::string* id, bool* imported,
-                                std::string* kept_log);
+                                std::string* kept_log, std::string* lazy_note);
+  // Starts `criu lazy-pages` for a lazy `restore` (as it runs, in its
+  // cgroups) on `images_dir`, and waits until it listens in `work`.
+  Result<CriuProcess> StartLazyServer(const CriuCommand& restore, const std::string& images_dir,
+                                      const std::string& work, const CriuLogs& logs);
+  // Kills a lazy-pages server whose restore failed, and waits for it.
+  void StopLazyServer(CriuProcess& server);
   // A restore's outcome in metrics, the log and the caller's restore file.
   void RecordRestoreEnd(const RestoreRequest& request, const std::string& id, bool imported,
-                        const std::string& kept_log, const Result<int>& pid,
-                        std::chrono::steady_clock::time_point start);
+                        const std::string& kept_log, const std::string& lazy_note,
+                        const Result<int>& pid, std::chrono::steady_clock::time_point start);
   // `criu restore --stream` of checkpoint `id` (whose image files are
   // `images`) from `images_dir`, as `as`, with the GPU setup's plugins,
   // path and environment.
@@ -265,6 +285,12 @@ class EngineImpl {
                            const Status& served, Result<int>& exit, OperationBoard::Ticket* ticket,
                            std::string* kept_log);
   void RecoverInterruptedKills();
+  // Says in the log what became of the lazy restores a previous daemon
+  // left coming in (LazyJournal).
+  void RecoverInterruptedLazyRestores();
+  std::string LazyJournalDir() const;
+  // A lazy restore's server ended: the log, the metrics.
+  void LazyRestoreEnded(const LazyServers::Ended& ended);
   std::string JournalDir() const;
   // Checkpoints on a schedule and retention (schedule.cc).
   // Checkpoint()'s checks of `every`, and what it sets up once the first
@@ -317,6 +343,7 @@ class EngineImpl {
   struct ResultText {
     std::string text;
     int64_t set_ns = 0;
+    int lazy_pid = 0;  // a lazily restored tree still coming in
   };
   mutable Mutex mu_;
   std::map<std::pair<ResultFile, uint32_t>, ResultText> last_results_ GUARDED_BY(mu_);  // by uid
@@ -327,6 +354,10 @@ class EngineImpl {
   std::map<uint32_t, RestoreInFlight> restores_in_flight_ GUARDED_BY(mu_);  // by uid
   // --keep-logs: the newest work dirs
   std::vector<std::string> kept_work_dirs_ GUARDED_BY(mu_);
+
+  // The lazy restores' servers, until their trees are resident. Destroyed
+  // (waiting for them) before everything their end touches.
+  LazyServers lazy_servers_{[this](const LazyServers::Ended& ended) { LazyRestoreEnded(ended); }};
 
   // Last, so that it is destroyed first: its thread runs checkpoints
   // through everything above.

@@ -50,11 +50,13 @@ std::optional<double> FrozenSecondsOf(const SnapshotInfo& info);
 // root-only file, a FIFO) is never opened by the daemon.
 class CriuLogs {
  public:
-  // `log_name` is what CRIU is told with -o (relative to the work dir).
+  // `log_name` is what CRIU is told with -o (relative to the work dir);
+  // its stderr goes to `stderr_name` there.
   static Result<std::unique_ptr<CriuLogs>> Create(const std::string& work,
                                                   const std::string& log_name,
                                                   std::optional<uint32_t> owner_uid,
-                                                  uint32_t owner_gid);
+                                                  uint32_t owner_gid,
+                                                  const std::string& stderr_name = "criu.stderr");
   ~CriuLogs();
   CriuLogs(const CriuLogs&) = delete;
   CriuLogs& operator=(const CriuLogs&) = delete;

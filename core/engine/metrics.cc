@@ -145,8 +145,20 @@ void RenderPool(const PoolStats& pool, std::string* out) {
 
 }  // namespace
 
+void Metrics::ObserveLazyRestore(bool resident, uint64_t bytes, double seconds) {
+  MutexLock lock(&mu_);
+  if (resident) {
+    ++lazy_resident_;
+    lazy_bytes_ += bytes;
+    lazy_seconds_.Observe(seconds);
+  } else {
+    ++lazy_killed_;
+  }
+}
+
 std::string Metrics::Render(const CacheStats& cache, const std::optional<StoreStats>& store,
-                            const std::optional<PoolStats>& pool) const {
+                            const std::optional<PoolStats>& pool,
+                            const LazyRestoresInFlight& lazy) const {
   MutexLock lock(&mu_);
   std::string out;
   Header(&out, "gpuckpt_build_info", "gauge",
@@ -180,6 +192,20 @@ std::string Metrics::Render(const CacheStats& cache, const std::optional<StoreSt
          "Frozen time of the latest checkpoint.", frozen_last_);
   Single(&out, "gpuckpt_checkpoint_frozen_max_seconds", "gauge",
          "Longest frozen time of any checkpoint.", frozen_max_);
+  Header(&out, "gpuckpt_lazy_restores_total", "counter",
+         "Lazy restores whose memory came in whole (resident), or whose trees were killed "
+         "because it could not (killed).");
+  out += fmt::format("gpuckpt_lazy_restores_total{{result=\"resident\"}} {}\n", lazy_resident_);
+  out += fmt::format("gpuckpt_lazy_restores_total{{result=\"killed\"}} {}\n", lazy_killed_);
+  Single(&out, "gpuckpt_lazy_restore_bytes_total", "counter",
+         "Page-image bytes brought in by lazy restores whose trees became resident.", lazy_bytes_);
+  Header(&out, "gpuckpt_lazy_restore_resident_seconds", "histogram",
+         "Time from a lazy restore's start until its tree was resident.");
+  RenderHistogram("gpuckpt_lazy_restore_resident_seconds", "", lazy_seconds_, &out);
+  Single(&out, "gpuckpt_lazy_restores_in_flight", "gauge",
+         "Lazily restored trees whose memory is still coming in.", lazy.trees);
+  Single(&out, "gpuckpt_lazy_restore_in_flight_bytes", "gauge",
+         "What the servers of those trees have read so far.", lazy.bytes_read);
   if (store) {
     Single(&out, "gpuckpt_store_snapshots", "gauge", "Checkpoints in the store.",
            store->snapshot_count);

@@ -23,6 +23,12 @@
 
 namespace gpuckpt {
 
+// The lazy restores whose trees are still coming in.
+struct LazyRestoresInFlight {
+  uint64_t trees = 0;
+  uint64_t bytes_read = 0;  // by their servers so far
+};
+
 class Metrics {
  public:
   // The operations and results every gpuckpt_operations_total series is
@@ -43,9 +49,14 @@ class Metrics {
   // How long a successful checkpoint kept its job frozen (FrozenTime).
   void ObserveFrozen(double seconds) EXCLUDES(mu_);
 
+  // A lazy restore's server ended: its tree `resident`, or killed; the
+  // page images' `bytes`, `seconds` since the restore began.
+  void ObserveLazyRestore(bool resident, uint64_t bytes, double seconds) EXCLUDES(mu_);
+
   // `store`: the store's totals, where known.
   std::string Render(const CacheStats& cache, const std::optional<StoreStats>& store,
-                     const std::optional<PoolStats>& pool) const EXCLUDES(mu_);
+                     const std::optional<PoolStats>& pool,
+                     const LazyRestoresInFlight& lazy = {}) const EXCLUDES(mu_);
 
  private:
   struct Histogram {
@@ -66,6 +77,10 @@ class Metrics {
   Histogram frozen_ GUARDED_BY(mu_);
   double frozen_last_ GUARDED_BY(mu_) = 0;
   double frozen_max_ GUARDED_BY(mu_) = 0;
+  uint64_t lazy_resident_ GUARDED_BY(mu_) = 0;
+  uint64_t lazy_killed_ GUARDED_BY(mu_) = 0;
+  uint64_t lazy_bytes_ GUARDED_BY(mu_) = 0;
+  Histogram lazy_seconds_ GUARDED_BY(mu_);
 };
 
 }  // namespace gpuckpt

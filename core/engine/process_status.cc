@@ -42,4 +42,12 @@ std::string ProgressText(const OperationInFlight& op) {
   return out;
 }
 
+std::string LazyProgressText(const LazyRestoreProgress& progress) {
+  const uint64_t expected = std::max(progress.expected_bytes, uint64_t{1});
+  const uint64_t done = std::min(progress.bytes, expected);
+  return fmt::format("{:.1f} of about {:.1f} MB ({}%), {:.1f} s, {:.1f} MB/s", done / 1e6,
+                     progress.expected_bytes / 1e6, done * 100 / expected, progress.seconds,
+                     progress.seconds > 0 ? done / 1e6 / progress.seconds : 0.0);
+}
+
 }  // namespace gpuckpt

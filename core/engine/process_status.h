@@ -94,6 +94,20 @@ struct ScheduleStatus {
   uint64_t failures = 0;  // of those, failed
 };
 
+// A lazily restored tree whose memory is still coming in (RestoreRequest::
+// lazy), as its lazy-pages server has read it so far.
+struct LazyRestoreProgress {
+  std::string id;  // the checkpoint it comes from
+  // What the server has read (the page images, and the few small images
+  // it reads first).
+  uint64_t bytes = 0;
+  uint64_t expected_bytes = 0;  // about all there is: the page images
+  double seconds = 0;           // since the restore began
+};
+
+// "412.3 of about 1073.7 MB (38%), 0.4 s, 1030.8 MB/s".
+std::string LazyProgressText(const LazyRestoreProgress& progress);
+
 struct ProcessStatusReport {
   ProcessInfo process;
   GpuStatus gpu;
@@ -101,6 +115,7 @@ struct ProcessStatusReport {
   std::optional<OperationOutcome> last;        // nullopt: none ended yet
   std::optional<PoolStatus> pool;              // only with a shared pool
   std::optional<ScheduleStatus> schedule;      // nullopt: none
+  std::optional<LazyRestoreProgress> lazy;     // nullopt: resident, or not lazy
   // What is kept of its checkpoints after each one: its schedule's rule,
   // else the daemon's (EngineOptions::retention); empty: all.
   RetentionRule retention;

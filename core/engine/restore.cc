@@ -23,6 +23,7 @@
 //    one of the same user's (MayRestoreTcpConnections).
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -48,11 +49,15 @@
 #include "core/criu/images.h"
 #include "core/engine/engine_impl.h"
 #include "core/engine/engine_internal.h"
+#include "core/engine/lazy_restore.h"
 #include "core/proc/acting_as.h"
 #include "core/proc/cgroup_placement.h"
 
 namespace gpuckpt {
 namespace {
+
+// How a lazy restore's result says it was lazy.
+constexpr char kLazyYes[] = "lazy: yes";
 
 // Image records gpuckpt parses are small; a bigger one is not CRIU's.
 constexpr uint64_t kMaxParsedImage = 64u << 20;
@@ -566,8 +571,9 @@ Result<int> EngineImpl::Restore(const RestoreRequest& request) {
   const auto start = std::chrono::steady_clock::now();
   bool imported = false;
   std::string id;
-  std::string kept_log;  // the CRIU log of a failed restore
-  auto pid = ResolveAndRestore(request, &id, &imported, &kept_log);
+  std::string kept_log;   // the CRIU log of a failed restore
+  std::string lazy_note;  // whether it was lazy, and why not
+  auto pid = ResolveAndRestore(request, &id, &imported, &kept_log, &lazy_note);
   // A copy that could not be restored leaves nothing behind in the store:
   // the copy itself is where it was.
   if (!pid.ok() && imported) {
@@ -576,7 +582,7 @@ Result<int> EngineImpl::Restore(const RestoreRequest& request) {
   }
   ReleaseFreeMemory();
   if (imported) NoteStoreChanged();
-  RecordRestoreEnd(request, id, imported, kept_log, pid, start);
+  RecordRestoreEnd(request, id, imported, kept_log, lazy_note, pid, start);
   // Shown under its new pid, GPU or not, so that its next checkpoint needs
   // no `track`; a tree that has already ended is simply not shown.
   if (pid.ok() && !processes_->Track(*pid).ok()) processes_->Invalidate();
@@ -584,7 +590,8 @@ Result<int> EngineImpl::Restore(const RestoreRequest& request) {
 }
 
 Result<int> EngineImpl::ResolveAndRestore(const RestoreRequest& request, std::string* id,
-                                          bool* imported, std::string* kept_log) {
+                                          bool* imported, std::string* kept_log,
+                                          std::string* lazy_note) {
   GPUCKPT_ASSIGN_OR_RETURN(*id, ResolveRestoreSource(request, imported));
   GPUCKPT_ASSIGN_OR_RETURN(SnapshotInfo info, store_->Get(*id));
   Result<CheckpointManifest> manifest = DecodeManifest(info.extra_json);
@@ -607,6 +614,15 @@ Result<int> EngineImpl::ResolveAndRestore(const RestoreRequest& request, std::st
   GPUCKPT_ASSIGN_OR_RETURN(std::string root_dir, RootDirFor(request, *manifest, as));
   GPUCKPT_ASSIGN_OR_RETURN(CriuGpuSetup gpu,
                            gpu_->SetupForRestore(RestoreGpuOptions(request, *manifest)));
+  bool lazy = request.lazy.value_or(options_.lazy_restore);
+  if (lazy) {
+    const std::string why_not =
+        WhyNotLazy({options_.mount_serves_images,
+                    !manifest->gpus.empty() || manifest->device_memory_bytes.value_or(0) > 0,
+                    HasOwnPidNamespace(*root) || !root_dir.empty(), as.is_root()});
+    lazy = why_not.empty();
+    *lazy_note = lazy ? kLazyYes : "lazy: no (" + why_not + ")";
+  }
   // A tree with its own pid namespace gets new pids outside, so no
   // process here is its: no status shows its restore, nothing waits.
   std::unique_ptr<OperationBoard::Ticket> ticket = OperationBoard::Unlisted();
@@ -623,9 +639,9 @@ Result<int> EngineImpl::ResolveAndRestore(const RestoreRequest& request, std::st
   });
   // The last moment the caller can give up: CRIU has not run.
   GPUCKPT_RETURN_IF_ERROR(CheckNotCancelled(request.caller, "the restore of " + *id));
-  auto pid =
-      RestoreSnapshot(*id, {shell_job, root_dir, request.join_cgroup}, gpu, as, request.caller.pid,
-                      static_cast<int>(root->pid), ticket.get(), kept_log);
+  auto pid = RestoreSnapshot(*id, {shell_job, root_dir, request.join_cgroup, lazy}, gpu, as,
+                             request.caller.pid, static_cast<int>(root->pid), request.caller.uid,
+                             ticket.get(), kept_log);
   ticket->SetCheckpoint(*id);
   if (pid.ok()) {
     ticket->SetResult(fmt::format("restore of {} ok as pid {}", *id, *pid));
@@ -637,14 +653,15 @@ Result<int> EngineImpl::ResolveAndRestore(const RestoreRequest& request, std::st
 
 void EngineImpl::RecordRestoreEnd(const RestoreRequest& request, const std::string& id,
                                   bool imported, const std::string& kept_log,
-                                  const Result<int>& pid,
+                                  const std::string& lazy_note, const Result<int>& pid,
                                   std::chrono::steady_clock::time_point start) {
   metrics_.CountOperation("restore", pid.ok() ? "ok" : ResultLabel(pid.status().code()));
   const double total_s =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (pid.ok()) {
-    spdlog::info("restore uid={} id={} pid={} result=ok imported={} total_s={:.3f}",
-                 request.caller.uid, LogValue(id), pid.value(), imported, total_s);
+    spdlog::info("restore uid={} id={} pid={} result=ok imported={} lazy={} total_s={:.3f}",
+                 request.caller.uid, LogValue(id), pid.value(), imported, lazy_note == kLazyYes,
+                 total_s);
   } else {
     LogOperationEnd(pid.status(), "restore uid={} id={} path={} result={} error={}{}",
                     request.caller.uid, LogValue(id.empty() ? "-" : id),
@@ -658,23 +675,45 @@ void EngineImpl::RecordRestoreEnd(const RestoreRequest& request, const std::stri
                               : "error: " + pid.status().message() +
                                     (kept_log.empty() ? "" : "\ncriu_log: " + kept_log);
   if (pid.ok() && imported) said += "\nimported: " + id;
+  if (pid.ok() && !lazy_note.empty()) said += "\n" + lazy_note;
+  if (pid.ok() && lazy_note == kLazyYes) {
+    // Until its server ends, `cat restore` adds how far the tree is in.
+    SetLazyRestoreResult(request.caller.uid, std::move(said), pid.value());
+    return;
+  }
   SetLastResult(ResultFile::kRestore, request.caller.uid, std::move(said));
 }
 
 Result<int> EngineImpl::RestoreSnapshot(const std::string& id, const TreeSetup& setup,
                                         const CriuGpuSetup& gpu, const Caller& as, int restorer_pid,
-                                        int root_pid, OperationBoard::Ticket* ticket,
-                                        std::string* kept_log) {
+                                        int root_pid, uint32_t caller_uid,
+                                        OperationBoard::Ticket* ticket, std::string* kept_log) {
   const auto start = std::chrono::steady_clock::now();
   GPUCKPT_ASSIGN_OR_RETURN(auto files, store_->ListFiles(id));
   const std::set<std::string> images = ImageNames(files);
-  GPUCKPT_ASSIGN_OR_RETURN(auto work_dir, MakeWorkDir("restore-" + id));
+  GPUCKPT_ASSIGN_OR_RETURN(std::shared_ptr<WorkDir> work_dir, MakeWorkDir("restore-" + id));
   const std::string& work = work_dir->path();
-  const std::string images_dir = work + "/images";
-  if (mkdir(images_dir.c_str(), 0700) != 0) return StatusFromErrno(errno, images_dir);
-  GPUCKPT_ASSIGN_OR_RETURN(auto server, ImageServeServer::Listen(images_dir));
-  GPUCKPT_ASSIGN_OR_RETURN(
-      auto criu_logs, PrepareRestoreRunner(work, {work, images_dir, server->socket_path()}, as));
+  // Eager: the images are streamed to CRIU through a socket in the work
+  // dir. Lazy: CRIU and its lazy-pages server read them from the mount,
+  // where each is read from the store as it is asked for, and the server
+  // must seek in the page images.
+  const std::string images_dir =
+      setup.lazy ? options_.mountpoint + "/checkpoints/" + id + "/images" : work + "/images";
+  std::unique_ptr<ImageServeServer> server;
+  std::vector<std::string> work_paths = {work};
+  std::shared_ptr<CriuLogs> lazy_logs;
+  if (setup.lazy) {
+    // Made before the work dir is the user's, as the restore's own.
+    GPUCKPT_ASSIGN_OR_RETURN(
+        lazy_logs, CriuLogs::Create(work, "lazy-pages.log",
+                                    as.is_root() ? std::nullopt : std::optional<uint32_t>(as.uid),
+                                    as.gid, "lazy-pages.stderr"));
+  } else {
+    if (mkdir(images_dir.c_str(), 0700) != 0) return StatusFromErrno(errno, images_dir);
+    GPUCKPT_ASSIGN_OR_RETURN(server, ImageServeServer::Listen(images_dir));
+    work_paths.insert(work_paths.end(), {images_dir, server->socket_path()});
+  }
+  GPUCKPT_ASSIGN_OR_RETURN(auto criu_logs, PrepareRestoreRunner(work, work_paths, as));
   const std::string pidfile = work + "/restored.pid";
   GPUCKPT_ASSIGN_OR_RETURN(CriuCommand cmd,
                            RestoreCommand(id, images, setup, gpu, as, work, images_dir, pidfile));
@@ -689,19 +728,125 @@ Result<int> EngineImpl::RestoreSnapshot(const std::string& id, const TreeSetup& 
                                             ? JoinRestorerCgroup(restorer_pid)
                                             : MakeRestoreCgroup(restorer_pid, root_pid));
   cmd.join_cgroup_fds = cgroup->procs_fds();
+  // The lazy-pages server first: the restore connects to its socket. It
+  // runs as the restore does and in the tree's cgroups, so that it lives
+  // on when the daemon's are stopped, and ends with the tree's job.
+  std::optional<CriuProcess> lazy_server;
+  if (setup.lazy) {
+    GPUCKPT_ASSIGN_OR_RETURN(lazy_server, StartLazyServer(cmd, images_dir, work, *lazy_logs));
+  }
   auto criu = criu_.Start(cmd);
-  if (!criu.ok()) return criu.status();
-  Status served = ServeImages(store_, id, images, *server, *criu, ticket);
+  if (!criu.ok()) {
+    if (lazy_server) StopLazyServer(*lazy_server);
+    return criu.status();
+  }
+  Status served = server ? ServeImages(store_, id, images, *server, *criu, ticket) : Status::Ok();
   Result<int> exit = criu->Wait();
   metrics_.ObserveStage(
       "restore", "restore",
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-  if (!served.ok() || !exit.ok() || *exit != 0)
+  if (!served.ok() || !exit.ok() || *exit != 0) {
+    // A failed restore killed what it had restored; its server may still
+    // wait for a connection.
+    if (lazy_server) StopLazyServer(*lazy_server);
     return RecordCriuFailure("criu restore of " + id, "restore-" + id, *criu_logs, served, exit,
                              ticket, kept_log);
-  GPUCKPT_ASSIGN_OR_RETURN(const int pid, ReadRestoredRootPid(id, pidfile, root_pid));
-  work_dir->MarkSucceeded();
-  return pid;
+  }
+  auto pid = ReadRestoredRootPid(id, pidfile, root_pid);
+  if (!pid.ok()) {
+    if (lazy_server) StopLazyServer(*lazy_server);
+    return pid.status();
+  }
+  if (!lazy_server) {
+    work_dir->MarkSucceeded();
+    return *pid;
+  }
+  // The server lives on until the tree is resident; its work dir and logs
+  // with it.
+  uint64_t page_bytes = 0;
+  for (const FileEntry& f : files)
+    if (f.path.starts_with("images/pages-")) page_bytes += f.size;
+  // A daemon that dies before the tree is resident leaves this entry for
+  // the next one to report.
+  if (auto root = ReadProcess(*pid, ProcReadOptions{.read_gpu_devices = false}); root.ok()) {
+    Status journaled =
+        LazyJournal(LazyJournalDir()).Add({*pid, root->start_time, id, work_dir->path()});
+    if (!journaled.ok())
+      spdlog::warn("lazy restore id={} pid={}: not journaled: {}", LogValue(id), *pid,
+                   LogValue(journaled.message()));
+  }
+  lazy_servers_.Adopt(id, *pid, caller_uid, page_bytes, start, std::move(*lazy_server),
+                      [this, work_dir, lazy_logs, id](bool resident) -> std::string {
+                        if (resident) {
+                          work_dir->MarkSucceeded();
+                          return "";
+                        }
+                        std::string kept = KeepCriuLog(*lazy_logs, "lazy-pages-" + id);
+                        std::string why = CriuFailureCause(lazy_logs->Summary());
+                        return kept.empty() ? why : why + " (log: " + kept + ")";
+                      });
+  return *pid;
+}
+
+void EngineImpl::LazyRestoreEnded(const LazyServers::Ended& ended) {
+  const bool resident = ended.exit_code == 0;
+  metrics_.ObserveLazyRestore(resident, ended.expected_bytes, ended.seconds);
+  LazyJournal(LazyJournalDir()).Remove(ended.tree_pid);
+  std::string line;
+  if (resident) {
+    spdlog::info("lazy restore id={} pid={} result=resident bytes={} total_s={:.3f}",
+                 LogValue(ended.id), ended.tree_pid, ended.expected_bytes, ended.seconds);
+    line = fmt::format("resident: all {:.1f} MB, in {:.1f} s", ended.expected_bytes / 1e6,
+                       ended.seconds);
+  } else {
+    // Its server killed the tree's unfinished processes before it exited.
+    spdlog::warn("lazy restore id={} pid={} result=killed total_s={:.3f} error={}",
+                 LogValue(ended.id), ended.tree_pid, ended.seconds, LogValue(ended.why));
+    line = "killed: its memory could not all come in: " + ended.why;
+  }
+  MutexLock lock(&mu_);
+  auto it = last_results_.find({ResultFile::kRestore, ended.caller_uid});
+  // Unless a later result of the caller's has taken the place.
+  if (it == last_results_.end() || it->second.lazy_pid != ended.tree_pid) return;
+  it->second.text += line + "\n";
+  it->second.lazy_pid = 0;
+}
+
+Result<CriuProcess> EngineImpl::StartLazyServer(const CriuCommand& restore,
+                                                const std::string& images_dir,
+                                                const std::string& work, const CriuLogs& logs) {
+  CriuCommand cmd = restore;
+  cmd.args = {"lazy-pages", "-D", images_dir, "-W", work, "-o", "lazy-pages.log", "-v2"};
+  // As the user, with the restore's capabilities (CriuCredentials). An
+  // unprivileged CRIU keeps its kernel facts under $XDG_RUNTIME_DIR: the
+  // work dir, which is theirs for the operation.
+  if (cmd.run_as) {
+    cmd.args.push_back("--unprivileged");
+    cmd.environment.push_back("XDG_RUNTIME_DIR=" + work);
+  }
+  cmd.stderr_fd = logs.stderr_fd();
+  GPUCKPT_ASSIGN_OR_RETURN(CriuProcess server, criu_.Start(cmd));
+  // Ready once its socket is there; a server that exits first failed.
+  const std::string socket = work + "/lazy-pages.socket";
+  for (int waited_ms = 0; waited_ms < 10000; waited_ms += 2) {
+    struct stat st;
+    if (lstat(socket.c_str(), &st) == 0) return server;
+    struct pollfd exited = {server.pidfd(), POLLIN, 0};
+    if (poll(&exited, 1, 2) > 0) {
+      Result<int> code = server.Wait();
+      return Status::Internal("criu lazy-pages exited before it listened (exit " +
+                              (code.ok() ? std::to_string(*code) : code.status().message()) +
+                              "): " + CriuFailureCause(logs.Summary()));
+    }
+  }
+  StopLazyServer(server);
+  return Status::Internal("criu lazy-pages did not listen within 10 s");
+}
+
+void EngineImpl::StopLazyServer(CriuProcess& server) {
+  // Only when no tree of its is running: a failed restore killed it.
+  kill(server.pid(), SIGKILL);
+  server.Wait().status().PermitUnchecked();
 }
 
 Result<CriuCommand> EngineImpl::RestoreCommand(const std::string& id,
@@ -712,13 +857,22 @@ Result<CriuCommand> EngineImpl::RestoreCommand(const std::string& id,
                                                const std::string& pidfile) {
   CriuCommand cmd;
   cmd.work_dir = work;
-  cmd.args = {"restore",     "-d",
-              "-D",          images_dir,
-              "-W",          work,
-              "--stream",    "-o",
-              "restore.log", "-v4",
-              "--pidfile",   pidfile,
-              "--libdir",    gpu.plugin_dir.empty() ? empty_plugin_dir_ : gpu.plugin_dir};
+  cmd.args = {"restore",
+              "-d",
+              "-D",
+              images_dir,
+              "-W",
+              work,
+              "-o",
+              "restore.log",
+              "-v4",
+              "--pidfile",
+              pidfile,
+              "--libdir",
+              gpu.plugin_dir.empty() ? empty_plugin_dir_ : gpu.plugin_dir};
+  // Eager: the images come through the image streamer's socket. Lazy:
+  // from the mount, private anonymous memory from the lazy-pages server.
+  cmd.args.push_back(setup.lazy ? "--lazy-pages" : "--stream");
   if (setup.shell_job) cmd.args.push_back("--shell-job");
   // A mount namespace's bind mounts of the host's files (checkpoint.cc)
   // come from where the dump found them (mnt[]).

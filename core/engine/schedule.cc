@@ -127,6 +127,9 @@ std::vector<std::string> EngineImpl::RemoveNotKept(const std::vector<std::string
     // Another checkpoint of the owner's made meanwhile may be newer than
     // this one, which stays all the same: it was just asked for.
     if (id == made_id) continue;
+    // A lazily restored tree's memory still comes from it: the next
+    // checkpoint's retention removes it.
+    if (lazy_servers_.Serving(id)) continue;
     Status s = store_->Remove(id);
     if (!s.ok()) {
       spdlog::warn("retention {} id={} result=failed error={}", scope, LogValue(id),

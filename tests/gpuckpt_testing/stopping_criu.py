@@ -1,7 +1,10 @@
 """A CRIU for the daemon whose chosen commands stop themselves (SIGSTOP)
 before CRIU starts, until a test continues them: a test that must act
 while a dump or restore is in flight then need not race it, however fast
-the machine."""
+the machine. Optionally its lazy-pages servers are stopped as soon as they
+listen (before the restore that uses them has restored anything), so that
+a lazily restored tree waits at its first fault until the test continues
+its server."""
 
 import os
 import shutil
@@ -9,11 +12,24 @@ import signal
 import tempfile
 
 from gpuckpt_testing import build
-from gpuckpt_testing.processes import live_processes, proc_state, wait_for
+from gpuckpt_testing.processes import live_processes, parent_of, proc_state, wait_for
 
 SCRIPT = """#!/bin/sh
 case "$1" in {verbs}) kill -STOP $$ ;; esac
 exec {criu} "$@"
+"""
+
+# The lazy-pages server runs as this script's child, stopped once its
+# socket is in its working directory; the script exits as it does.
+HOLD_LAZY_PAGES = """#!/bin/sh
+if [ "$1" = lazy-pages ]; then
+  {criu} "$@" &
+  server=$!
+  while ! [ -S lazy-pages.socket ] && kill -0 $server 2>/dev/null; do sleep 0.001; done
+  kill -STOP $server
+  wait $server
+  exit $?
+fi
 """
 
 
@@ -22,12 +38,15 @@ class StoppingCriu:
     enter: CRIU runs as the tree's owner for an ordinary user's tree.
     Owns that directory (removed by close()); not thread-safe."""
 
-    def __init__(self, verbs=("dump", "restore")):
+    def __init__(self, verbs=("dump", "restore"), hold_lazy_pages=False):
         self.dir = tempfile.mkdtemp(prefix="gpuckpt-stopping-criu.", dir="/var/tmp")
         os.chmod(self.dir, 0o755)
         self.path = os.path.join(self.dir, "criu")
+        script = SCRIPT.format(verbs="|".join(verbs) or "-", criu=build.CRIU)
+        if hold_lazy_pages:
+            script = HOLD_LAZY_PAGES.format(criu=build.CRIU) + script.split("\n", 1)[1]
         with open(self.path, "w") as f:
-            f.write(SCRIPT.format(verbs="|".join(verbs), criu=build.CRIU))
+            f.write(script)
         os.chmod(self.path, 0o755)
 
     def stopped(self, verb, seconds=60):
@@ -44,6 +63,28 @@ class StoppingCriu:
             return bool(found)
         wait_for(look, seconds, f"a {verb} to stop itself")
         return found[0]
+
+    def held_lazy_server(self, seconds=60):
+        """The pid of a lazy-pages server stopped once it listened."""
+        found = []
+
+        def look():
+            found[:] = [pid for pid in live_processes(
+                lambda argv: len(argv) > 1 and argv[0] == os.fsencode(build.CRIU)
+                and argv[1] == b"lazy-pages")
+                if proc_state(pid) in ("T", "t") and self._started(parent_of(pid))]
+            return bool(found)
+        wait_for(look, seconds, "a lazy-pages server to be held")
+        return found[0]
+
+    def _started(self, pid):
+        """Whether `pid` is this wrapper (not another test's)."""
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                argv = f.read().split(b"\0")
+        except OSError:
+            return False
+        return len(argv) > 1 and argv[1] == os.fsencode(self.path)
 
     @staticmethod
     def resume(pid):

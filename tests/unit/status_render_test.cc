@@ -114,8 +114,21 @@ TEST(StatusRenderTest, JsonOfAnIdleProcess) {
     "gpu_devices": [], "job_gpu_children": [],
     "gpu": {"available": true, "state": null, "gpus": []},
     "operation": null, "last": null, "schedule": null, "retention": null,
-    "owner_retention": null})"))
+    "owner_retention": null, "lazy_restore": null})"))
       << j.dump(2);
+}
+
+TEST(StatusRenderTest, ALazilyRestoredTreeStillComingInSaysHowFar) {
+  ProcessStatusReport r = Idle();
+  EXPECT_EQ(RenderStatusText(r).find("lazy_restore"), std::string::npos);
+  r.lazy = LazyRestoreProgress{"4242-3", 412300000, 1073700000, 0.4};
+  EXPECT_NE(RenderStatusText(r).find("lazy_restore: 4242-3, resident 412.3 of about 1073.7 MB "
+                                     "(38%), 0.4 s, 1030.8 MB/s\n"),
+            std::string::npos)
+      << RenderStatusText(r);
+  EXPECT_EQ(RenderStatusJson(r)["lazy_restore"],
+            nlohmann::json::parse(R"({"checkpoint": "4242-3", "bytes_read": 412300000,
+                                      "expected_bytes": 1073700000, "seconds": 0.4})"));
 }
 
 TEST(StatusRenderTest, JsonOfABusyGpuProcess) {

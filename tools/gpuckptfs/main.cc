@@ -197,6 +197,7 @@ int Serve(const std::string& store_dir, const StoreOptions& options, EngineOptio
     return 1;
   }
   engine_options.mountpoint = mount.mountpoint;
+  engine_options.mount_serves_images = true;
   // The GPU drivers are loaded here, in the daemon, after the fork.
   std::unique_ptr<GpuBackend> gpu;
   if (gpu_settings.off) {
@@ -255,6 +256,9 @@ void DeclareDaemonOptions(CLI::App& app, Settings* settings) {
   app.add_option("--work-dir", engine_options.work_dir,
                  "Private directory for CRIU's sockets and logs")
       ->capture_default_str();
+  app.add_flag("--lazy-restore", engine_options.lazy_restore,
+               "Restore lazily where a restore does not say (--lazy, --eager): the tree runs at "
+               "once, and its memory follows from the store");
   app.add_flag("--keep-logs", engine_options.keep_logs,
                "Keep every operation's work dir (CRIU's log and files) in the work dir, the "
                "newest 16");

@@ -1,0 +1,191 @@
+"""Lazy restores through a real mount and CRIU's lazy-pages server: the
+tree runs before its memory is in, every page of it checks out once it is,
+`cat restore`, the tree's status and the metrics say how far it is, its
+checkpoint cannot be removed meanwhile, a daemon that dies meanwhile takes
+the tree down with it (never leaving it to read zeros) and the next daemon
+says so, and an ordinary user's tree comes back eagerly, saying why.
+
+A lazy-pages server is held (StoppingCriu: stopped once it listens, before
+its restore has restored anything) where a test must look at a tree still
+coming in: the tree then waits at its first fault. Such a tree runs without
+glibc's rseq (NO_RSEQ): CRIU writes a task's rseq area, in its lazily
+restored memory, before the restore returns, which needs the server."""
+
+import glob
+import json
+import os
+import re
+import signal
+import subprocess
+import threading
+
+import pytest
+
+from gpuckpt_testing.filetools import read
+from gpuckpt_testing.mount import Mount, why_not_runnable
+from gpuckpt_testing.processes import live_processes, proc_state, wait_for
+from gpuckpt_testing.stopping_criu import StoppingCriu
+from gpuckpt_testing.users import Root
+
+pytestmark = pytest.mark.skipif(why_not_runnable() is not None, reason=str(why_not_runnable()))
+
+NO_RSEQ = dict(os.environ, GLIBC_TUNABLES="glibc.pthread.rseq=0")
+
+
+def restore_text(m, user=None):
+    ok, text = (user or Root()).read(m.path("restore"))
+    assert ok, text
+    return text
+
+
+def restore_held(m, criu, made, user=None, options=" --lazy"):
+    """Restores `made` (lazily, with `options`) with its server held
+    (`criu`: the mount's StoppingCriu); the server's pid."""
+    result = {}
+    writer = threading.Thread(target=lambda: result.update(
+        write=(user or Root()).write(m.path("restore"), m.path("checkpoints", made) + options)))
+    writer.start()
+    server = criu.held_lazy_server()
+    writer.join(timeout=60)
+    if writer.is_alive():
+        criu.resume(server)
+        raise AssertionError("the restore did not return while its server was held")
+    ok, err = result["write"]
+    assert ok, f"lazy restore of {made}: {err}; {restore_text(m, user)}"
+    return server
+
+
+def wait_resident(m, user=None, seconds=120):
+    wait_for(lambda: "resident: all" in restore_text(m, user), seconds,
+             "the lazily restored tree to be resident")
+
+
+def test_a_lazy_restore_runs_before_its_memory_is_in_and_every_page_checks_out():
+    """With the daemon's --lazy-restore default: the restore returns while
+    the server is held (so before the tree's memory is in); `cat restore`,
+    the tree's status and status.json and the metrics say how far it is;
+    the checkpoint cannot be removed (EBUSY); released, the tree becomes
+    resident, every byte of its memory is as checkpointed, and the
+    checkpoint can go."""
+    criu = StoppingCriu(verbs=(), hold_lazy_pages=True)
+    m = Mount("gpuckpt-lazy.", "--lazy-restore", "--criu", criu.path)
+    server = None
+    try:
+        wl = m.start("wl_memory", "--mib", "512", env=NO_RSEQ)
+        made = m.checkpoint(wl.pid, "--kill")
+        wait_for(wl.gone, 30, "the killed workload to go")
+        server = restore_held(m, criu, made, options="")
+        text = restore_text(m)
+        assert re.match(rf"pid {wl.pid}\nlazy: yes\nresident: [\d.]+ of about [\d.]+ MB "
+                        r"\(\d+%\), [\d.]+ s, [\d.]+ MB/s\n$", text), text
+        status = read(m.path(str(wl.pid), "status"))
+        assert re.search(rf"^lazy_restore: {re.escape(made)}, resident [\d.]+ of about", status,
+                         re.M), status
+        lazy = json.loads(read(m.path(str(wl.pid), "status.json")))["lazy_restore"]
+        assert lazy["checkpoint"] == made and lazy["expected_bytes"] > 400 << 20, lazy
+        assert lazy["bytes_read"] < lazy["expected_bytes"], lazy
+        metrics = read(m.path("metrics"))
+        assert "gpuckpt_lazy_restores_in_flight 1\n" in metrics
+        r = subprocess.run(["rm", "-r", m.path("checkpoints", made)], capture_output=True,
+                           text=True)
+        assert r.returncode != 0 and "busy" in r.stderr.lower(), r.stderr
+        assert made in m.ids()
+
+        os.kill(server, signal.SIGCONT)
+        server = None
+        wait_resident(m)
+        assert re.search(r"^resident: all [\d.]+ MB, in [\d.]+ s$", restore_text(m), re.M)
+        assert "lazy_restore:" not in read(m.path(str(wl.pid), "status"))
+        assert wl.verdict() == "PASS"
+        metrics = read(m.path("metrics"))
+        assert 'gpuckpt_lazy_restores_total{result="resident"} 1\n' in metrics
+        assert "gpuckpt_lazy_restores_in_flight 0\n" in metrics
+        subprocess.run(["rm", "-r", m.path("checkpoints", made)], check=True)
+        # --eager overrides the daemon's default.
+        wl = m.start("wl_memory", "--mib", "64")
+        made = m.checkpoint(wl.pid, "--kill")
+        wait_for(wl.gone, 30, "the killed workload to go")
+        ok, err = Root().write(m.path("restore"), f"{m.path('checkpoints', made)} --eager")
+        assert ok, err
+        assert restore_text(m) == f"pid {wl.pid}\n"
+        assert wl.verdict() == "PASS"
+    finally:
+        if server is not None:
+            os.kill(server, signal.SIGCONT)
+        m.close()
+        criu.close()
+
+
+def test_a_daemon_that_dies_before_the_tree_is_resident_takes_the_tree_down():
+    """The daemon is killed while a lazily restored tree's server is held:
+    released, the server cannot read the mount any more, and kills the tree
+    (which never runs on with pages it did not get); the next daemon's log
+    says what became of it, and the checkpoint restores again."""
+    criu = StoppingCriu(verbs=(), hold_lazy_pages=True)
+    m = Mount("gpuckpt-lazy-killed.", "--criu", criu.path)
+    server = None
+    try:
+        wl = m.start("wl_memory", "--mib", "512", env=NO_RSEQ)
+        made = m.checkpoint(wl.pid, "--kill")
+        wait_for(wl.gone, 30, "the killed workload to go")
+        server = restore_held(m, criu, made)
+        assert proc_state(wl.pid) not in ("", "Z"), "the tree is not running"
+        for pid in m.daemon_pids():
+            os.kill(pid, signal.SIGKILL)
+        wait_for(lambda: not m.daemon_pids(), 30, "the killed daemon to go")
+        os.kill(server, signal.SIGCONT)
+        server = None
+        # wl_memory checks its memory only on SIGUSR1: asked now, it would
+        # answer FAIL if it ran on with zeros where its pages were.
+        try:
+            os.kill(wl.pid, signal.SIGUSR1)
+        except ProcessLookupError:
+            pass
+        wait_for(lambda: proc_state(wl.pid) in ("", "Z"), 30, "the tree to be killed")
+        assert not os.path.exists(wl.result), f"the tree answered: {read(wl.result)}"
+        (work,) = glob.glob(os.path.join(m.run_dir, f"restore-{made}-*"))
+        log = read(os.path.join(work, "lazy-pages.log"))
+        assert f"Killing lazily restored task {wl.pid}" in log, log[-2000:]
+
+        subprocess.run(["fusermount3", "-u", m.mnt], check=False)
+        m.start_daemon()
+        daemon_log = read(os.path.join(m.state_dir, "gpuckptfs.log"))
+        assert re.search(rf"recovery: lazy restore id={re.escape(made)} pid={wl.pid} was still "
+                         r"coming in when a previous daemon stopped, so its lazy-pages server "
+                         r"killed the tree", daemon_log), daemon_log[-3000:]
+        ok, err = Root().write(m.path("restore"), m.path("checkpoints", made))
+        assert ok, err
+        assert wl.verdict() == "PASS"
+    finally:
+        if server is not None:
+            os.kill(server, signal.SIGCONT)
+        m.close()
+        criu.close()
+
+
+def test_a_users_tree_is_restored_eagerly_and_says_why(users):
+    """An ordinary user's tree (restored as its owner, also when root asks)
+    comes back eagerly, whole, and `cat restore` says why it was not lazy:
+    the kernel lets only a holder of CAP_SYS_PTRACE follow a lazily
+    restored process's forks."""
+    a = users[0]
+    m = Mount("gpuckpt-lazy-user.", "--lazy-restore")
+    try:
+        wl = m.start("wl_memory", "--mib", "64", user=a)
+        made = m.checkpoint(wl.pid, "--kill", user=a)
+        wait_for(wl.gone, 30, "the killed workload to go")
+        ok, err = a.write(m.path("restore"), m.path("checkpoints", made))
+        assert ok, err
+        text = restore_text(m, a)
+        assert text.startswith(f"pid {wl.pid}\nlazy: no (an ordinary user's tree is restored "
+                               "eagerly: ") and "CAP_SYS_PTRACE" in text, text
+        assert not live_processes(lambda argv: len(argv) > 1 and argv[1] == b"lazy-pages")
+        assert wl.verdict() == "PASS"
+    finally:
+        m.close()
+
+
+def test_a_restore_with_both_lazy_and_eager_is_refused(mount):
+    ok, err = Root().write(mount.path("restore"), "/nonexistent --lazy --eager")
+    assert not ok and "Invalid argument" in err, err
+    assert "excludes" in restore_text(mount), restore_text(mount)
