@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
@@ -26,6 +27,7 @@
 #include "core/proc/mount_table.h"
 #include "fs/command_runner.h"
 #include "fs/commands.h"
+#include "fs/graceful_stop.h"
 #include "fs/inode_table.h"
 #include "fs/kernel_readahead.h"
 #include "fs/store_view.h"
@@ -208,6 +210,8 @@ class Filesystem {
     if (!node.ok()) return ErrnoFromStatus(node.status());
     return OpensForWriting(flags) && !StoreView::IsControl(node->kind) ? EROFS : 0;
   }
+  bool IsLazyServer(int pid) const { return engine_ != nullptr && engine_->IsLazyServer(pid); }
+
   Result<std::unique_ptr<FileHandle>> DoOpen(fuse_ino_t ino, int flags, const Caller& caller)
       EXCLUDES(mu_) {
     GPUCKPT_ASSIGN_OR_RETURN(NodeId node, Node(ino));
@@ -481,14 +485,18 @@ void OpOpen(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
       return (void)fuse_reply_err(req, refusal);
     auto h = Filesystem::From(req)->DoOpen(ino, fi->flags, CallerOf(req));
     if (!h.ok()) return ReplyError(req, h.status());
-    if ((*h)->reader) {
+    Filesystem* fs = Filesystem::From(req);
+    if ((*h)->reader && fs->IsLazyServer(CallerOf(req).pid)) {
+      // A lazy restore's server reads each page once, into its tree: kept
+      // in the page cache too, they would take that memory twice.
+      fi->direct_io = 1;
+    } else if ((*h)->reader) {
       fi->keep_cache = 1;  // contents never change once published
     } else {
       // Generated and control files change and report size 0: the kernel
       // must pass every read and write to us, not serve them by the size.
       fi->direct_io = 1;
     }
-    Filesystem* fs = Filesystem::From(req);
     fi->fh = fs->GiveToKernel(std::move(*h));
     if (fuse_reply_open(req, fi) != 0)  // the opener is gone
       fs->DoRelease(fs->TakeFromKernel<Filesystem::FileHandle>(fi->fh));
@@ -750,6 +758,10 @@ void RaiseReadAheadOrWarn(const Status& resolved, const char* resolved_mountpoin
   }
 }
 
+// How long a stop waits for lazily restored trees to be resident: within
+// the service's TimeoutStopSec (contrib/gpuckptfs.service.in).
+constexpr std::chrono::seconds kLazyStopWait{600};
+
 // Serves the mounted session until it is unmounted or signalled.
 Status RunSessionLoop(fuse_session* se) {
   fuse_loop_config* config = fuse_loop_cfg_create();
@@ -811,6 +823,12 @@ Status ServeFilesystem(Store* store, Engine* engine, const MountOptions& options
   RaiseReadAheadOrWarn(
       resolved ? Status::Ok() : StatusFromErrno(resolve_errno, "resolving " + options.mountpoint),
       resolved_mountpoint);
+  // A stop signal first waits, while the mount serves, for the lazily
+  // restored trees whose memory still comes through it.
+  std::unique_ptr<GracefulStop> graceful_stop;
+  if (engine != nullptr) {
+    GPUCKPT_ASSIGN_OR_RETURN(graceful_stop, GracefulStop::Install(engine, kLazyStopWait));
+  }
   if (on_mounted) on_mounted();
   // Before the session goes (cleanup): the commands still running reply
   // through it. They are asked to give up, as on their writers' Ctrl-C.

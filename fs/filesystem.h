@@ -42,7 +42,9 @@ struct MountOptions {
 Status CheckNothingMountedAt(const std::string& resolved_mountpoint);
 
 // Mounts, calls `on_mounted` (the mount is then visible), serves until
-// unmounted or signalled (SIGINT, SIGTERM, SIGHUP), asks the commands still
+// unmounted or signalled (SIGINT, SIGTERM, SIGHUP: after the lazily restored
+// trees are resident, at most 10 minutes; a second signal at once: see
+// fs/graceful_stop.h), asks the commands still
 // running to give up (as their writers' Ctrl-C would) and waits for them,
 // unmounts. Errors:
 // something is mounted there already (kBusy, CheckNothingMountedAt()), the

@@ -572,7 +572,7 @@ std::string EngineImpl::MetricsText() {
     }
     stats = store_stats_;
   }
-  LazyRestoresInFlight lazy;
+  LazyRestoreGauges lazy;
   for (const LazyRestoreProgress& p : lazy_servers_.AllProgress()) {
     ++lazy.trees;
     lazy.bytes_read += p.bytes;
@@ -625,6 +625,10 @@ int64_t Engine::LastResultTime(ResultFile file, uint32_t uid) const {
   return impl_->LastResultTime(file, uid);
 }
 Status Engine::CheckRemovable(const std::string& id) const { return impl_->CheckRemovable(id); }
+
+size_t Engine::LazyRestoresInFlight() const { return impl_->LazyRestoresInFlight(); }
+
+bool Engine::IsLazyServer(int pid) const { return impl_->IsLazyServer(pid); }
 
 void Engine::SetLastResult(ResultFile file, uint32_t uid, std::string text) {
   impl_->SetLastResult(file, uid, std::move(text));

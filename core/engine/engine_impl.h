@@ -76,6 +76,8 @@ class EngineImpl {
     catalog_.Remove(id, key);
     NoteStoreChanged();
   }
+  size_t LazyRestoresInFlight() const { return lazy_servers_.size(); }
+  bool IsLazyServer(int pid) const { return lazy_servers_.IsServer(pid); }
   Status CheckRemovable(const std::string& id) const {
     if (!lazy_servers_.Serving(id)) return Status::Ok();
     return Status::Busy("checkpoint " + id +

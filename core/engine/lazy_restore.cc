@@ -105,6 +105,13 @@ void LazyServers::Wait(uint64_t key, CriuProcess server) {
   ended_keys_.push_back(key);
 }
 
+bool LazyServers::IsServer(int pid) const {
+  MutexLock lock(&mu_);
+  for (const auto& [key, server] : servers_)
+    if (server.server_pid == pid) return pid > 0;
+  return false;
+}
+
 bool LazyServers::Serving(const std::string& id) const {
   MutexLock lock(&mu_);
   for (const auto& [key, server] : servers_)

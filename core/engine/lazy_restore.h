@@ -82,6 +82,10 @@ class LazyServers {
              std::chrono::steady_clock::time_point start, CriuProcess server, FinishFn finish)
       EXCLUDES(mu_);
 
+  // Whether `pid` is a running server (its reads of the mount are its
+  // tree's pages, each read once: not worth the page cache).
+  bool IsServer(int pid) const EXCLUDES(mu_);
+
   // Whether a server still reads checkpoint `id` (it must not be removed).
   bool Serving(const std::string& id) const EXCLUDES(mu_);
 

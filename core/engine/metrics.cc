@@ -158,7 +158,7 @@ void Metrics::ObserveLazyRestore(bool resident, uint64_t bytes, double seconds) 
 
 std::string Metrics::Render(const CacheStats& cache, const std::optional<StoreStats>& store,
                             const std::optional<PoolStats>& pool,
-                            const LazyRestoresInFlight& lazy) const {
+                            const LazyRestoreGauges& lazy) const {
   MutexLock lock(&mu_);
   std::string out;
   Header(&out, "gpuckpt_build_info", "gauge",

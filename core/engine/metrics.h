@@ -24,7 +24,7 @@
 namespace gpuckpt {
 
 // The lazy restores whose trees are still coming in.
-struct LazyRestoresInFlight {
+struct LazyRestoreGauges {
   uint64_t trees = 0;
   uint64_t bytes_read = 0;  // by their servers so far
 };
@@ -55,8 +55,8 @@ class Metrics {
 
   // `store`: the store's totals, where known.
   std::string Render(const CacheStats& cache, const std::optional<StoreStats>& store,
-                     const std::optional<PoolStats>& pool,
-                     const LazyRestoresInFlight& lazy = {}) const EXCLUDES(mu_);
+                     const std::optional<PoolStats>& pool, const LazyRestoreGauges& lazy = {}) const
+      EXCLUDES(mu_);
 
  private:
   struct Histogram {

@@ -729,8 +729,8 @@ Result<int> EngineImpl::RestoreSnapshot(const std::string& id, const TreeSetup& 
                                             : MakeRestoreCgroup(restorer_pid, root_pid));
   cmd.join_cgroup_fds = cgroup->procs_fds();
   // The lazy-pages server first: the restore connects to its socket. It
-  // runs as the restore does and in the tree's cgroups, so that it lives
-  // on when the daemon's are stopped, and ends with the tree's job.
+  // runs in the tree's cgroups, so that no stop of the daemon's service
+  // signals it, and it ends with the tree's job.
   std::optional<CriuProcess> lazy_server;
   if (setup.lazy) {
     GPUCKPT_ASSIGN_OR_RETURN(lazy_server, StartLazyServer(cmd, images_dir, work, *lazy_logs));
@@ -816,14 +816,9 @@ Result<CriuProcess> EngineImpl::StartLazyServer(const CriuCommand& restore,
                                                 const std::string& images_dir,
                                                 const std::string& work, const CriuLogs& logs) {
   CriuCommand cmd = restore;
+  // As the restore runs: as root, since only root's trees are restored
+  // lazily (WhyNotLazy).
   cmd.args = {"lazy-pages", "-D", images_dir, "-W", work, "-o", "lazy-pages.log", "-v2"};
-  // As the user, with the restore's capabilities (CriuCredentials). An
-  // unprivileged CRIU keeps its kernel facts under $XDG_RUNTIME_DIR: the
-  // work dir, which is theirs for the operation.
-  if (cmd.run_as) {
-    cmd.args.push_back("--unprivileged");
-    cmd.environment.push_back("XDG_RUNTIME_DIR=" + work);
-  }
   cmd.stderr_fd = logs.stderr_fd();
   GPUCKPT_ASSIGN_OR_RETURN(CriuProcess server, criu_.Start(cmd));
   // Ready once its socket is there; a server that exits first failed.

@@ -163,6 +163,38 @@ def test_a_daemon_that_dies_before_the_tree_is_resident_takes_the_tree_down():
         criu.close()
 
 
+def test_a_stopped_daemon_serves_until_its_lazy_trees_are_resident():
+    """SIGTERM to the daemon while a lazily restored tree's server is held:
+    the daemon serves on (the mount answers, its log says why), and exits
+    by itself once the tree is resident; the tree checks out."""
+    criu = StoppingCriu(verbs=(), hold_lazy_pages=True)
+    m = Mount("gpuckpt-lazy-stop.", "--criu", criu.path)
+    server = None
+    try:
+        wl = m.start("wl_memory", "--mib", "256", env=NO_RSEQ)
+        made = m.checkpoint(wl.pid, "--kill")
+        wait_for(wl.gone, 30, "the killed workload to go")
+        server = restore_held(m, criu, made)
+        daemons = m.daemon_pids()
+        for pid in daemons:
+            os.kill(pid, signal.SIGTERM)
+        log = os.path.join(m.state_dir, "gpuckptfs.log")
+        wait_for(lambda: "stopping: waiting up to 600 s for 1 lazily restored tree(s)" in
+                 read(log), 30, "the daemon to say it waits")
+        assert m.daemon_pids() == daemons, "the daemon exited with a tree still coming in"
+        assert restore_text(m).startswith(f"pid {wl.pid}\nlazy: yes\nresident: ")
+        os.kill(server, signal.SIGCONT)
+        server = None
+        wait_for(lambda: not m.daemon_pids(), 60, "the daemon to exit once the tree is resident")
+        assert "result=resident" in read(log), read(log)[-2000:]
+        assert wl.verdict() == "PASS"
+    finally:
+        if server is not None:
+            os.kill(server, signal.SIGCONT)
+        m.close()
+        criu.close()
+
+
 def test_a_users_tree_is_restored_eagerly_and_says_why(users):
     """An ordinary user's tree (restored as its owner, also when root asks)
     comes back eagerly, whole, and `cat restore` says why it was not lazy:

@@ -130,6 +130,8 @@ TEST(LazyServersTest, AServerIsListedWithItsProgressUntilItEndsAndThenReported) 
                 });
   EXPECT_TRUE(servers.Serving("4242-1"));
   EXPECT_FALSE(servers.Serving("4242-2"));
+  EXPECT_TRUE(servers.IsServer(child_pid));
+  EXPECT_FALSE(servers.IsServer(getpid()));
   ASSERT_TRUE(WaitUntil([&] {
     auto p = servers.ProgressOf(4242);
     return p && p->bytes >= (1u << 20);
@@ -150,6 +152,7 @@ TEST(LazyServersTest, AServerIsListedWithItsProgressUntilItEndsAndThenReported) 
   EXPECT_EQ(ended.why, "");
   EXPECT_TRUE(finished_resident);
   EXPECT_FALSE(servers.Serving("4242-1"));
+  EXPECT_FALSE(servers.IsServer(child_pid));
   EXPECT_FALSE(servers.ProgressOf(4242).has_value());
 }
 

@@ -1,0 +1,144 @@
+"""Lazy restores and GPU processes, on a real GPU.
+
+- `restore --lazy` of root's CUDA process comes back eagerly, with its
+  device memory intact, and `cat restore` says why it was not lazy.
+- What the driver's restore does with lazily served host memory, measured
+  with CRIU alone (its lazy-pages server and `restore --lazy-pages`, with
+  the cuda plugin, on the checkpoint's images in the mount): whether the
+  restore returns, how long it and the server take, and the process's
+  verdict. Printed for tests/gpu/README.md; it asserts only that the
+  process either checks out or is gone, never left running with wrong
+  memory.
+
+Runs on the GPU machine, as root, from the repository root, with the bundle
+of tests/gpu/prepare: `python3 -m pytest -s -rs tests/gpu/test_lazy_gpu.py`.
+"""
+
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+
+import pytest
+
+from gpuckpt_testing import build, gpu_host
+from gpuckpt_testing.gpu_host import BUNDLE
+from gpuckpt_testing.mount import Mount, status_line
+from gpuckpt_testing.processes import kill_if_alive, proc_state, wait_for
+from gpuckpt_testing.users import Root
+
+
+def why_not_runnable():
+    if os.geteuid() != 0:
+        return "needs root (gpuckptfs, CRIU)"
+    if shutil.which("nvidia-smi") is None:
+        return "nvidia-smi not found: no NVIDIA driver here"
+    gpu_host.unpack_bundle()
+    if not os.path.isfile(os.path.join(BUNDLE, "bin", "gpuckptfs")):
+        return (f"no bundle at {BUNDLE} (run tests/gpu/prepare on the build machine and copy "
+                ".gpu-bundle.tar.gz here)")
+    return None
+
+
+WHY_NOT = why_not_runnable()
+pytestmark = pytest.mark.skipif(WHY_NOT is not None, reason=str(WHY_NOT))
+GIB = 2
+
+
+def bundle_env():
+    env = dict(os.environ)
+    env["LD_LIBRARY_PATH"] = os.path.join(BUNDLE, "lib")
+    return env
+
+
+def workload_env():
+    env = dict(os.environ)
+    env.pop("LD_LIBRARY_PATH", None)
+    return env
+
+
+@pytest.fixture
+def mount():
+    build.GPUCKPTFS = os.path.join(BUNDLE, "bin", "gpuckptfs")
+    build.WORKLOAD_BIN = os.path.join(BUNDLE, "bin")
+    m = Mount("gpuckpt-gpu-lazy.", "--criu", os.path.join(BUNDLE, "sbin", "criu"),
+              "--criu-plugin-dir", os.path.join(BUNDLE, "lib", "criu"), env=bundle_env())
+    try:
+        yield m
+    finally:
+        m.close()
+
+
+def gpu_checkpoint(m):
+    wl = m.start("gpu_memory", "--gib", str(GIB), "--idle", env=workload_env())
+    wait_for(lambda: status_line(m.mnt, wl.pid, "gpu state") == "running", 60, "gpu state: running")
+    made = m.checkpoint(wl.pid, "--kill")
+    wait_for(wl.gone, 60, "the killed CUDA process to go")
+    return wl, made
+
+
+def test_a_gpu_tree_asked_to_restore_lazily_comes_back_eagerly_and_says_why(mount):
+    m = mount
+    wl, made = gpu_checkpoint(m)
+    start = time.monotonic()
+    ok, err = Root().write(m.path("restore"), m.path("checkpoints", made) + " --lazy", timeout=600)
+    took = time.monotonic() - start
+    ok_text, text = Root().read(m.path("restore"))
+    assert ok, f"{err}; {text}"
+    assert text.startswith(f"pid {wl.pid}\nlazy: no (a GPU tree is restored eagerly: "), text
+    assert wl.verdict() == "PASS"
+    print(f"\nGPU tree of {GIB} GiB, --lazy: restored eagerly in {took:.2f} s")
+
+
+def test_what_the_drivers_restore_does_with_lazily_served_host_memory(mount):
+    """CRIU alone, lazily, on the images in the mount (read through it as
+    the daemon's lazy restores read them)."""
+    m = mount
+    wl, made = gpu_checkpoint(m)
+    images = m.path("checkpoints", made, "images")
+    work = tempfile.mkdtemp(prefix="gpuckpt-gpu-lazy-criu.", dir="/var/tmp")
+    criu = os.path.join(BUNDLE, "sbin", "criu")
+    env = bundle_env()
+    env["PATH"] = os.path.join(BUNDLE, "libexec", "gpuckpt") + ":" + env["PATH"]
+    plugins = os.path.join(BUNDLE, "lib", "criu")
+    server = subprocess.Popen([criu, "lazy-pages", "-D", images, "-W", work, "-o",
+                               "lazy-pages.log", "-v4", "--libdir", plugins],
+                              env=env, start_new_session=True)
+    try:
+        wait_for(lambda: os.path.exists(os.path.join(work, "lazy-pages.socket")), 30,
+                 "the lazy-pages server to listen")
+        start = time.monotonic()
+        try:
+            r = subprocess.run([criu, "restore", "--lazy-pages", "-D", images, "-W", work,
+                                "-o", "restore.log", "-v4", "-d", "--libdir", plugins,
+                                "--pidfile", os.path.join(work, "pid"),
+                                "--manage-cgroups=ignore"],
+                               env=env, capture_output=True, text=True, timeout=300)
+            returned = f"exit {r.returncode}"
+        except subprocess.TimeoutExpired:
+            returned = "no return within 300 s"
+        restore_s = time.monotonic() - start
+        try:
+            server.wait(timeout=300)
+            served = f"exit {server.returncode}"
+        except subprocess.TimeoutExpired:
+            served = "still running after 300 s"
+        resident_s = time.monotonic() - start
+        alive = proc_state(wl.pid) not in ("", "Z")
+        verdict = wl.verdict() if alive else "gone"
+        with open(os.path.join(work, "restore.log"), errors="replace") as f:
+            restore_errors = [line.strip() for line in f if "Error" in line][-3:]
+        with open(os.path.join(work, "lazy-pages.log"), errors="replace") as f:
+            log = f.read()
+        faults = log.count("#PF at")
+        print(f"\nCRIU --lazy-pages, GPU tree of {GIB} GiB: restore {returned} in {restore_s:.2f} "
+              f"s; lazy-pages server {served} after {resident_s:.2f} s; {faults} page faults "
+              f"served; verdict: {verdict}; restore errors: {restore_errors}")
+        assert verdict in ("PASS", "gone"), verdict
+    finally:
+        kill_if_alive(wl.pid)
+        if server.poll() is None:
+            server.kill()
+            server.wait()
+        shutil.rmtree(work, ignore_errors=True)
