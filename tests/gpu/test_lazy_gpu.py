@@ -23,47 +23,28 @@ import time
 import pytest
 
 from gpuckpt_testing import build, gpu_host
-from gpuckpt_testing.gpu_host import BUNDLE
 from gpuckpt_testing.mount import Mount, status_line
 from gpuckpt_testing.processes import kill_if_alive, proc_state, wait_for
 from gpuckpt_testing.users import Root
+from gpuckpt_testing.workloads import workload_env
 
 
-def why_not_runnable():
-    if os.geteuid() != 0:
-        return "needs root (gpuckptfs, CRIU)"
-    if shutil.which("nvidia-smi") is None:
-        return "nvidia-smi not found: no NVIDIA driver here"
-    gpu_host.unpack_bundle()
-    if not os.path.isfile(os.path.join(BUNDLE, "bin", "gpuckptfs")):
-        return (f"no bundle at {BUNDLE} (run tests/gpu/prepare on the build machine and copy "
-                ".gpu-bundle.tar.gz here)")
-    return None
-
-
-WHY_NOT = why_not_runnable()
-pytestmark = pytest.mark.skipif(WHY_NOT is not None, reason=str(WHY_NOT))
+pytestmark = gpu_host.skip_unless_runnable(1)
 GIB = 2
 
 
-def bundle_env():
-    env = dict(os.environ)
-    env["LD_LIBRARY_PATH"] = os.path.join(BUNDLE, "lib")
-    return env
-
-
-def workload_env():
-    env = dict(os.environ)
-    env.pop("LD_LIBRARY_PATH", None)
-    return env
+@pytest.fixture
+def bundle():
+    gpu_host.unpack_bundle()
+    return gpu_host.Bundle()
 
 
 @pytest.fixture
-def mount():
-    build.GPUCKPTFS = os.path.join(BUNDLE, "bin", "gpuckptfs")
-    build.WORKLOAD_BIN = os.path.join(BUNDLE, "bin")
-    m = Mount("gpuckpt-gpu-lazy.", "--criu", os.path.join(BUNDLE, "sbin", "criu"),
-              "--criu-plugin-dir", os.path.join(BUNDLE, "lib", "criu"), env=bundle_env())
+def mount(bundle):
+    build.GPUCKPTFS = bundle.gpuckptfs
+    build.WORKLOAD_BIN = os.path.join(bundle.root, "bin")
+    m = Mount("gpuckpt-gpu-lazy.", "--criu", bundle.criu, "--criu-plugin-dir",
+              bundle.criu_plugins, env=bundle.env())
     try:
         yield m
     finally:
@@ -91,17 +72,17 @@ def test_a_gpu_tree_asked_to_restore_lazily_comes_back_eagerly_and_says_why(moun
     print(f"\nGPU tree of {GIB} GiB, --lazy: restored eagerly in {took:.2f} s")
 
 
-def test_what_the_drivers_restore_does_with_lazily_served_host_memory(mount):
+def test_what_the_drivers_restore_does_with_lazily_served_host_memory(mount, bundle):
     """CRIU alone, lazily, on the images in the mount (read through it as
     the daemon's lazy restores read them)."""
     m = mount
     wl, made = gpu_checkpoint(m)
     images = m.path("checkpoints", made, "images")
     work = tempfile.mkdtemp(prefix="gpuckpt-gpu-lazy-criu.", dir="/var/tmp")
-    criu = os.path.join(BUNDLE, "sbin", "criu")
-    env = bundle_env()
-    env["PATH"] = os.path.join(BUNDLE, "libexec", "gpuckpt") + ":" + env["PATH"]
-    plugins = os.path.join(BUNDLE, "lib", "criu")
+    criu = bundle.criu
+    env = bundle.env()
+    env["PATH"] = os.path.dirname(bundle.cuda_checkpoint) + ":" + env["PATH"]
+    plugins = bundle.criu_plugins
     server = subprocess.Popen([criu, "lazy-pages", "-D", images, "-W", work, "-o",
                                "lazy-pages.log", "-v4", "--libdir", plugins],
                               env=env, start_new_session=True)

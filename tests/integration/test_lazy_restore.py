@@ -38,20 +38,47 @@ def restore_text(m, user=None):
     return text
 
 
-def restore_held(m, criu, made, user=None, options=" --lazy"):
-    """Restores `made` (lazily, with `options`) with its server held
-    (`criu`: the mount's StoppingCriu); the server's pid."""
+@pytest.fixture
+def holding_mount():
+    """Makes mounts (prefix, daemon options) whose lazy-pages servers are
+    held once they listen (StoppingCriu); afterwards continues what is
+    still held and closes them."""
+    made = []
+
+    def make(prefix, *options):
+        criu = StoppingCriu(verbs=(), hold_lazy_pages=True)
+        m = Mount(prefix, "--criu", criu.path, *options)
+        m.criu, m.held = criu, set()
+        made.append(m)
+        return m
+    yield make
+    for m in made:
+        for pid in m.held:
+            m.criu.resume(pid)
+        m.close()
+        m.criu.close()
+
+
+def release(m, server):
+    m.held.discard(server)
+    m.criu.resume(server)
+
+
+def restore_held(m, made, options=" --lazy"):
+    """Restores `made` (lazily, with `options`) on a holding_mount, its
+    server held; the server's pid."""
     result = {}
     writer = threading.Thread(target=lambda: result.update(
-        write=(user or Root()).write(m.path("restore"), m.path("checkpoints", made) + options)))
+        write=Root().write(m.path("restore"), m.path("checkpoints", made) + options)))
     writer.start()
-    server = criu.held_lazy_server()
+    server = m.criu.held_lazy_server()
+    m.held.add(server)
     writer.join(timeout=60)
     if writer.is_alive():
-        criu.resume(server)
+        release(m, server)
         raise AssertionError("the restore did not return while its server was held")
     ok, err = result["write"]
-    assert ok, f"lazy restore of {made}: {err}; {restore_text(m, user)}"
+    assert ok, f"lazy restore of {made}: {err}; {restore_text(m)}"
     return server
 
 
@@ -60,139 +87,111 @@ def wait_resident(m, user=None, seconds=120):
              "the lazily restored tree to be resident")
 
 
-def test_a_lazy_restore_runs_before_its_memory_is_in_and_every_page_checks_out():
+def test_a_lazy_restore_runs_before_its_memory_is_in_and_every_page_checks_out(holding_mount):
     """With the daemon's --lazy-restore default: the restore returns while
     the server is held (so before the tree's memory is in); `cat restore`,
     the tree's status and status.json and the metrics say how far it is;
     the checkpoint cannot be removed (EBUSY); released, the tree becomes
     resident, every byte of its memory is as checkpointed, and the
     checkpoint can go."""
-    criu = StoppingCriu(verbs=(), hold_lazy_pages=True)
-    m = Mount("gpuckpt-lazy.", "--lazy-restore", "--criu", criu.path)
-    server = None
-    try:
-        wl = m.start("wl_memory", "--mib", "512", env=NO_RSEQ)
-        made = m.checkpoint(wl.pid, "--kill")
-        wait_for(wl.gone, 30, "the killed workload to go")
-        server = restore_held(m, criu, made, options="")
-        text = restore_text(m)
-        assert re.match(rf"pid {wl.pid}\nlazy: yes\nresident: [\d.]+ of about [\d.]+ MB "
-                        r"\(\d+%\), [\d.]+ s, [\d.]+ MB/s\n$", text), text
-        status = read(m.path(str(wl.pid), "status"))
-        assert re.search(rf"^lazy_restore: {re.escape(made)}, resident [\d.]+ of about", status,
-                         re.M), status
-        lazy = json.loads(read(m.path(str(wl.pid), "status.json")))["lazy_restore"]
-        assert lazy["checkpoint"] == made and lazy["expected_bytes"] > 400 << 20, lazy
-        assert lazy["bytes_read"] < lazy["expected_bytes"], lazy
-        metrics = read(m.path("metrics"))
-        assert "gpuckpt_lazy_restores_in_flight 1\n" in metrics
-        r = subprocess.run(["rm", "-r", m.path("checkpoints", made)], capture_output=True,
-                           text=True)
-        assert r.returncode != 0 and "busy" in r.stderr.lower(), r.stderr
-        assert made in m.ids()
+    m = holding_mount("gpuckpt-lazy.", "--lazy-restore")
+    wl = m.start("wl_memory", "--mib", "512", env=NO_RSEQ)
+    made = m.checkpoint(wl.pid, "--kill")
+    wait_for(wl.gone, 30, "the killed workload to go")
+    server = restore_held(m, made, options="")
+    text = restore_text(m)
+    assert re.match(rf"pid {wl.pid}\nlazy: yes\nresident: [\d.]+ of about [\d.]+ MB "
+                    r"\(\d+%\), [\d.]+ s, [\d.]+ MB/s\n$", text), text
+    status = read(m.path(str(wl.pid), "status"))
+    assert re.search(rf"^lazy_restore: {re.escape(made)}, resident [\d.]+ of about", status,
+                     re.M), status
+    lazy = json.loads(read(m.path(str(wl.pid), "status.json")))["lazy_restore"]
+    assert lazy["checkpoint"] == made and lazy["expected_bytes"] > 400 << 20, lazy
+    assert lazy["bytes_read"] < lazy["expected_bytes"], lazy
+    metrics = read(m.path("metrics"))
+    assert "gpuckpt_lazy_restores_in_flight 1\n" in metrics
+    r = subprocess.run(["rm", "-r", m.path("checkpoints", made)], capture_output=True, text=True)
+    assert r.returncode != 0 and "busy" in r.stderr.lower(), r.stderr
+    assert made in m.ids()
 
-        os.kill(server, signal.SIGCONT)
-        server = None
-        wait_resident(m)
-        assert re.search(r"^resident: all [\d.]+ MB, in [\d.]+ s$", restore_text(m), re.M)
-        assert "lazy_restore:" not in read(m.path(str(wl.pid), "status"))
-        assert wl.verdict() == "PASS"
-        metrics = read(m.path("metrics"))
-        assert 'gpuckpt_lazy_restores_total{result="resident"} 1\n' in metrics
-        assert "gpuckpt_lazy_restores_in_flight 0\n" in metrics
-        subprocess.run(["rm", "-r", m.path("checkpoints", made)], check=True)
-        # --eager overrides the daemon's default.
-        wl = m.start("wl_memory", "--mib", "64")
-        made = m.checkpoint(wl.pid, "--kill")
-        wait_for(wl.gone, 30, "the killed workload to go")
-        ok, err = Root().write(m.path("restore"), f"{m.path('checkpoints', made)} --eager")
-        assert ok, err
-        assert restore_text(m) == f"pid {wl.pid}\n"
-        assert wl.verdict() == "PASS"
-    finally:
-        if server is not None:
-            os.kill(server, signal.SIGCONT)
-        m.close()
-        criu.close()
+    release(m, server)
+    wait_resident(m)
+    assert re.search(r"^resident: all [\d.]+ MB, in [\d.]+ s$", restore_text(m), re.M)
+    assert "lazy_restore:" not in read(m.path(str(wl.pid), "status"))
+    assert wl.verdict() == "PASS"
+    metrics = read(m.path("metrics"))
+    assert 'gpuckpt_lazy_restores_total{result="resident"} 1\n' in metrics
+    assert "gpuckpt_lazy_restores_in_flight 0\n" in metrics
+    subprocess.run(["rm", "-r", m.path("checkpoints", made)], check=True)
+    # --eager overrides the daemon's default.
+    wl = m.start("wl_memory", "--mib", "64")
+    made = m.checkpoint(wl.pid, "--kill")
+    wait_for(wl.gone, 30, "the killed workload to go")
+    ok, err = Root().write(m.path("restore"), f"{m.path('checkpoints', made)} --eager")
+    assert ok, err
+    assert restore_text(m) == f"pid {wl.pid}\n"
+    assert wl.verdict() == "PASS"
 
 
-def test_a_daemon_that_dies_before_the_tree_is_resident_takes_the_tree_down():
+def test_a_daemon_that_dies_before_the_tree_is_resident_takes_the_tree_down(holding_mount):
     """The daemon is killed while a lazily restored tree's server is held:
     released, the server cannot read the mount any more, and kills the tree
     (which never runs on with pages it did not get); the next daemon's log
     says what became of it, and the checkpoint restores again."""
-    criu = StoppingCriu(verbs=(), hold_lazy_pages=True)
-    m = Mount("gpuckpt-lazy-killed.", "--criu", criu.path)
-    server = None
+    m = holding_mount("gpuckpt-lazy-killed.")
+    wl = m.start("wl_memory", "--mib", "512", env=NO_RSEQ)
+    made = m.checkpoint(wl.pid, "--kill")
+    wait_for(wl.gone, 30, "the killed workload to go")
+    server = restore_held(m, made)
+    assert proc_state(wl.pid) not in ("", "Z"), "the tree is not running"
+    for pid in m.daemon_pids():
+        os.kill(pid, signal.SIGKILL)
+    wait_for(lambda: not m.daemon_pids(), 30, "the killed daemon to go")
+    release(m, server)
+    # wl_memory checks its memory only on SIGUSR1: asked now, it would
+    # answer FAIL if it ran on with zeros where its pages were.
     try:
-        wl = m.start("wl_memory", "--mib", "512", env=NO_RSEQ)
-        made = m.checkpoint(wl.pid, "--kill")
-        wait_for(wl.gone, 30, "the killed workload to go")
-        server = restore_held(m, criu, made)
-        assert proc_state(wl.pid) not in ("", "Z"), "the tree is not running"
-        for pid in m.daemon_pids():
-            os.kill(pid, signal.SIGKILL)
-        wait_for(lambda: not m.daemon_pids(), 30, "the killed daemon to go")
-        os.kill(server, signal.SIGCONT)
-        server = None
-        # wl_memory checks its memory only on SIGUSR1: asked now, it would
-        # answer FAIL if it ran on with zeros where its pages were.
-        try:
-            os.kill(wl.pid, signal.SIGUSR1)
-        except ProcessLookupError:
-            pass
-        wait_for(lambda: proc_state(wl.pid) in ("", "Z"), 30, "the tree to be killed")
-        assert not os.path.exists(wl.result), f"the tree answered: {read(wl.result)}"
-        (work,) = glob.glob(os.path.join(m.run_dir, f"restore-{made}-*"))
-        log = read(os.path.join(work, "lazy-pages.log"))
-        assert f"Killing lazily restored task {wl.pid}" in log, log[-2000:]
+        os.kill(wl.pid, signal.SIGUSR1)
+    except ProcessLookupError:
+        pass
+    wait_for(lambda: proc_state(wl.pid) in ("", "Z"), 30, "the tree to be killed")
+    assert not os.path.exists(wl.result), f"the tree answered: {read(wl.result)}"
+    (work,) = glob.glob(os.path.join(m.run_dir, f"restore-{made}-*"))
+    log = read(os.path.join(work, "lazy-pages.log"))
+    assert f"Killing lazily restored task {wl.pid}" in log, log[-2000:]
 
-        subprocess.run(["fusermount3", "-u", m.mnt], check=False)
-        m.start_daemon()
-        daemon_log = read(os.path.join(m.state_dir, "gpuckptfs.log"))
-        assert re.search(rf"recovery: lazy restore id={re.escape(made)} pid={wl.pid} was still "
-                         r"coming in when a previous daemon stopped, so its lazy-pages server "
-                         r"killed the tree", daemon_log), daemon_log[-3000:]
-        ok, err = Root().write(m.path("restore"), m.path("checkpoints", made))
-        assert ok, err
-        assert wl.verdict() == "PASS"
-    finally:
-        if server is not None:
-            os.kill(server, signal.SIGCONT)
-        m.close()
-        criu.close()
+    subprocess.run(["fusermount3", "-u", m.mnt], check=False)
+    m.start_daemon()
+    daemon_log = read(os.path.join(m.state_dir, "gpuckptfs.log"))
+    assert re.search(rf"recovery: lazy restore id={re.escape(made)} pid={wl.pid} was still "
+                     r"coming in when a previous daemon stopped, so its lazy-pages server "
+                     r"killed the tree", daemon_log), daemon_log[-3000:]
+    ok, err = Root().write(m.path("restore"), m.path("checkpoints", made))
+    assert ok, err
+    assert wl.verdict() == "PASS"
 
 
-def test_a_stopped_daemon_serves_until_its_lazy_trees_are_resident():
+def test_a_stopped_daemon_serves_until_its_lazy_trees_are_resident(holding_mount):
     """SIGTERM to the daemon while a lazily restored tree's server is held:
     the daemon serves on (the mount answers, its log says why), and exits
     by itself once the tree is resident; the tree checks out."""
-    criu = StoppingCriu(verbs=(), hold_lazy_pages=True)
-    m = Mount("gpuckpt-lazy-stop.", "--criu", criu.path)
-    server = None
-    try:
-        wl = m.start("wl_memory", "--mib", "256", env=NO_RSEQ)
-        made = m.checkpoint(wl.pid, "--kill")
-        wait_for(wl.gone, 30, "the killed workload to go")
-        server = restore_held(m, criu, made)
-        daemons = m.daemon_pids()
-        for pid in daemons:
-            os.kill(pid, signal.SIGTERM)
-        log = os.path.join(m.state_dir, "gpuckptfs.log")
-        wait_for(lambda: "stopping: waiting up to 600 s for 1 lazily restored tree(s)" in
-                 read(log), 30, "the daemon to say it waits")
-        assert m.daemon_pids() == daemons, "the daemon exited with a tree still coming in"
-        assert restore_text(m).startswith(f"pid {wl.pid}\nlazy: yes\nresident: ")
-        os.kill(server, signal.SIGCONT)
-        server = None
-        wait_for(lambda: not m.daemon_pids(), 60, "the daemon to exit once the tree is resident")
-        assert "result=resident" in read(log), read(log)[-2000:]
-        assert wl.verdict() == "PASS"
-    finally:
-        if server is not None:
-            os.kill(server, signal.SIGCONT)
-        m.close()
-        criu.close()
+    m = holding_mount("gpuckpt-lazy-stop.")
+    wl = m.start("wl_memory", "--mib", "256", env=NO_RSEQ)
+    made = m.checkpoint(wl.pid, "--kill")
+    wait_for(wl.gone, 30, "the killed workload to go")
+    server = restore_held(m, made)
+    daemons = m.daemon_pids()
+    for pid in daemons:
+        os.kill(pid, signal.SIGTERM)
+    log = os.path.join(m.state_dir, "gpuckptfs.log")
+    wait_for(lambda: "stopping: waiting up to 600 s for 1 lazily restored tree(s)" in read(log),
+             30, "the daemon to say it waits")
+    assert m.daemon_pids() == daemons, "the daemon exited with a tree still coming in"
+    assert restore_text(m).startswith(f"pid {wl.pid}\nlazy: yes\nresident: ")
+    release(m, server)
+    wait_for(lambda: not m.daemon_pids(), 60, "the daemon to exit once the tree is resident")
+    assert "result=resident" in read(log), read(log)[-2000:]
+    assert wl.verdict() == "PASS"
 
 
 def test_a_users_tree_is_restored_eagerly_and_says_why(users):
