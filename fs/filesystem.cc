@@ -823,19 +823,20 @@ Status ServeFilesystem(Store* store, Engine* engine, const MountOptions& options
   RaiseReadAheadOrWarn(
       resolved ? Status::Ok() : StatusFromErrno(resolve_errno, "resolving " + options.mountpoint),
       resolved_mountpoint);
-  // A stop signal first waits, while the mount serves, for the lazily
-  // restored trees whose memory still comes through it.
-  std::unique_ptr<GracefulStop> graceful_stop;
-  if (engine != nullptr) {
-    GPUCKPT_ASSIGN_OR_RETURN(graceful_stop, GracefulStop::Install(engine, kLazyStopWait));
-  }
-  if (on_mounted) on_mounted();
   // Before the session goes (cleanup): the commands still running reply
   // through it. They are asked to give up, as on their writers' Ctrl-C.
   ScopeExit finish_commands([&fs] {
     fs.commands().CancelAll();
     fs.commands().WaitForAll();
   });
+  // A stop signal first waits, while the mount serves, for the lazily
+  // restored trees whose memory still comes through it. Gone as soon as
+  // the loop has returned (before the commands are waited for).
+  std::unique_ptr<GracefulStop> graceful_stop;
+  if (engine != nullptr) {
+    GPUCKPT_ASSIGN_OR_RETURN(graceful_stop, GracefulStop::Install(engine, kLazyStopWait));
+  }
+  if (on_mounted) on_mounted();
   return RunSessionLoop(se);
 }
 

@@ -122,7 +122,14 @@ void GracefulStop::Run() {
     }
   }
   RestoreFuseHandlers();
-  pthread_kill(loop_thread_, sig);
+  // libfuse's handler ends the loop only from inside it: the loop may not
+  // have begun yet (it starts afresh), or be between its check and its
+  // wait. So the signal goes to the loop's thread again every 100 ms,
+  // until the loop has ended and the destructor says so.
+  for (;;) {
+    pthread_kill(loop_thread_, sig);
+    if (next(100) == kQuit) return;
+  }
 }
 
 }  // namespace gpuckpt

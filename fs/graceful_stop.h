@@ -4,7 +4,8 @@
 // resident (Engine::LazyRestoresInFlight): their lazy-pages servers read
 // the mount, and without it they would have to kill the trees. It waits at
 // most `max_wait`, and a second signal meanwhile stops at once; then the
-// signal goes to libfuse's handler, in the session loop's thread.
+// signal goes to libfuse's handler, in the session loop's thread, until
+// the loop has ended.
 //
 // Ownership and thread-safety: one per session, installed and destroyed by
 // the thread that runs the session loop (after fuse_set_signal_handlers(),
