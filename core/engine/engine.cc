@@ -341,9 +341,7 @@ void EngineImpl::RecoverInterruptedLazyRestores() {
 }
 
 std::string EngineImpl::LazyJournalDir() const {
-  char hash[17];
-  std::snprintf(hash, sizeof(hash), "%016zx", std::hash<std::string>{}(store_->dir()));
-  return options_.work_dir + "/lazy-" + hash;
+  return options_.work_dir + "/lazy-" + StoreDirKey(store_->dir());
 }
 
 void ReleaseGpusOrLog(GpuBackend& gpu, const std::vector<int>& pids, const std::string& when) {
@@ -354,9 +352,7 @@ void ReleaseGpusOrLog(GpuBackend& gpu, const std::vector<int>& pids, const std::
 }
 
 std::string EngineImpl::CriuLogDir() const {
-  char hash[17];
-  std::snprintf(hash, sizeof(hash), "%016zx", std::hash<std::string>{}(store_->dir()));
-  return options_.state_dir + "/criu-logs/" + hash;
+  return options_.state_dir + "/criu-logs/" + StoreDirKey(store_->dir());
 }
 
 std::string EngineImpl::KeepCriuLog(const CriuLogs& logs, const std::string& label) {
@@ -537,16 +533,10 @@ int64_t EngineImpl::LastResultTime(ResultFile file, uint32_t uid) const {
   return it == last_results_.end() ? started_ns_ : it->second.set_ns;
 }
 
-void EngineImpl::SetLastResult(ResultFile file, uint32_t uid, std::string text) {
+void EngineImpl::SetLastResult(ResultFile file, uint32_t uid, std::string text, int lazy_pid) {
   if (text.empty() || text.back() != '\n') text += '\n';
   MutexLock lock(&mu_);
-  last_results_[{file, uid}] = ResultText{std::move(text), UnixNowNs()};
-}
-
-void EngineImpl::SetLazyRestoreResult(uint32_t uid, std::string text, int lazy_pid) {
-  if (text.empty() || text.back() != '\n') text += '\n';
-  MutexLock lock(&mu_);
-  last_results_[{ResultFile::kRestore, uid}] = ResultText{std::move(text), UnixNowNs(), lazy_pid};
+  last_results_[{file, uid}] = ResultText{std::move(text), UnixNowNs(), lazy_pid};
 }
 
 std::string EngineImpl::MetricsText() {

@@ -59,10 +59,10 @@ class EngineImpl {
   ProcessStatusReport ProcessStatus(const ProcessInfo& process);
   std::string LastResult(ResultFile file, uint32_t uid) const EXCLUDES(mu_);
   int64_t LastResultTime(ResultFile file, uint32_t uid) const EXCLUDES(mu_);
-  void SetLastResult(ResultFile file, uint32_t uid, std::string text) EXCLUDES(mu_);
-  // A restore's result whose tree (`lazy_pid`) is still coming in lazily:
+  // `lazy_pid`: of a restore's result, its tree still coming in lazily:
   // LastResult adds how far it is, until LazyRestoreEnded says how it ended.
-  void SetLazyRestoreResult(uint32_t uid, std::string text, int lazy_pid) EXCLUDES(mu_);
+  void SetLastResult(ResultFile file, uint32_t uid, std::string text, int lazy_pid = 0)
+      EXCLUDES(mu_);
   // Has LastResult(kRestore, uid) show the restore of `id` in flight on the
   // board under `pid`, until ForgetRestoreInFlight(uid, pid).
   void NoteRestoreInFlight(uint32_t uid, int pid, const std::string& id) EXCLUDES(mu_);

@@ -44,10 +44,14 @@ std::vector<int> ResumeProcesses(const std::vector<int>& pids,
   return resumed;
 }
 
-std::string KillJournalDir(const std::string& work_dir, const std::string& store_dir) {
+std::string StoreDirKey(const std::string& store_dir) {
   char hash[17];
   std::snprintf(hash, sizeof(hash), "%016zx", std::hash<std::string>{}(store_dir));
-  return work_dir + "/stopped-" + hash;
+  return hash;
+}
+
+std::string KillJournalDir(const std::string& work_dir, const std::string& store_dir) {
+  return work_dir + "/stopped-" + StoreDirKey(store_dir);
 }
 
 std::vector<int> KillJournal::ResumeAll() {

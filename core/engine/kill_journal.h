@@ -43,6 +43,10 @@ class KillJournal {
 // must not resume (or forget) each other's stopped processes.
 std::string KillJournalDir(const std::string& work_dir, const std::string& store_dir);
 
+// 16 hex digits naming the store in `store_dir` among the stores whose
+// daemons share a directory (the work dir, the state dir).
+std::string StoreDirKey(const std::string& store_dir);
+
 // SIGCONT to each of `pids` whose start time still matches.
 // Sends SIGCONT to each of `pids` still alive with its recorded start time;
 // returns those.

@@ -119,41 +119,41 @@ bool LazyServers::Serving(const std::string& id) const {
   return false;
 }
 
-std::optional<LazyServers::Progress> LazyServers::ProgressOf(int tree_pid) const {
-  Progress progress;
-  int server_pid = 0;
+std::vector<LazyServers::Progress> LazyServers::Snapshot(int tree_pid) const {
+  std::vector<std::pair<int, Progress>> running;  // (server pid, progress so far)
   {
     MutexLock lock(&mu_);
+    const auto now = std::chrono::steady_clock::now();
     for (const auto& [key, server] : servers_) {
-      if (server.tree_pid != tree_pid) continue;
-      progress.id = server.id;
-      progress.expected_bytes = server.expected_bytes;
-      progress.seconds =
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - server.start).count();
-      server_pid = server.server_pid;
+      if (server.server_pid == 0 || (tree_pid != 0 && server.tree_pid != tree_pid)) continue;
+      running.push_back(
+          {server.server_pid, Progress{server.id, 0, server.expected_bytes,
+                                       std::chrono::duration<double>(now - server.start).count()}});
     }
   }
-  if (server_pid == 0) return std::nullopt;
-  // Our own child, not waited for yet: its pid is still its.
-  auto io = ReadSmallFileNoFollow("/proc/" + std::to_string(server_pid) + "/io", 4096);
-  if (io.ok()) {
-    const size_t at = io->find("rchar: ");
-    if (at != std::string::npos) progress.bytes = std::strtoull(io->c_str() + at + 7, nullptr, 10);
+  std::vector<Progress> out;
+  for (auto& [server_pid, progress] : running) {
+    // Our own child, not waited for yet (Wait() clears server_pid first):
+    // its pid is still its.
+    auto io = ReadSmallFileNoFollow("/proc/" + std::to_string(server_pid) + "/io", 4096);
+    if (io.ok()) {
+      const size_t at = io->find("rchar: ");
+      if (at != std::string::npos)
+        progress.bytes = std::strtoull(io->c_str() + at + 7, nullptr, 10);
+    }
+    out.push_back(std::move(progress));
   }
-  return progress;
+  return out;
 }
 
-std::vector<LazyServers::Progress> LazyServers::AllProgress() const {
-  std::vector<int> trees;
-  {
-    MutexLock lock(&mu_);
-    for (const auto& [key, server] : servers_) trees.push_back(server.tree_pid);
-  }
-  std::vector<Progress> all;
-  for (int tree : trees)
-    if (auto p = ProgressOf(tree)) all.push_back(*p);
-  return all;
+std::optional<LazyServers::Progress> LazyServers::ProgressOf(int tree_pid) const {
+  if (tree_pid <= 0) return std::nullopt;
+  std::vector<Progress> found = Snapshot(tree_pid);
+  if (found.empty()) return std::nullopt;
+  return found.front();
 }
+
+std::vector<LazyServers::Progress> LazyServers::AllProgress() const { return Snapshot(0); }
 
 size_t LazyServers::size() const {
   MutexLock lock(&mu_);

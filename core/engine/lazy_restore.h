@@ -109,6 +109,8 @@ class LazyServers {
     FinishFn finish;
   };
   void Wait(uint64_t key, CriuProcess server) EXCLUDES(mu_);
+  // The progress of the running servers of `tree_pid`'s tree (0: all).
+  std::vector<Progress> Snapshot(int tree_pid) const EXCLUDES(mu_);
 
   EndedFn ended_;
   mutable Mutex mu_;

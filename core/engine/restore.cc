@@ -676,12 +676,10 @@ void EngineImpl::RecordRestoreEnd(const RestoreRequest& request, const std::stri
                                     (kept_log.empty() ? "" : "\ncriu_log: " + kept_log);
   if (pid.ok() && imported) said += "\nimported: " + id;
   if (pid.ok() && !lazy_note.empty()) said += "\n" + lazy_note;
-  if (pid.ok() && lazy_note == kLazyYes) {
-    // Until its server ends, `cat restore` adds how far the tree is in.
-    SetLazyRestoreResult(request.caller.uid, std::move(said), pid.value());
-    return;
-  }
-  SetLastResult(ResultFile::kRestore, request.caller.uid, std::move(said));
+  // A lazy one's: until its server ends, `cat restore` adds how far the
+  // tree is in.
+  SetLastResult(ResultFile::kRestore, request.caller.uid, std::move(said),
+                pid.ok() && lazy_note == kLazyYes ? pid.value() : 0);
 }
 
 Result<int> EngineImpl::RestoreSnapshot(const std::string& id, const TreeSetup& setup,
