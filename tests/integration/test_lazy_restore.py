@@ -87,7 +87,8 @@ def wait_resident(m, user=None, seconds=120):
              "the lazily restored tree to be resident")
 
 
-def test_a_lazy_restore_runs_before_its_memory_is_in_and_every_page_checks_out(holding_mount):
+def test_a_lazy_restore_runs_before_its_memory_is_in_and_every_page_checks_out(holding_mount,
+                                                                                users):
     """With the daemon's --lazy-restore default: the restore returns while
     the server is held (so before the tree's memory is in); `cat restore`,
     the tree's status and status.json and the metrics say how far it is;
@@ -113,6 +114,12 @@ def test_a_lazy_restore_runs_before_its_memory_is_in_and_every_page_checks_out(h
     r = subprocess.run(["rm", "-r", m.path("checkpoints", made)], capture_output=True, text=True)
     assert r.returncode != 0 and "busy" in r.stderr.lower(), r.stderr
     assert made in m.ids()
+    # Another user learns nothing of it: root's checkpoint is absent to
+    # them (not busy), and their own `restore` says nothing of root's.
+    other = users[0]
+    r = other.run(["rm", "-r", m.path("checkpoints", made)])
+    assert r.returncode != 0 and "No such file" in r.stderr, r.stderr
+    assert restore_text(m, other) == "none\n"
 
     release(m, server)
     wait_resident(m)
@@ -211,6 +218,16 @@ def test_a_users_tree_is_restored_eagerly_and_says_why(users):
         assert text.startswith(f"pid {wl.pid}\nlazy: no (an ordinary user's tree is restored "
                                "eagerly: ") and "CAP_SYS_PTRACE" in text, text
         assert not live_processes(lambda argv: len(argv) > 1 and argv[1] == b"lazy-pages")
+        assert wl.verdict() == "PASS"
+        # Root restoring the user's checkpoint restores it as its owner:
+        # eagerly too.
+        wl = m.start("wl_memory", "--mib", "64", user=a)
+        made = m.checkpoint(wl.pid, "--kill", user=a)
+        wait_for(wl.gone, 30, "the killed workload to go")
+        ok, err = Root().write(m.path("restore"), m.path("checkpoints", made) + " --lazy")
+        assert ok, err
+        text = restore_text(m)
+        assert text.startswith(f"pid {wl.pid}\nlazy: no (an ordinary user's tree"), text
         assert wl.verdict() == "PASS"
     finally:
         m.close()
