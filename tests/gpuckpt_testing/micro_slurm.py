@@ -1,6 +1,7 @@
-"""A one-node Slurm cluster for the integration tests, through
+"""A Slurm cluster on this machine for the integration tests, through
 tools/micro-slurm: munged, slurmctld and slurmd as root, every file under
-one directory, a low partition whose jobs a high one preempts (requeued,
+one directory; one node, or (nodes=N) N nodes node1..nodeN, each a slurmd
+of its own; a low partition whose jobs a high one preempts (requeued,
 after SIGTERM, or the job's --signal, and a grace time); processes tracked
 by their parents, or (proctrack="cgroup") by Slurm's cgroups; the system's
 Slurm, or one unpacked under slurm_root (tools/micro-slurm --slurm-root).
@@ -33,7 +34,7 @@ class MicroSlurm(ScriptCluster):
     SCRIPT = MICRO_SLURM
 
     def __init__(self, dir, cpus=None, grace_time=30, plugstack=None, proctrack="linuxproc",
-                 slurm_root=None):
+                 slurm_root=None, nodes=None):
         os.makedirs(dir, exist_ok=True)
         self.conf = os.path.join(os.path.abspath(dir), "slurm.conf")
         args = ["--grace-time", str(grace_time), "--proctrack", proctrack]
@@ -43,6 +44,8 @@ class MicroSlurm(ScriptCluster):
             args += ["--cpus", str(cpus)]
         if plugstack is not None:
             args += ["--plugstack", str(plugstack)]
+        if nodes is not None:
+            args += ["--nodes", str(nodes)]
         super().__init__(dir, *args)
 
     def daemons(self):

@@ -1,5 +1,6 @@
 """tools/micro-slurm and its Python helper (micro_slurm.py): a one-node
-cluster started without systemd runs a batch job of an ordinary user; a job
+cluster started without systemd runs a batch job of an ordinary user; a
+job of a three-node cluster runs a task on each of two nodes; a job
 of the low partition is preempted by one of the high partition: it gets
 SIGTERM, runs on for its grace time, is requeued and runs again once the
 node is free, knowing it was restarted (SLURM_RESTART_COUNT). Nothing of
@@ -10,6 +11,7 @@ Run by ctest under wl_reaper: the daemons are orphans once they fork."""
 
 import os
 import pathlib
+import re
 import shutil
 import tempfile
 import time
@@ -63,6 +65,25 @@ def test_a_users_job_runs(open_dir, users):
         fields = slurm.wait_job(job, lambda j: j["JobState"] == "COMPLETED", what="the job to end")
         assert fields["UserId"].startswith(f"{a.name}(")
         assert read(str(out)).split() == [str(a.uid), "ran"]
+
+
+def test_a_job_spans_the_nodes_of_a_cluster_of_three(tmp_path):
+    with MicroSlurm(tmp_path / "cluster", nodes=3, proctrack="cgroup") as slurm:
+        assert len(slurm.daemons()) == 5, slurm.daemons()
+        out = tmp_path / "out"
+        job = slurm.sbatch("--nodes=2", "--ntasks-per-node=1", f"--output={out}", "--wrap",
+                           "srun sh -c 'echo $SLURM_PROCID $SLURMD_NODENAME "
+                           "$(tr \"\\n\" \" \" < /proc/self/cgroup)'")
+        fields = slurm.wait_job(job, lambda j: j["JobState"] == "COMPLETED",
+                                what="the job to end")
+        assert fields["NodeList"] == "node[1-2]", fields
+        lines = sorted(read(str(out)).splitlines())
+        assert [line.split()[:2] for line in lines] == [["0", "node1"], ["1", "node2"]], lines
+        # Each node's slurmd has cgroups of its own (v1: slurm_NODE/,
+        # v2: NODE_slurmstepd.scope/).
+        for node, line in zip(("node1", "node2"), lines):
+            assert re.search(rf"(slurm_{node}/|{node}_slurmstepd).*/job_{job}/step_0", line), line
+    assert slurm.daemons() == [], "a daemon outlived stop"
 
 
 def test_a_preempted_job_gets_its_grace_and_runs_again(tmp_path):

@@ -1,5 +1,5 @@
-"""sbatch --gpuckpt on a real one-node Slurm cluster (tools/micro-slurm,
-with proctrack/cgroup) and a real mount, by an ordinary user:
+"""sbatch --gpuckpt on a real Slurm cluster (tools/micro-slurm, one node
+unless said, with proctrack/cgroup) and a real mount, by an ordinary user:
 
 - a job preempted by a higher partition's job is checkpointed on its
   --signal, requeued and restored where it was: its output equals an
@@ -9,6 +9,9 @@ with proctrack/cgroup) and a real mount, by an ordinary user:
   job's requeue is printed (-s shows it);
 - a job whose script runs srun steps: each task of the running step is
   checkpointed and restored on its own, a finished step is not run again;
+- a job over two nodes of a three-node cluster (a slurmd per node on this
+  machine) comes back on other nodes: each task restored into the cgroups
+  of the node it lands on;
 - with --gpuckpt=INTERVAL, a job requeued without warning comes back from
   its last periodic checkpoint, losing at most an interval;
 - a job checkpointed through one daemon comes back through another on a
@@ -288,6 +291,72 @@ def test_a_preempted_job_with_srun_steps_comes_back_step_by_step(site, users):
                          task_text, re.M), task_text
     assert not any(f"slurm-{job}" in i for i in mount.ids(a)), mount.ids(a)
     assert not [n for n in os.listdir(work) if n.startswith(f".gpuckpt-slurm-{job}")]
+    assert not user_pids(a, "workload.py")
+
+
+def task_node(pid):
+    """The Slurm node whose step cgroup holds `pid` (cgroup v1: slurm_NODE/,
+    v2: NODE_slurmstepd.scope/); None outside Slurm's cgroups."""
+    found = re.search(r"/slurm_([^/]+)/|/([^/]+)_slurmstepd\.scope/",
+                      read_text(f"/proc/{pid}/cgroup"))
+    return found and (found.group(1) or found.group(2))
+
+
+def test_a_job_over_two_nodes_comes_back_on_other_nodes(site, users):
+    """A job of two nodes of three, one task of its step on each, is
+    preempted by a job on its second node; its first node is drained
+    meanwhile, so the requeued job lands on the second and third: its
+    script runs again on the second, and each task comes back on a node
+    other than its first, in that node's cgroup of the step, its output
+    equal to an uninterrupted run's."""
+    a, _ = users
+    mount, open_dir, work = site
+    steps = 60
+    expected = reference_output(a, work, steps)
+    script = os.path.join(work, "nodes.sh")
+    with open(script, "w") as f:
+        f.write("#!/bin/bash\n"
+                f"srun --output={work}/node-task.%t.out --open-mode=append "
+                f"{build.PYTHON} {work}/workload.py {steps} {STEP_S}\n")
+    os.chmod(script, 0o755)
+    out = os.path.join(work, "nodes.out")
+    tasks = [os.path.join(work, f"node-task.{t}.out") for t in range(2)]
+    with cluster(open_dir, mount.mnt, grace_time=10, nodes=3) as slurm:
+        job = slurm.sbatch("--partition=low", "--nodes=2", "--ntasks-per-node=1",
+                           f"--chdir={work}", f"--output={out}", "--open-mode=append",
+                           "--gpuckpt", "--signal=B:USR1@5", script, user=a)
+        for t in tasks:
+            wait_output(t, r"^step 8 ", 60, f"{t}'s 8th step")
+        assert slurm.job(job)["NodeList"] == "node[1-2]"
+        # The workload's own processes (not srun's, nor the keepers').
+        programs = user_pids(a, f"^{re.escape(build.PYTHON)} .*/workload.py ")
+        first = sorted(task_node(p) for p in programs)
+        assert first == ["node1", "node2"], first
+        slurm.cli("scontrol", "update", "nodename=node1", "state=drain", "reason=test")
+        slurm.sbatch("--partition=high", "--nodelist=node2", f"--cpus-per-task={os.cpu_count()}",
+                     f"--output={work}/high.out", "--wrap", "sleep 2")
+        wait_output(out, r"^gpuckpt-slurm: job \d+ requeued", 60, "the checkpoint and requeue")
+        assert re.search(r"^gpuckpt-slurm: 2 of 2 step task\(s\) checkpointed", read_text(out),
+                         re.M), read_text(out)
+        for t in tasks:
+            wait_output(t, r"^gpuckpt-slurm: restored step .*\n^step ", 120,
+                        f"{t}'s task to come back and take a step")
+        assert slurm.job(job)["NodeList"] == "node[2-3]"
+        # Task 0 went from node1 to node2, task 1 from node2 to node3, each
+        # into its new node's cgroup of the job's step, which Slurm lists.
+        for t, node in enumerate(("node2", "node3")):
+            pid = int(re.search(r"^gpuckpt-slurm: restored step \S+ task \d from checkpoint \S+ "
+                                r"in [\d.]+ s \(pid (\d+)\)", read_text(tasks[t]), re.M).group(1))
+            assert task_node(pid) == node, (t, pid, read_text(f"/proc/{pid}/cgroup"))
+            listed = slurm.cli("scontrol", "listpids", f"{job}.0", node)
+            assert re.search(rf"^{pid}\s", listed, re.M), (t, pid, listed)
+        fields = job_ended(slurm, job)
+        assert fields["JobState"] == "COMPLETED" and fields["ExitCode"] == "0:0", fields
+        assert fields["Restarts"] == "1", fields
+    for t in tasks:
+        task_text = read_text(t)
+        assert program_lines(task_text) == expected, task_text
+    assert not any(f"slurm-{job}" in i for i in mount.ids(a)), mount.ids(a)
     assert not user_pids(a, "workload.py")
 
 
