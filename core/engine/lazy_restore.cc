@@ -19,11 +19,6 @@ std::string WhyNotLazy(const LazyTreeFacts& facts) {
   if (!facts.mount_serves_images)
     return "a lazy restore reads the checkpoint's pages through the daemon's mount, and this "
            "restore runs without one";
-  // The driver puts device memory back from host memory during the
-  // restore, before the tree runs: it would fault every page in anyway.
-  if (facts.has_gpu)
-    return "a GPU tree is restored eagerly: the driver copies its device memory back from "
-           "host memory during the restore";
   if (facts.own_namespaces)
     return "a tree with a pid or mount namespace of its own is restored eagerly: its pids "
            "are not this machine's, which the lazy server needs";

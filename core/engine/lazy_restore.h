@@ -37,13 +37,15 @@ namespace gpuckpt {
 // What decides whether a tree can be restored lazily.
 struct LazyTreeFacts {
   bool mount_serves_images = false;  // EngineOptions::mount_serves_images
-  bool has_gpu = false;              // the checkpoint holds device memory
   bool own_namespaces = false;       // its own pid or mount namespace
   bool as_root = false;              // CRIU runs as root
 };
 
 // "" when a tree with `facts` can be restored lazily; else why not, in
-// words for the caller ("a GPU tree is restored eagerly: ...").
+// words for the caller ("a tree with a pid or mount namespace of its own is
+// restored eagerly: ..."). A GPU tree is restored lazily too: the driver's
+// restore faults in the host copy of its device memory before the tree
+// runs, and the rest (its host heap) follows lazily.
 std::string WhyNotLazy(const LazyTreeFacts& facts);
 
 class LazyServers {

@@ -617,9 +617,8 @@ Result<int> EngineImpl::ResolveAndRestore(const RestoreRequest& request, std::st
   bool lazy = request.lazy.value_or(options_.lazy_restore);
   if (lazy) {
     const std::string why_not =
-        WhyNotLazy({options_.mount_serves_images,
-                    !manifest->gpus.empty() || manifest->device_memory_bytes.value_or(0) > 0,
-                    HasOwnPidNamespace(*root) || !root_dir.empty(), as.is_root()});
+        WhyNotLazy({options_.mount_serves_images, HasOwnPidNamespace(*root) || !root_dir.empty(),
+                    as.is_root()});
     lazy = why_not.empty();
     *lazy_note = lazy ? kLazyYes : "lazy: no (" + why_not + ")";
   }
@@ -817,6 +816,12 @@ Result<CriuProcess> EngineImpl::StartLazyServer(const CriuCommand& restore,
   // As the restore runs: as root, since only root's trees are restored
   // lazily (WhyNotLazy).
   cmd.args = {"lazy-pages", "-D", images_dir, "-W", work, "-o", "lazy-pages.log", "-v2"};
+  // With the restore's plugins (a GPU tree's cuda_plugin).
+  for (size_t i = 0; i + 1 < restore.args.size(); ++i) {
+    if (restore.args[i] != "--libdir") continue;
+    cmd.args.insert(cmd.args.end(), {"--libdir", restore.args[i + 1]});
+    break;
+  }
   cmd.stderr_fd = logs.stderr_fd();
   GPUCKPT_ASSIGN_OR_RETURN(CriuProcess server, criu_.Start(cmd));
   // Ready once its socket is there; a server that exits first failed.

@@ -2,9 +2,10 @@
 // process (the zdtm-style protocol of tests/workloads/workload.h).
 //
 //   gpu_memory RESULT_FILE --gib N [--idle] [--busy-kernel-ms MS] [--stall]
+//              [--managed] [--host-mib M] [--children K]
 //
-// Allocates N GiB with cudaMalloc (plain device memory, never managed) and
-// fills 32-bit word i with WordHash(i). Then, about every 50 ms, unless
+// Allocates N GiB with cudaMalloc (plain device memory) and fills 32-bit
+// word i with WordHash(i). Then, about every 50 ms, unless
 // --idle, a kernel adds kStep to every word; the host counts the kernels, so
 // after k of them word i must be WordHash(i) + k * kStep (mod 2^32). A
 // checkpoint that loses, tears or shifts device memory, or a restore that
@@ -30,6 +31,23 @@
 // byte of device memory that a checkpoint would not see unchanged (its word
 // stays 0); a CUDA error in it is a FAIL like any other.
 //
+// --managed allocates the words with cudaMallocManaged instead (CUDA's
+// unified memory) and fills them on the host, so that they are touched from
+// both sides: the kernels run on the device, and the check reads every word
+// on the host as well as in a kernel.
+//
+// --host-mib M also keeps M MiB of host memory (malloc) with a pattern
+// (tests/workloads/workload.h's), checked with the rest: the host heap of
+// a job beside its device memory.
+//
+// --children K forks K children before the first CUDA call; each runs as
+// this process does, with a CUDA context of its own on the same GPU and
+// RESULT_FILE.child<k> as its result file, the last of them --idle (a
+// process that holds a context and does nothing). The parent announces
+// ready once every child has; on SIGUSR1 it checks itself, then sends each
+// child SIGUSR1 and waits for it: PASS only if all pass. Children die with
+// the parent (PR_SET_PDEATHSIG).
+//
 // On SIGUSR1 (blocked in every thread, taken only by sigtimedwait in the
 // loop) a kernel counts the words that differ from what they must be, and
 // the verdict goes to RESULT_FILE: "PASS" or "FAIL: <what>" (exit 0 or 1).
@@ -42,6 +60,10 @@
 // tests/workloads/workload.cc for the protocol.
 #include <cuda_runtime.h>
 #include <fcntl.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -51,6 +73,7 @@
 #include <cstring>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "tests/workloads/workload.h"
 
@@ -122,10 +145,15 @@ struct Args {
   std::size_t gib = 0;
   bool idle = false;
   long busy_kernel_ms = 0;
+  bool managed = false;
+  std::size_t host_mib = 0;
+  long children = 0;
 };
 
 [[noreturn]] void Usage(const char* argv0) {
-  std::fprintf(stderr, "usage: %s RESULT_FILE --gib N [--idle] [--busy-kernel-ms MS] [--stall]\n",
+  std::fprintf(stderr,
+               "usage: %s RESULT_FILE --gib N [--idle] [--busy-kernel-ms MS] [--stall] "
+               "[--managed] [--host-mib M] [--children K]\n",
                argv0);
   std::_Exit(2);
 }
@@ -151,6 +179,12 @@ Args Parse(int argc, char** argv) {
       args.busy_kernel_ms = number(1);
     } else if (arg == "--stall") {
       args.options.stall = true;
+    } else if (arg == "--managed") {
+      args.managed = true;
+    } else if (arg == "--host-mib") {
+      args.host_mib = static_cast<std::size_t>(number(1));
+    } else if (arg == "--children") {
+      args.children = number(1);
     } else {
       Usage(argv[0]);
     }
@@ -221,6 +255,84 @@ class StallProbe {
   std::string error_;
 };
 
+constexpr std::uint64_t kHostSeed = 0x67707568656170ULL;  // "gpuheap"
+constexpr int kChildReadyTimeoutS = 300;
+
+// --children: forks them, before any CUDA call or thread. In a child,
+// rewrites `args` to the child's and returns no pids; in the parent,
+// returns the children's pids, in order.
+std::vector<pid_t> ForkChildren(Args* args) {
+  std::vector<pid_t> pids;
+  const pid_t parent = getpid();
+  for (long k = 1; k <= args->children; ++k) {
+    const pid_t pid = fork();
+    if (pid < 0) {
+      std::perror("gpu_memory: fork");
+      std::_Exit(2);
+    }
+    if (pid == 0) {
+      prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (getppid() != parent) std::_Exit(2);  // the parent died before the prctl
+      args->options.result_file += ".child" + std::to_string(k);
+      args->options.stall = false;
+      args->idle = k == args->children;
+      args->busy_kernel_ms = 0;
+      args->children = 0;
+      return {};
+    }
+    pids.push_back(pid);
+  }
+  return pids;
+}
+
+// Before ready: waits until every child has announced ready; a child that
+// ended first, or a timeout, is an error (exit 2).
+void WaitForChildren(const std::vector<pid_t>& pids, const std::string& result_file) {
+  for (std::size_t k = 0; k < pids.size(); ++k) {
+    const std::string ready = result_file + ".child" + std::to_string(k + 1) + ".ready";
+    for (int waited_ms = 0;; waited_ms += 50) {
+      struct stat st {};
+      if (stat(ready.c_str(), &st) == 0) break;
+      int status = 0;
+      if (waitpid(pids[k], &status, WNOHANG) == pids[k] || waited_ms > kChildReadyTimeoutS * 1000) {
+        std::fprintf(stderr, "gpu_memory: child %zu (pid %d) did not get ready\n", k + 1,
+                     static_cast<int>(pids[k]));
+        std::_Exit(2);
+      }
+      usleep(50 * 1000);
+    }
+  }
+}
+
+// The children's verdicts, after this process's own: each gets SIGUSR1 and
+// is waited for. "" when every one passed.
+std::string ChildVerdicts(const std::vector<pid_t>& pids, const std::string& result_file) {
+  std::string failures;
+  for (std::size_t k = 0; k < pids.size(); ++k) {
+    const std::string child = "child " + std::to_string(k + 1);
+    if (kill(pids[k], SIGUSR1) != 0) {
+      failures += (failures.empty() ? "" : "; ") + child + ": gone";
+      continue;
+    }
+    int status = 0;
+    if (waitpid(pids[k], &status, 0) != pids[k]) {
+      failures += (failures.empty() ? "" : "; ") + child + ": cannot wait for it";
+      continue;
+    }
+    std::string verdict;
+    if (FILE* f = std::fopen((result_file + ".child" + std::to_string(k + 1)).c_str(), "r")) {
+      char line[512] = {};
+      if (std::fgets(line, sizeof(line), f) != nullptr) verdict = line;
+      std::fclose(f);
+    }
+    while (!verdict.empty() && verdict.back() == '\n') verdict.pop_back();
+    if (WIFEXITED(status) && WEXITSTATUS(status) == 0 && verdict == "PASS") continue;
+    failures += (failures.empty() ? "" : "; ") + child + ": " +
+                (verdict.empty() ? "no verdict, wait status " + std::to_string(status) : verdict);
+  }
+  return failures;
+}
+
 void SilenceOutput() {
   const int null_fd = open("/dev/null", O_WRONLY | O_CLOEXEC);
   if (null_fd < 0) return;
@@ -234,10 +346,12 @@ void SilenceOutput() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const Args args = Parse(argc, argv);
+  Args args = Parse(argc, argv);
   // Before the first CUDA call: the driver's threads inherit the mask, so
   // SIGUSR1 is only ever taken by WaitForCheck().
   wl::BlockCheckSignal();
+  // Before any CUDA call or thread: neither survives a fork.
+  const std::vector<pid_t> children = ForkChildren(&args);
   // Also before the first CUDA call: it blocks SIGUSR2 for every later thread.
   static StallProbe probe;  // static: the meter thread outlives main's frame
   wl::StartStallMeter(args.options, [] { probe.Run(); });
@@ -255,15 +369,33 @@ int main(int argc, char** argv) {
     return 2;
   }
   std::uint32_t* words = nullptr;
-  CheckOrDie(cudaMalloc(&words, bytes), "cudaMalloc(words)");
+  const int blocks = prop.multiProcessorCount * 8;
+  if (args.managed) {
+    CheckOrDie(cudaMallocManaged(&words, bytes), "cudaMallocManaged(words)");
+    for (std::size_t i = 0; i < n; ++i) words[i] = WordHash(i);  // touched from the host
+  } else {
+    CheckOrDie(cudaMalloc(&words, bytes), "cudaMalloc(words)");
+    FillKernel<<<blocks, kThreads>>>(words, n);
+    CheckOrDie(cudaGetLastError(), "FillKernel launch");
+  }
+  CheckOrDie(cudaDeviceSynchronize(), "FillKernel");
   unsigned long long* counters = nullptr;  // [0] mismatches, [1] first, [2] spin sink
   CheckOrDie(cudaMalloc(&counters, 3 * sizeof(unsigned long long)), "cudaMalloc(counters)");
-  const int blocks = prop.multiProcessorCount * 8;
-  FillKernel<<<blocks, kThreads>>>(words, n);
-  CheckOrDie(cudaGetLastError(), "FillKernel launch");
-  CheckOrDie(cudaDeviceSynchronize(), "FillKernel");
-  std::printf("gpu_memory: pid %d, %zu GiB on %s (%d SMs)%s\n", getpid(), args.gib, prop.name,
-              prop.multiProcessorCount, args.idle ? ", idle" : "");
+  const std::size_t host_bytes = args.host_mib << 20;
+  void* heap = nullptr;
+  if (host_bytes != 0) {
+    heap = std::malloc(host_bytes);
+    if (heap == nullptr) {
+      std::fprintf(stderr, "gpu_memory: cannot allocate --host-mib %zu\n", args.host_mib);
+      return 2;
+    }
+    wl::FillPattern(heap, host_bytes, kHostSeed);
+  }
+  std::printf(
+      "gpu_memory: pid %d, %zu GiB%s on %s (%d SMs)%s%s\n", getpid(), args.gib,
+      args.managed ? " managed" : "", prop.name, prop.multiProcessorCount,
+      args.idle ? ", idle" : "",
+      host_bytes != 0 ? (", " + std::to_string(args.host_mib) + " MiB host heap").c_str() : "");
   if (args.options.stall) {  // Before the spin kernel: cudaMemset would wait for it.
     std::uint32_t* probe_word = nullptr;
     CheckOrDie(cudaMalloc(&probe_word, sizeof(*probe_word)), "cudaMalloc(probe word)");
@@ -280,6 +412,7 @@ int main(int argc, char** argv) {
     CheckOrDie(cudaGetLastError(), "SpinKernel launch");
     std::printf("gpu_memory: a kernel spins for %ld ms\n", args.busy_kernel_ms);
   }
+  WaitForChildren(children, args.options.result_file);
   SilenceOutput();
   wl::AnnounceReady(args.options);
 
@@ -296,36 +429,55 @@ int main(int argc, char** argv) {
       },
       kIntervalMs);
 
-  if (!errors.ok()) wl::Finish(args.options, errors.text());
-  if (const std::string e = probe.error(); !e.empty()) wl::Finish(args.options, e);
-  if (!errors.Check(cudaDeviceSynchronize(), "cudaDeviceSynchronize before the check")) {
-    wl::Finish(args.options, errors.text());
-  }
-  const unsigned long long init[2] = {0, ~0ULL};
-  if (!errors.Check(cudaMemcpy(counters, init, sizeof(init), cudaMemcpyHostToDevice),
-                    "cudaMemcpy(counters)")) {
-    wl::Finish(args.options, errors.text());
-  }
-  const std::uint32_t add = kernels * kStep;
-  CheckKernel<<<blocks, kThreads>>>(words, n, add, counters, counters + 1);
-  unsigned long long result[2] = {0, 0};
-  if (!errors.Check(cudaGetLastError(), "CheckKernel launch") ||
-      !errors.Check(cudaMemcpy(result, counters, sizeof(result), cudaMemcpyDeviceToHost),
-                    "CheckKernel")) {
-    wl::Finish(args.options, errors.text());
-  }
-  if (result[0] == 0) wl::Finish(args.options, "");
-
-  std::uint32_t got = 0;
-  std::string what = std::to_string(result[0]) + " of " + std::to_string(n) +
-                     " words differ after " + std::to_string(kernels) + " kernels; first at word " +
-                     std::to_string(result[1]);
-  if (result[1] < n &&
-      errors.Check(cudaMemcpy(&got, words + result[1], sizeof(got), cudaMemcpyDeviceToHost),
-                   "cudaMemcpy(first bad word)")) {
-    char buf[96];
-    std::snprintf(buf, sizeof(buf), ": 0x%08x, expected 0x%08x", got, WordHash(result[1]) + add);
-    what += buf;
-  }
-  wl::Finish(args.options, what);
+  // This process's own verdict: "" when everything checks out.
+  auto own_verdict = [&]() -> std::string {
+    if (!errors.ok()) return errors.text();
+    if (const std::string e = probe.error(); !e.empty()) return e;
+    if (heap != nullptr) {
+      const std::size_t at = wl::FirstPatternMismatch(heap, host_bytes, kHostSeed);
+      if (at != host_bytes) return "host heap differs at byte " + std::to_string(at);
+    }
+    if (!errors.Check(cudaDeviceSynchronize(), "cudaDeviceSynchronize before the check")) {
+      return errors.text();
+    }
+    const unsigned long long init[2] = {0, ~0ULL};
+    if (!errors.Check(cudaMemcpy(counters, init, sizeof(init), cudaMemcpyHostToDevice),
+                      "cudaMemcpy(counters)")) {
+      return errors.text();
+    }
+    const std::uint32_t add = kernels * kStep;
+    CheckKernel<<<blocks, kThreads>>>(words, n, add, counters, counters + 1);
+    unsigned long long result[2] = {0, 0};
+    if (!errors.Check(cudaGetLastError(), "CheckKernel launch") ||
+        !errors.Check(cudaMemcpy(result, counters, sizeof(result), cudaMemcpyDeviceToHost),
+                      "CheckKernel")) {
+      return errors.text();
+    }
+    if (result[0] == 0 && args.managed) {
+      // Managed words are the host's to read too.
+      for (std::size_t i = 0; i < n; ++i) {
+        if (words[i] != WordHash(i) + add) {
+          return "managed word " + std::to_string(i) + " differs on the host after " +
+                 std::to_string(kernels) + " kernels (the device's check passed)";
+        }
+      }
+    }
+    if (result[0] == 0) return "";
+    std::uint32_t got = 0;
+    std::string what = std::to_string(result[0]) + " of " + std::to_string(n) +
+                       " words differ after " + std::to_string(kernels) +
+                       " kernels; first at word " + std::to_string(result[1]);
+    if (result[1] < n &&
+        errors.Check(cudaMemcpy(&got, words + result[1], sizeof(got), cudaMemcpyDeviceToHost),
+                     "cudaMemcpy(first bad word)")) {
+      char buf[96];
+      std::snprintf(buf, sizeof(buf), ": 0x%08x, expected 0x%08x", got, WordHash(result[1]) + add);
+      what += buf;
+    }
+    return what;
+  };
+  std::string failure = own_verdict();
+  const std::string of_children = ChildVerdicts(children, args.options.result_file);
+  if (!of_children.empty()) failure += (failure.empty() ? "" : "; ") + of_children;
+  wl::Finish(args.options, failure);
 }

@@ -1,12 +1,15 @@
 """Lazy restores and GPU processes, on a real GPU.
 
-- `restore --lazy` of root's CUDA process comes back eagerly, with its
-  device memory intact, and `cat restore` says why it was not lazy.
+- `restore --lazy` of root's CUDA process (device memory and a host
+  heap) beside `restore --eager` of the same checkpoint: how soon each
+  returns, when the lazy one is resident, and that the process checks out
+  after both.
 - What the driver's restore does with lazily served host memory, measured
   with CRIU alone (its lazy-pages server and `restore --lazy-pages`, with
   the cuda plugin, on the checkpoint's images in the mount): whether the
   restore returns, how long it and the server take, and the process's
-  verdict. Printed for tests/gpu/README.md; it asserts only that the
+  verdict; once with device memory alone, once with 4 GiB of host heap
+  beside it (does that part stay lazy after the restore returns?). Printed for tests/gpu/README.md; it asserts only that the
   process either checks out or is gone, never left running with wrong
   memory.
 
@@ -51,32 +54,62 @@ def mount(bundle):
         m.close()
 
 
-def gpu_checkpoint(m):
-    wl = m.start("gpu_memory", "--gib", str(GIB), "--idle", env=workload_env())
+def gpu_checkpoint(m, host_mib=0):
+    more = ["--host-mib", str(host_mib)] if host_mib else []
+    wl = m.start("gpu_memory", "--gib", str(GIB), "--idle", *more, env=workload_env())
     wait_for(lambda: status_line(m.mnt, wl.pid, "gpu state") == "running", 60, "gpu state: running")
     made = m.checkpoint(wl.pid, "--kill")
     wait_for(wl.gone, 60, "the killed CUDA process to go")
     return wl, made
 
 
-def test_a_gpu_tree_asked_to_restore_lazily_comes_back_eagerly_and_says_why(mount):
-    m = mount
-    wl, made = gpu_checkpoint(m)
+HOST_MIB = 4096
+
+
+def timed_restore(m, made, mode):
+    """`restore` of `made` with `mode` (--eager or --lazy): (seconds until
+    the write returned, what `cat restore` said then)."""
     start = time.monotonic()
-    ok, err = Root().write(m.path("restore"), m.path("checkpoints", made) + " --lazy", timeout=600)
+    ok, err = Root().write(m.path("restore"), m.path("checkpoints", made) + " " + mode,
+                           timeout=600)
     took = time.monotonic() - start
-    ok_text, text = Root().read(m.path("restore"))
-    assert ok, f"{err}; {text}"
-    assert text.startswith(f"pid {wl.pid}\nlazy: no (a GPU tree is restored eagerly: "), text
-    assert wl.verdict() == "PASS"
-    print(f"\nGPU tree of {GIB} GiB, --lazy: restored eagerly in {took:.2f} s")
+    text = Root().read(m.path("restore"))[1]
+    assert ok, f"{mode}: {err}; {text}"
+    return took, text
 
 
-def test_what_the_drivers_restore_does_with_lazily_served_host_memory(mount, bundle):
-    """CRIU alone, lazily, on the images in the mount (read through it as
-    the daemon's lazy restores read them)."""
+def test_a_gpu_tree_restores_lazily_beside_an_eager_restore(mount):
+    """A CUDA process with 2 GiB of device memory and 4 GiB of host heap,
+    restored eagerly, killed, and restored lazily from the same checkpoint:
+    the lazy restore returns once the device memory is back, the host heap
+    follows, and both times the process checks out."""
     m = mount
-    wl, made = gpu_checkpoint(m)
+    wl, made = gpu_checkpoint(m, HOST_MIB)
+    eager_s, said = timed_restore(m, made, "--eager")
+    assert said.startswith(f"pid {wl.pid}\nlazy: no (") or said == f"pid {wl.pid}\n", said
+    wl.kill()
+    lazy_s, said = timed_restore(m, made, "--lazy")
+    assert said.startswith(f"pid {wl.pid}\nlazy: yes"), said
+    start = time.monotonic()
+    wait_for(lambda: "resident: all" in Root().read(m.path("restore"))[1], 300,
+             "the lazily restored tree to be resident")
+    resident_s = lazy_s + time.monotonic() - start
+    final = Root().read(m.path("restore"))[1].strip().splitlines()[-1]
+    verdict = wl.verdict()
+    print(f"\nGPU tree of {GIB} GiB device memory and {HOST_MIB} MiB host heap: eager restore "
+          f"{eager_s:.2f} s; lazy restore returned in {lazy_s:.2f} s, resident after about "
+          f"{resident_s:.2f} s ({final}); verdict {verdict}")
+    assert verdict == "PASS"
+
+
+@pytest.mark.parametrize("host_mib", [0, 4096])
+def test_what_the_drivers_restore_does_with_lazily_served_host_memory(mount, bundle, host_mib):
+    """CRIU alone, lazily, on the images in the mount (read through it as
+    the daemon's lazy restores read them); with host_mib, the process also
+    holds that much host heap beside its device memory: whether that part
+    stays lazy after the restore returns."""
+    m = mount
+    wl, made = gpu_checkpoint(m, host_mib)
     images = m.path("checkpoints", made, "images")
     work = tempfile.mkdtemp(prefix="gpuckpt-gpu-lazy-criu.", dir="/var/tmp")
     criu = bundle.criu
@@ -113,7 +146,8 @@ def test_what_the_drivers_restore_does_with_lazily_served_host_memory(mount, bun
         with open(os.path.join(work, "lazy-pages.log"), errors="replace") as f:
             log = f.read()
         faults = log.count("#PF at")
-        print(f"\nCRIU --lazy-pages, GPU tree of {GIB} GiB: restore {returned} in {restore_s:.2f} "
+        print(f"\nCRIU --lazy-pages, GPU tree of {GIB} GiB and {host_mib} MiB host heap: "
+              f"restore {returned} in {restore_s:.2f} "
               f"s; lazy-pages server {served} after {resident_s:.2f} s; {faults} page faults "
               f"served; verdict: {verdict}; restore errors: {restore_errors}")
         assert verdict in ("PASS", "gone"), verdict

@@ -108,9 +108,11 @@ class Bundle:
         self.wl_reaper = os.path.join(root, "bin", "wl_reaper")
 
     def env(self):
-        """The environment of the bundle's own programs."""
+        """The environment of the bundle's own programs: its libraries, and
+        its sbin/ first on PATH (CRIU runs the `ip` found there)."""
         env = dict(os.environ)
         env["LD_LIBRARY_PATH"] = self.lib
+        env["PATH"] = os.path.join(self.root, "sbin") + ":" + env.get("PATH", "/usr/bin:/bin")
         return env
 
     def run(self, argv, **kwargs):

@@ -22,7 +22,7 @@
 namespace gpuckpt {
 namespace {
 
-LazyTreeFacts Lazily() { return {true, false, false, true}; }
+LazyTreeFacts Lazily() { return {true, false, true}; }
 
 TEST(WhyNotLazyTest, RootsPlainTreeThroughTheMountIsLazy) { EXPECT_EQ(WhyNotLazy(Lazily()), ""); }
 
@@ -30,9 +30,6 @@ TEST(WhyNotLazyTest, EachReasonIsSaid) {
   LazyTreeFacts f = Lazily();
   f.mount_serves_images = false;
   EXPECT_NE(WhyNotLazy(f).find("daemon's mount"), std::string::npos);
-  f = Lazily();
-  f.has_gpu = true;
-  EXPECT_NE(WhyNotLazy(f).find("GPU tree is restored eagerly"), std::string::npos);
   f = Lazily();
   f.own_namespaces = true;
   EXPECT_NE(WhyNotLazy(f).find("namespace of its own"), std::string::npos);
