@@ -85,6 +85,32 @@ std::string_view MapsPath(std::string_view line) {
 
 }  // namespace
 
+std::vector<uint64_t> ParseMappingSizes(std::string_view text, std::string_view path) {
+  std::vector<uint64_t> sizes;
+  size_t pos = 0;
+  while (pos < text.size()) {
+    size_t eol = text.find('\n', pos);
+    if (eol == std::string_view::npos) eol = text.size();
+    const std::string_view line = text.substr(pos, eol - pos);
+    pos = eol + 1;
+    if (MapsPath(line) != path) continue;
+    // "start-end perms offset dev inode path", addresses in hex.
+    const size_t dash = line.find('-');
+    const size_t space = line.find(' ');
+    if (dash == std::string_view::npos || space == std::string_view::npos || dash > space)
+      continue;
+    uint64_t start = 0, end = 0;
+    const std::string_view from = line.substr(0, dash);
+    const std::string_view to = line.substr(dash + 1, space - dash - 1);
+    if (std::from_chars(from.data(), from.data() + from.size(), start, 16).ec != std::errc() ||
+        std::from_chars(to.data(), to.data() + to.size(), end, 16).ec != std::errc() ||
+        end < start)
+      continue;
+    sizes.push_back(end - start);
+  }
+  return sizes;
+}
+
 Status ParseStat(std::string_view text, std::string_view what, ProcessInfo* info) {
   // "pid (comm) state ppid pgrp session tty_nr tpgid flags ...": comm may hold
   // anything, ") (" and newlines included, so it ends at the last ')'.
@@ -354,6 +380,12 @@ Result<std::vector<std::string>> ProcessHandle::ReadGpuDevices(
     if (!path.empty() && path[0] == '/' && HasPrefix(path, prefixes)) found.emplace(path);
   }
   return std::vector<std::string>(found.begin(), found.end());
+}
+
+Result<std::vector<uint64_t>> ProcessHandle::ReadMappingSizes(std::string_view path) const {
+  std::string maps;
+  GPUCKPT_RETURN_IF_ERROR(ReadFile("maps", std::numeric_limits<size_t>::max(), &maps));
+  return ParseMappingSizes(maps, path);
 }
 
 Result<bool> ProcessHandle::HoldsTcpConnection() const {

@@ -124,6 +124,9 @@ Status ParseStat(std::string_view text, std::string_view what, ProcessInfo* info
 // The inodes of the sockets /proc/PID/net/tcp (or tcp6) text lists in a
 // state other than LISTEN or CLOSE; lines that do not parse are skipped.
 std::set<uint64_t> ParseConnectedTcpInodes(std::string_view table);
+// The sizes in bytes of the mappings of the file `path` that /proc/PID/maps
+// `text` lists, in its order; lines that do not parse are skipped.
+std::vector<uint64_t> ParseMappingSizes(std::string_view text, std::string_view path);
 // Credentials from /proc/PID/status; Uid: and Gid: are required. *tgid is
 // set from Tgid: (-1 when the line is missing).
 Status ParseStatus(std::string_view text, std::string_view what, ProcessCredentials* creds,
@@ -159,6 +162,9 @@ class ProcessHandle {
   // Distinct paths with one of `prefixes` among the fd links and mapped
   // files, sorted. kPermissionDenied where fd/ or maps may not be read.
   Result<std::vector<std::string>> ReadGpuDevices(const std::vector<std::string>& prefixes) const;
+  // The sizes of the process's mappings of the file `path` (as the process
+  // names it), from maps. kPermissionDenied where maps may not be read.
+  Result<std::vector<uint64_t>> ReadMappingSizes(std::string_view path) const;
   // Whether the process holds an established (or closing) TCP connection,
   // which CRIU dumps and restores in TCP repair mode: a socket among its fd
   // links that its network namespace's net/tcp or net/tcp6 lists in a

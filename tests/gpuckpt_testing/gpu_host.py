@@ -80,15 +80,33 @@ def skip_unless_runnable(gpus_needed=1):
     return pytest.mark.skipif(why is not None, reason=str(why))
 
 
+def packed_build_info():
+    """BUILD-INFO of the packed bundle (who made it, when, from what)."""
+    r = subprocess.run(["tar", "-xzOf", PACKED_BUNDLE, ".gpu-bundle/BUILD-INFO"],
+                       capture_output=True, check=True)
+    return r.stdout
+
+
 def unpack_bundle():
     """The bundle travels packed (tests/gpu/prepare): unpacked on first use,
-    into a temporary directory first, so that an interrupted unpack leaves
-    no half bundle behind."""
-    if os.path.isdir(BUNDLE) or not os.path.isfile(PACKED_BUNDLE):
+    and again when the packed one is another make (its BUILD-INFO differs:
+    an unpacked bundle left from an earlier copy of the tree must not
+    shadow a newer one), into a temporary directory first, so that an
+    interrupted unpack leaves no half bundle behind."""
+    if not os.path.isfile(PACKED_BUNDLE):
         return
+    if os.path.isdir(BUNDLE):
+        try:
+            with open(os.path.join(BUNDLE, "BUILD-INFO"), "rb") as f:
+                if f.read() == packed_build_info():
+                    return
+        except FileNotFoundError:
+            pass
     tmp = tempfile.mkdtemp(prefix=".gpu-bundle-unpack.", dir=REPO_ROOT)
     try:
         subprocess.run(["tar", "-C", tmp, "-xzf", PACKED_BUNDLE], check=True)
+        if os.path.isdir(BUNDLE):
+            os.rename(BUNDLE, os.path.join(tmp, "old"))
         os.rename(os.path.join(tmp, ".gpu-bundle"), BUNDLE)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -1098,6 +1098,25 @@ TEST(TcpConnectionsTest, ParsesTheStatesOfNetTcp) {
   EXPECT_TRUE(ParseConnectedTcpInodes("heading only\n").empty());
 }
 
+// The maps of a CUDA process holding 1 GiB of managed memory, as driver
+// 580.159.04 showed them (shortened), and lines that must not count.
+TEST(ParseMappingSizesTest, SizesOfOneFilesMappings) {
+  const std::string maps =
+      "204a00000-204c00000 rw-s 204a00000 00:06 1010 /dev/nvidia-uvm\n"
+      "7f3d5e000000-7f3d9e000000 rw-s 7f3d5e000000 00:06 1010 /dev/nvidia-uvm\n"
+      "7f3da0000000-7f3da0200000 rw-s 00000000 00:06 1011 /dev/nvidiactl\n"
+      "7f3da0200000-7f3da0400000 rw-s 00000000 00:06 1012 /dev/nvidia-uvm-tools\n"
+      "7f3da0400000-7f3da0600000 rw-s 00000000 00:06 1012 /var/tmp/dev/nvidia-uvm\n"
+      "zz-7f3da0800000 rw-s 00000000 00:06 1010 /dev/nvidia-uvm\n"
+      "7f3da0a00000-7f3da0800000 rw-s 00000000 00:06 1010 /dev/nvidia-uvm\n"
+      "garbage\n"
+      "7ffd00000000-7ffd00021000 rw-p 00000000 00:00 0                          [stack]";
+  EXPECT_EQ(ParseMappingSizes(maps, "/dev/nvidia-uvm"),
+            (std::vector<uint64_t>{2u << 20, 1ull << 30}));
+  EXPECT_EQ(ParseMappingSizes(maps, "[stack]"), (std::vector<uint64_t>{0x21000}));
+  EXPECT_TRUE(ParseMappingSizes("", "/dev/nvidia-uvm").empty());
+}
+
 TEST(TcpConnectionsTest, SeesAConnectionOfThisProcessAndNotAListener) {
   UniqueFd listener(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
   ASSERT_GE(listener.get(), 0);
