@@ -97,14 +97,12 @@ std::vector<uint64_t> ParseMappingSizes(std::string_view text, std::string_view 
     // "start-end perms offset dev inode path", addresses in hex.
     const size_t dash = line.find('-');
     const size_t space = line.find(' ');
-    if (dash == std::string_view::npos || space == std::string_view::npos || dash > space)
-      continue;
+    if (dash == std::string_view::npos || space == std::string_view::npos || dash > space) continue;
     uint64_t start = 0, end = 0;
     const std::string_view from = line.substr(0, dash);
     const std::string_view to = line.substr(dash + 1, space - dash - 1);
     if (std::from_chars(from.data(), from.data() + from.size(), start, 16).ec != std::errc() ||
-        std::from_chars(to.data(), to.data() + to.size(), end, 16).ec != std::errc() ||
-        end < start)
+        std::from_chars(to.data(), to.data() + to.size(), end, 16).ec != std::errc() || end < start)
       continue;
     sizes.push_back(end - start);
   }
