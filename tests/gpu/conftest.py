@@ -1,4 +1,5 @@
-"""Options and fixtures of the GPU tests (test_suite.py, test_ddp.py).
+"""Options and fixtures of the GPU tests (test_suite.py, test_ddp.py; the
+fixtures bundle and bundle_mount of test_lazy_gpu.py and test_gpu_jobs.py).
 
 Options (give them after the test file, from the repository root):
 
@@ -15,9 +16,12 @@ Options (give them after the test file, from the repository root):
     --keep            keep the work directory under /var/tmp
 """
 
+import os
+
 import pytest
 
-from gpuckpt_testing import gpu_run, users
+from gpuckpt_testing import build, gpu_host, gpu_run, users
+from gpuckpt_testing.mount import Mount
 
 
 def pytest_addoption(parser):
@@ -79,3 +83,26 @@ def gpu_work(request):
     finally:
         for work in made:
             work.close()
+
+
+@pytest.fixture
+def bundle():
+    """The bundle of tests/gpu/prepare, unpacked."""
+    gpu_host.unpack_bundle()
+    return gpu_host.Bundle()
+
+
+@pytest.fixture
+def bundle_mount(bundle, request):
+    """A mount (gpuckpt_testing.mount.Mount) of the bundle's gpuckptfs, CRIU
+    and plugins, its workloads the bundle's (gpu_memory), in a work dir
+    named after the test module; closed afterwards."""
+    build.GPUCKPTFS = bundle.gpuckptfs
+    build.WORKLOAD_BIN = os.path.join(bundle.root, "bin")
+    prefix = request.module.__name__.rsplit(".", 1)[-1].replace("_", "-") + "."
+    m = Mount(prefix, "--criu", bundle.criu, "--criu-plugin-dir", bundle.criu_plugins,
+              env=bundle.env())
+    try:
+        yield m
+    finally:
+        m.close()

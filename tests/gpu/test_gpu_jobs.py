@@ -29,7 +29,7 @@ import pytest
 
 from gpuckpt_testing import build, gpu_host
 from gpuckpt_testing.filetools import read
-from gpuckpt_testing.mount import Mount, status_line
+from gpuckpt_testing.mount import status_line
 from gpuckpt_testing.processes import wait_for
 from gpuckpt_testing.toolkit_container import ToolkitContainer
 from gpuckpt_testing.users import Root, User
@@ -37,24 +37,6 @@ from gpuckpt_testing.workloads import workload_env
 
 pytestmark = gpu_host.skip_unless_runnable(1)
 GIB = 1
-
-
-@pytest.fixture
-def bundle():
-    gpu_host.unpack_bundle()
-    return gpu_host.Bundle()
-
-
-@pytest.fixture
-def mount(bundle):
-    build.GPUCKPTFS = bundle.gpuckptfs
-    build.WORKLOAD_BIN = os.path.join(bundle.root, "bin")
-    m = Mount("gpuckpt-gpu-jobs.", "--criu", bundle.criu, "--criu-plugin-dir",
-              bundle.criu_plugins, env=bundle.env())
-    try:
-        yield m
-    finally:
-        m.close()
 
 
 @pytest.fixture
@@ -88,8 +70,8 @@ def nvidia_mappings(pid):
     return found
 
 
-def test_a_cuda_container_is_checkpointed_through_its_init_and_restored(mount):
-    m = mount
+def test_a_cuda_container_is_checkpointed_through_its_init_and_restored(bundle_mount):
+    m = bundle_mount
     binary = os.path.join(m.work, "gpu_memory")
     shutil.copy(os.path.join(build.WORKLOAD_BIN, "gpu_memory"), binary)
     container = ToolkitContainer(m.work, [binary, "--gib", str(GIB)], env=workload_env())
@@ -119,13 +101,13 @@ def test_a_cuda_container_is_checkpointed_through_its_init_and_restored(mount):
         container.close()
 
 
-def test_managed_memory_is_refused_before_anything_is_frozen(mount):
+def test_managed_memory_is_refused_before_anything_is_frozen(bundle_mount):
     """The driver cannot checkpoint managed memory (CUDA_ERROR_NOT_SUPPORTED
     from cuCheckpointProcessCheckpoint, after CRIU froze the tree): the
     daemon refuses such a process first, from its mappings, with ENOTSUP and
     a reason, and it runs on untouched. A plain CUDA process beside it shows
     what its mappings look like without managed memory."""
-    m = mount
+    m = bundle_mount
     wl = m.start("gpu_memory", "--gib", str(GIB), "--managed", env=workload_env())
     wait_gpu_running(m, wl.pid)
     managed_maps = nvidia_mappings(wl.pid)
@@ -148,8 +130,8 @@ def test_managed_memory_is_refused_before_anything_is_frozen(mount):
     wl.assert_passes("after the refusal")
 
 
-def test_a_tree_of_three_processes_on_one_gpu_comes_back_whole(mount, users):
-    m = mount
+def test_a_tree_of_three_processes_on_one_gpu_comes_back_whole(bundle_mount, users):
+    m = bundle_mount
     a, _ = users
     wl = m.start("gpu_memory", "--gib", str(GIB), "--children", "2", user=a,
                  env=workload_env())
@@ -170,8 +152,8 @@ def test_a_tree_of_three_processes_on_one_gpu_comes_back_whole(mount, users):
     assert verdict == "PASS"
 
 
-def test_two_users_on_one_gpu_each_checkpoint_their_own(mount, users):
-    m = mount
+def test_two_users_on_one_gpu_each_checkpoint_their_own(bundle_mount, users):
+    m = bundle_mount
     a, b = users
     wa = m.start("gpu_memory", "--gib", str(GIB), user=a, env=workload_env())
     wb = m.start("gpu_memory", "--gib", str(GIB), user=b, env=workload_env())

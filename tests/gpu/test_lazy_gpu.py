@@ -9,7 +9,8 @@
   the cuda plugin, on the checkpoint's images in the mount): whether the
   restore returns, how long it and the server take, and the process's
   verdict; once with device memory alone, once with 4 GiB of host heap
-  beside it (does that part stay lazy after the restore returns?). Printed for tests/gpu/README.md; it asserts only that the
+  beside it (does that part stay lazy after the restore returns?).
+  Printed for tests/gpu/README.md; it asserts only that the
   process either checks out or is gone, never left running with wrong
   memory.
 
@@ -25,8 +26,8 @@ import time
 
 import pytest
 
-from gpuckpt_testing import build, gpu_host
-from gpuckpt_testing.mount import Mount, status_line
+from gpuckpt_testing import gpu_host
+from gpuckpt_testing.mount import status_line
 from gpuckpt_testing.processes import kill_if_alive, proc_state, wait_for
 from gpuckpt_testing.users import Root
 from gpuckpt_testing.workloads import workload_env
@@ -34,24 +35,6 @@ from gpuckpt_testing.workloads import workload_env
 
 pytestmark = gpu_host.skip_unless_runnable(1)
 GIB = 2
-
-
-@pytest.fixture
-def bundle():
-    gpu_host.unpack_bundle()
-    return gpu_host.Bundle()
-
-
-@pytest.fixture
-def mount(bundle):
-    build.GPUCKPTFS = bundle.gpuckptfs
-    build.WORKLOAD_BIN = os.path.join(bundle.root, "bin")
-    m = Mount("gpuckpt-gpu-lazy.", "--criu", bundle.criu, "--criu-plugin-dir",
-              bundle.criu_plugins, env=bundle.env())
-    try:
-        yield m
-    finally:
-        m.close()
 
 
 def gpu_checkpoint(m, host_mib=0):
@@ -78,12 +61,12 @@ def timed_restore(m, made, mode):
     return took, text
 
 
-def test_a_gpu_tree_restores_lazily_beside_an_eager_restore(mount):
+def test_a_gpu_tree_restores_lazily_beside_an_eager_restore(bundle_mount):
     """A CUDA process with 2 GiB of device memory and 4 GiB of host heap,
     restored eagerly, killed, and restored lazily from the same checkpoint:
     the lazy restore returns once the device memory is back, the host heap
     follows, and both times the process checks out."""
-    m = mount
+    m = bundle_mount
     wl, made = gpu_checkpoint(m, HOST_MIB)
     eager_s, said = timed_restore(m, made, "--eager")
     assert said.startswith(f"pid {wl.pid}\nlazy: no (") or said == f"pid {wl.pid}\n", said
@@ -103,12 +86,13 @@ def test_a_gpu_tree_restores_lazily_beside_an_eager_restore(mount):
 
 
 @pytest.mark.parametrize("host_mib", [0, 4096])
-def test_what_the_drivers_restore_does_with_lazily_served_host_memory(mount, bundle, host_mib):
+def test_what_the_drivers_restore_does_with_lazily_served_host_memory(bundle_mount, bundle,
+                                                                      host_mib):
     """CRIU alone, lazily, on the images in the mount (read through it as
     the daemon's lazy restores read them); with host_mib, the process also
     holds that much host heap beside its device memory: whether that part
     stays lazy after the restore returns."""
-    m = mount
+    m = bundle_mount
     wl, made = gpu_checkpoint(m, host_mib)
     images = m.path("checkpoints", made, "images")
     work = tempfile.mkdtemp(prefix="gpuckpt-gpu-lazy-criu.", dir="/var/tmp")
