@@ -53,6 +53,7 @@ void LazyServers::Adopt(std::string id, int tree_pid, uint32_t caller_uid, uint6
     threads_.erase(key);
   }
   ended_keys_.clear();
+  starting_.erase(server.pid());
   const uint64_t key = next_key_++;
   servers_[key] = Server{std::move(id),  tree_pid, caller_uid,       server.pid(),
                          expected_bytes, start,    std::move(finish)};
@@ -100,8 +101,19 @@ void LazyServers::Wait(uint64_t key, CriuProcess server) {
   ended_keys_.push_back(key);
 }
 
+void LazyServers::NoteStarting(int server_pid) {
+  MutexLock lock(&mu_);
+  starting_.insert(server_pid);
+}
+
+void LazyServers::ForgetStarting(int server_pid) {
+  MutexLock lock(&mu_);
+  starting_.erase(server_pid);
+}
+
 bool LazyServers::IsServer(int pid) const {
   MutexLock lock(&mu_);
+  if (pid > 0 && starting_.count(pid) != 0) return true;
   for (const auto& [key, server] : servers_)
     if (server.server_pid == pid) return pid > 0;
   return false;

@@ -24,6 +24,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -84,8 +85,15 @@ class LazyServers {
              std::chrono::steady_clock::time_point start, CriuProcess server, FinishFn finish)
       EXCLUDES(mu_);
 
-  // Whether `pid` is a running server (its reads of the mount are its
-  // tree's pages, each read once: not worth the page cache).
+  // A server started for a restore not yet done: it opens the page images
+  // while the restore runs, before Adopt(). Forgotten by Adopt() or by
+  // ForgetStarting() when the restore failed.
+  void NoteStarting(int server_pid) EXCLUDES(mu_);
+  void ForgetStarting(int server_pid) EXCLUDES(mu_);
+
+  // Whether `pid` is a running server, adopted or starting (its reads of
+  // the mount are its tree's pages, each read once: not worth the page
+  // cache, and worth reading ahead).
   bool IsServer(int pid) const EXCLUDES(mu_);
 
   // Whether a server still reads checkpoint `id` (it must not be removed).
@@ -118,6 +126,7 @@ class LazyServers {
   mutable Mutex mu_;
   uint64_t next_key_ GUARDED_BY(mu_) = 0;
   std::map<uint64_t, Server> servers_ GUARDED_BY(mu_);
+  std::set<int> starting_ GUARDED_BY(mu_);  // server pids before Adopt()
   std::map<uint64_t, std::thread> threads_ GUARDED_BY(mu_);
   // Of servers that ended: their threads are joined at the next Adopt().
   std::vector<uint64_t> ended_keys_ GUARDED_BY(mu_);

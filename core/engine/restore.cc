@@ -824,6 +824,7 @@ Result<CriuProcess> EngineImpl::StartLazyServer(const CriuCommand& restore,
   }
   cmd.stderr_fd = logs.stderr_fd();
   GPUCKPT_ASSIGN_OR_RETURN(CriuProcess server, criu_.Start(cmd));
+  lazy_servers_.NoteStarting(server.pid());
   // Ready once its socket is there; a server that exits first failed.
   const std::string socket = work + "/lazy-pages.socket";
   for (int waited_ms = 0; waited_ms < 10000; waited_ms += 2) {
@@ -831,6 +832,7 @@ Result<CriuProcess> EngineImpl::StartLazyServer(const CriuCommand& restore,
     if (lstat(socket.c_str(), &st) == 0) return server;
     struct pollfd exited = {server.pidfd(), POLLIN, 0};
     if (poll(&exited, 1, 2) > 0) {
+      lazy_servers_.ForgetStarting(server.pid());
       Result<int> code = server.Wait();
       return Status::Internal("criu lazy-pages exited before it listened (exit " +
                               (code.ok() ? std::to_string(*code) : code.status().message()) +
@@ -843,6 +845,7 @@ Result<CriuProcess> EngineImpl::StartLazyServer(const CriuCommand& restore,
 
 void EngineImpl::StopLazyServer(CriuProcess& server) {
   // Only when no tree of its is running: a failed restore killed it.
+  lazy_servers_.ForgetStarting(server.pid());
   kill(server.pid(), SIGKILL);
   server.Wait().status().PermitUnchecked();
 }

@@ -119,6 +119,10 @@ TEST(LazyServersTest, AServerIsListedWithItsProgressUntilItEndsAndThenReported) 
   LazyServers servers([&](const LazyServers::Ended& e) { recorder.Add(e); });
   CriuProcess child = StartChild(1 << 20, 0);
   const pid_t child_pid = child.pid();
+  // Started for a restore still running: it opens the page images then.
+  EXPECT_FALSE(servers.IsServer(child_pid));
+  servers.NoteStarting(child_pid);
+  EXPECT_TRUE(servers.IsServer(child_pid));
   bool finished_resident = false;
   servers.Adopt("4242-1", 4242, 1000, 4 << 20, std::chrono::steady_clock::now(), std::move(child),
                 [&](bool resident) {
@@ -151,6 +155,15 @@ TEST(LazyServersTest, AServerIsListedWithItsProgressUntilItEndsAndThenReported) 
   EXPECT_FALSE(servers.Serving("4242-1"));
   EXPECT_FALSE(servers.IsServer(child_pid));
   EXPECT_FALSE(servers.ProgressOf(4242).has_value());
+}
+
+TEST(LazyServersTest, AServerOfAFailedRestoreIsForgotten) {
+  LazyServers servers([](const LazyServers::Ended&) {});
+  servers.NoteStarting(4343);
+  EXPECT_TRUE(servers.IsServer(4343));
+  servers.ForgetStarting(4343);
+  EXPECT_FALSE(servers.IsServer(4343));
+  EXPECT_FALSE(servers.IsServer(0));
 }
 
 TEST(LazyServersTest, AFailedServerIsReportedWithWhy) {
