@@ -4,7 +4,9 @@
   container toolkit make one (tests/workloads/toolkit-container: its own
   mount, pid, uts, ipc and net namespaces, /dev/nvidia* and the driver's
   libraries bound in), written `checkpoint --kill` into its init's ctl and
-  restored; its device memory must check out;
+  restored; its device memory must check out; the same for a PyTorch
+  training run (train.py), whose losses must equal a run straight
+  through;
 - a process using CUDA managed memory (cudaMallocManaged, touched from the
   host and the device), which the driver cannot checkpoint: refused with
   ENOTSUP before anything is locked or frozen, the process running on and
@@ -23,6 +25,7 @@ tests/gpu/prepare: `python3 -m pytest -s -rs tests/gpu/test_gpu_jobs.py`.
 import errno
 import os
 import shutil
+import subprocess
 import time
 
 import pytest
@@ -97,6 +100,55 @@ def test_a_cuda_container_is_checkpointed_through_its_init_and_restored(bundle_m
               f"mount(s)): checkpoint --kill {ckpt_s:.2f} s, restore {restore_s:.2f} s, "
               f"verdict {verdict}")
         assert verdict == "PASS"
+    finally:
+        container.close()
+
+
+TRAIN_STEPS = 200
+
+
+def test_a_pytorch_container_is_checkpointed_through_its_init_and_restored(bundle_mount):
+    """train.py (seeded, deterministic) as a container's init, killed by its
+    checkpoint mid-run and restored: its log of losses must equal, byte for
+    byte, that of a run straight through outside any container."""
+    m = bundle_mount
+    train = os.path.join(m.work, "train.py")
+    shutil.copy(os.path.join(os.path.dirname(__file__), "train.py"), train)
+    python = shutil.which("python3")
+    reference = os.path.join(m.work, "reference.log")
+    r = subprocess.run([python, train, "--steps", str(TRAIN_STEPS), "--step-ms", "50", "--log",
+                        reference, "--ready", reference + ".ready"], env=workload_env(),
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    log = os.path.join(m.work, "container.log")
+    ready = log + ".ready"
+    # The image's Python: this machine's, and its environment where that
+    # is not under /usr (a virtual environment, as /opt/...).
+    prefix = subprocess.run([python, "-c", "import sys; print(sys.prefix)"], capture_output=True,
+                            text=True, check=True).stdout.strip()
+    binds = [] if os.path.realpath(prefix).startswith("/usr/") else [prefix]
+    container = ToolkitContainer(m.work, [python, train, "--steps", str(TRAIN_STEPS), "--step-ms",
+                                          "50", "--log", log, "--ready", ready],
+                                 binds=binds, env=workload_env(), ready=ready)
+    try:
+        wait_for(lambda: os.path.isdir(m.path(str(container.pid))), 30,
+                 "the container's init to appear in the mount")
+        wait_gpu_running(m, container.pid)
+        start = time.monotonic()
+        ckpt = m.checkpoint(container.pid, "--kill")
+        ckpt_s = time.monotonic() - start
+        first = container.pid
+        wait_for(lambda: not os.path.exists(f"/proc/{first}"), 60, "the killed container to go")
+        assert not os.path.exists(log), "the run ended before its checkpoint"
+        restore_s, said = restore(m, ckpt)
+        restored = container.find_restored()
+        assert restored is not None and said.splitlines()[0] == f"pid {restored}", said
+        wait_for(lambda: os.path.exists(log), 300, "the restored run to end")
+        same = read(log) == read(reference)
+        print(f"\nPyTorch container (train.py, {TRAIN_STEPS} steps): checkpoint --kill "
+              f"{ckpt_s:.2f} s, restore {restore_s:.2f} s, log equal to a run straight "
+              f"through: {same}")
+        assert same, (read(log)[-500:], read(reference)[-500:])
     finally:
         container.close()
 

@@ -45,12 +45,13 @@ def host_pid_of_init(needle):
 
 class ToolkitContainer:
     """`argv` (a workload taking RESULT_FILE first: it is inserted) as the
-    init of a new container under `work`; `binds`: directories bound in
-    read-write, `files`: host files bound read-only over their own paths
-    (as the toolkit binds the driver's libraries), `env`: its
-    environment."""
+    init of a new container under `work`; or, with `ready`, `argv` as it
+    is, ready once it has written that file (in `work`); `binds`:
+    directories bound in read-write, `files`: host files bound read-only
+    over their own paths (as the toolkit binds the driver's libraries),
+    `env`: its environment."""
 
-    def __init__(self, work, argv, binds=(), files=(), env=None):
+    def __init__(self, work, argv, binds=(), files=(), env=None, ready=None):
         self.dir = tempfile.mkdtemp(prefix="container-", dir=work)
         os.chmod(self.dir, 0o755)
         self.root = os.path.join(self.dir, "root")
@@ -63,20 +64,23 @@ class ToolkitContainer:
         for f in files:
             options += ["--file", f]
         open(self.log, "w").close()
+        if ready is None:
+            argv = [argv[0], self.result, *argv[1:]]
+            ready = self.result + ".ready"
+        # What the init's command line names, to find it by.
+        self.needle = ready if ready in argv else self.result
         # The launcher's own errors go to the log too; the workload's are
         # appended to it from inside the container.
         with open(self.log, "a") as log:
             self.launcher = subprocess.Popen(
-                [TOOLKIT_CONTAINER, self.root, *options, "--log", self.log, "--",
-                 argv[0], self.result, *argv[1:]],
+                [TOOLKIT_CONTAINER, self.root, *options, "--log", self.log, "--", *argv],
                 stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
                 env=env)
-        wait_for(lambda: os.path.exists(self.result + ".ready") or
-                 self.launcher.poll() is not None, 300,
+        wait_for(lambda: os.path.exists(ready) or self.launcher.poll() is not None, 300,
                  f"the container's workload to get ready ({self.output()})")
-        assert os.path.exists(self.result + ".ready"), \
+        assert os.path.exists(ready), \
             f"the container ended (exit {self.launcher.returncode}): {self.output()}"
-        self.pid = host_pid_of_init(self.result)
+        self.pid = host_pid_of_init(self.needle)
         assert self.pid is not None, f"no container init runs {argv[0]}"
 
     def output(self):
@@ -85,7 +89,7 @@ class ToolkitContainer:
     def find_restored(self):
         """The restored init's pid on this machine (it may differ from the
         first one), kept as `pid`."""
-        self.pid = host_pid_of_init(self.result)
+        self.pid = host_pid_of_init(self.needle)
         return self.pid
 
     def verdict(self):
