@@ -218,12 +218,14 @@ def test_two_users_on_one_gpu_each_checkpoint_their_own(bundle_mount, users):
     ok, err = b.write(m.path(str(wa.pid), "ctl"), "checkpoint")
     assert not ok, "b checkpointed a's process"
     start = time.monotonic()
+    m.checkpoint(wb.pid, user=b)  # b's runs on, and so does a's
+    b_s = time.monotonic() - start
+    assert wa.alive()
+    start = time.monotonic()
     ckpt = m.checkpoint(wa.pid, "--kill", user=a)
     a_kill_s = time.monotonic() - start
     wait_for(wa.gone, 60, "a's killed process to go")
-    start = time.monotonic()
-    m.checkpoint(wb.pid, user=b)  # while a's is gone
-    b_s = time.monotonic() - start
+    assert wb.alive()
     restore_s, said = restore(m, ckpt, user=a)
     assert said.splitlines()[0] == f"pid {wa.pid}", said
     verdicts = (wa.verdict(), wb.verdict())
