@@ -76,12 +76,19 @@ class ToolkitContainer:
                 [TOOLKIT_CONTAINER, self.root, *options, "--log", self.log, "--", *argv],
                 stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
                 env=env)
-        wait_for(lambda: os.path.exists(ready) or self.launcher.poll() is not None, 300,
-                 f"the container's workload to get ready ({self.output()})")
-        assert os.path.exists(ready), \
-            f"the container ended (exit {self.launcher.returncode}): {self.output()}"
-        self.pid = host_pid_of_init(self.needle)
-        assert self.pid is not None, f"no container init runs {argv[0]}"
+        self.pid = None
+        try:
+            wait_for(lambda: os.path.exists(ready) or self.launcher.poll() is not None, 300,
+                     f"the container's workload to get ready ({self.output()})")
+            assert os.path.exists(ready), \
+                f"the container ended (exit {self.launcher.returncode}): {self.output()}"
+            self.pid = host_pid_of_init(self.needle)
+            assert self.pid is not None, f"no container init runs {argv[0]}"
+        except BaseException:
+            # The caller gets no container to close: nothing of it may be
+            # left running or mounted.
+            self.close()
+            raise
 
     def output(self):
         return read(self.log).strip()
@@ -99,9 +106,20 @@ class ToolkitContainer:
         wait_for(lambda: os.path.exists(self.result), 300, "the container's verdict")
         return read(self.result).strip()
 
+    def launched_init(self):
+        """The container's first init, as the launcher's child (unshare
+        forks it); None once the launcher is gone."""
+        try:
+            with open(f"/proc/{self.launcher.pid}/task/{self.launcher.pid}/children") as f:
+                children = f.read().split()
+        except OSError:
+            return None
+        return int(children[0]) if children else None
+
     def close(self):
-        if self.pid is not None:
-            kill_if_alive(self.pid)  # pid 1: its namespace's other processes go with it
+        # pid 1: its namespace's other processes go with it.
+        for pid in {self.pid, self.launched_init()} - {None}:
+            kill_if_alive(pid)
         if self.launcher.poll() is None:
             self.launcher.kill()
             self.launcher.wait()
