@@ -817,7 +817,7 @@ CriuCommand EngineImpl::DumpCommand(const CheckpointRequest& request, const Proc
               "dump.log",
               "-v4",
               "--libdir",
-              gpu.plugin_dir.empty() ? empty_plugin_dir_ : gpu.plugin_dir};
+              PluginDirFor(gpu)};
   cmd.args.push_back(request.kill ? "--leave-stopped" : "--leave-running");
   // Established TCP connections are dumped (and restored) with the
   // process: the ranks of a job talk over loopback sockets (NCCL, the

@@ -265,9 +265,11 @@ class EngineImpl {
   Result<int> ResolveAndRestore(const RestoreRequest& request, std::string* id, bool* imported,
                                 std::string* kept_log, std::string* lazy_note);
   // Starts `criu lazy-pages` for a lazy `restore` (as it runs, in its
-  // cgroups) on `images_dir`, and waits until it listens in `work`.
-  Result<CriuProcess> StartLazyServer(const CriuCommand& restore, const std::string& images_dir,
-                                      const std::string& work, const CriuLogs& logs);
+  // cgroups, with its plugins: `gpu`'s) on `images_dir`, and waits until it
+  // listens in `work`.
+  Result<CriuProcess> StartLazyServer(const CriuCommand& restore, const CriuGpuSetup& gpu,
+                                      const std::string& images_dir, const std::string& work,
+                                      const CriuLogs& logs);
   // Kills a lazy-pages server whose restore failed, and waits for it.
   void StopLazyServer(CriuProcess& server);
   // A restore's outcome in metrics, the log and the caller's restore file.
@@ -330,6 +332,11 @@ class EngineImpl {
   CheckpointCatalog catalog_;
   QuotaLedger quota_;
   std::string empty_plugin_dir_;
+  // CRIU's --libdir for `gpu`: its plugins, or an empty directory, so that
+  // CRIU loads none of its own.
+  const std::string& PluginDirFor(const CriuGpuSetup& gpu) const {
+    return gpu.plugin_dir.empty() ? empty_plugin_dir_ : gpu.plugin_dir;
+  }
   std::shared_ptr<ByteBudget> staging_;  // shared by the checkpoints' writers
 
   const int64_t started_ns_;

@@ -93,7 +93,7 @@ class LazyServers {
 
   // Whether `pid` is a running server, adopted or starting (its reads of
   // the mount are its tree's pages, each read once: not worth the page
-  // cache, and worth reading ahead).
+  // cache).
   bool IsServer(int pid) const EXCLUDES(mu_);
 
   // Whether a server still reads checkpoint `id` (it must not be removed).

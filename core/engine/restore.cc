@@ -730,7 +730,7 @@ Result<int> EngineImpl::RestoreSnapshot(const std::string& id, const TreeSetup& 
   // signals it, and it ends with the tree's job.
   std::optional<CriuProcess> lazy_server;
   if (setup.lazy) {
-    GPUCKPT_ASSIGN_OR_RETURN(lazy_server, StartLazyServer(cmd, images_dir, work, *lazy_logs));
+    GPUCKPT_ASSIGN_OR_RETURN(lazy_server, StartLazyServer(cmd, gpu, images_dir, work, *lazy_logs));
   }
   auto criu = criu_.Start(cmd);
   if (!criu.ok()) {
@@ -809,19 +809,14 @@ void EngineImpl::LazyRestoreEnded(const LazyServers::Ended& ended) {
   it->second.lazy_pid = 0;
 }
 
-Result<CriuProcess> EngineImpl::StartLazyServer(const CriuCommand& restore,
+Result<CriuProcess> EngineImpl::StartLazyServer(const CriuCommand& restore, const CriuGpuSetup& gpu,
                                                 const std::string& images_dir,
                                                 const std::string& work, const CriuLogs& logs) {
   CriuCommand cmd = restore;
   // As the restore runs: as root, since only root's trees are restored
-  // lazily (WhyNotLazy).
-  cmd.args = {"lazy-pages", "-D", images_dir, "-W", work, "-o", "lazy-pages.log", "-v2"};
-  // With the restore's plugins (a GPU tree's cuda_plugin).
-  for (size_t i = 0; i + 1 < restore.args.size(); ++i) {
-    if (restore.args[i] != "--libdir") continue;
-    cmd.args.insert(cmd.args.end(), {"--libdir", restore.args[i + 1]});
-    break;
-  }
+  // lazily (WhyNotLazy), and with its plugins (a GPU tree's cuda_plugin).
+  cmd.args = {"lazy-pages", "-D",       images_dir,       "-W", work, "-o", "lazy-pages.log",
+              "-v2",        "--libdir", PluginDirFor(gpu)};
   cmd.stderr_fd = logs.stderr_fd();
   GPUCKPT_ASSIGN_OR_RETURN(CriuProcess server, criu_.Start(cmd));
   lazy_servers_.NoteStarting(server.pid());
@@ -858,19 +853,9 @@ Result<CriuCommand> EngineImpl::RestoreCommand(const std::string& id,
                                                const std::string& pidfile) {
   CriuCommand cmd;
   cmd.work_dir = work;
-  cmd.args = {"restore",
-              "-d",
-              "-D",
-              images_dir,
-              "-W",
-              work,
-              "-o",
-              "restore.log",
-              "-v4",
-              "--pidfile",
-              pidfile,
-              "--libdir",
-              gpu.plugin_dir.empty() ? empty_plugin_dir_ : gpu.plugin_dir};
+  cmd.args = {
+      "restore",   "-d",    "-D",       images_dir,       "-W", work, "-o", "restore.log", "-v4",
+      "--pidfile", pidfile, "--libdir", PluginDirFor(gpu)};
   // Eager: the images come through the image streamer's socket. Lazy:
   // from the mount, private anonymous memory from the lazy-pages server.
   cmd.args.push_back(setup.lazy ? "--lazy-pages" : "--stream");
