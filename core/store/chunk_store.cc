@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <set>
 #include <span>
+#include <thread>
 #include <tuple>
 #include <unordered_map>
 #include <unordered_set>
@@ -13,6 +14,7 @@
 
 #include "core/base/big_endian.h"
 #include "core/base/scope_exit.h"
+#include "core/base/task_pool.h"
 #include "core/store/store_db_rocks.h"
 
 namespace gpuckpt {
@@ -43,6 +45,23 @@ constexpr uint64_t kMaxRun = 8u << 20;
 // kReadAhead bytes after the next step boundary.
 constexpr uint64_t kReadAheadStep = 4u << 20;
 constexpr uint64_t kReadAhead = 16u << 20;
+
+// ReadRun(): the chunks of a run of at least this many bytes are decoded
+// on several cores at once. A reader that asks for one large read and waits
+// for all of it (a lazy restore's server, through direct I/O, one request
+// after another) would else have its chunks decoded one after another on
+// one core, however many the machine has.
+constexpr size_t kParallelDecodeBytes = 256u << 10;
+
+// The helpers that decode a run's chunks beside the reading thread: one
+// fewer than the CPUs, shared by every store of the process, made on first
+// use and never destroyed (a request may still be decoding while the
+// process exits).
+TaskPool& DecodePool() {
+  static TaskPool* const pool =
+      new TaskPool(std::clamp<unsigned>(std::thread::hardware_concurrency(), 1, 16) - 1);
+  return *pool;
+}
 
 // CompactPacks(): pack id -> the records some location points at (offset,
 // length).
@@ -482,16 +501,18 @@ Status ChunkStore::ReadRun(const std::vector<ChunkRef>& refs, std::span<const Pa
     const uint64_t next_step = run_end / kReadAheadStep * kReadAheadStep + kReadAheadStep;
     db_->packs().ReadAhead(first.pack, next_step, kReadAhead);
   }
-  Status read = db_->packs().ReadRange(first.pack, first.offset, run_bytes, buffer);
-  for (const PackedChunk& chunk : run) {
+  const Status read = db_->packs().ReadRange(first.pack, first.offset, run_bytes, buffer);
+  if (!read.ok() && read.code() != StatusCode::kNotFound) return read;
+  // Each chunk into its own (*out)[chunk.index]: safe on several threads.
+  auto decode = [&](size_t i) -> Status {
+    const PackedChunk& chunk = run[i];
     const ChunkRef& ref = refs[chunk.index];
     if (read.code() == StatusCode::kNotFound) {
       // gc moved these records after our lookup: one at a time, anew.
       GPUCKPT_ASSIGN_OR_RETURN((*out)[chunk.index],
                                Read(ref.hash, ref.seq, ref.expected_len, domain, ref.use_cache));
-      continue;
+      return Status::Ok();
     }
-    GPUCKPT_RETURN_IF_ERROR(read);
     const std::string_view record(buffer + (chunk.location.offset - first.offset),
                                   chunk.location.length);
     auto decoded =
@@ -501,7 +522,11 @@ Status ChunkStore::ReadRun(const std::vector<ChunkRef>& refs, std::span<const Pa
       decoded = Read(ref.hash, ref.seq, ref.expected_len, domain, ref.use_cache);
     }
     GPUCKPT_ASSIGN_OR_RETURN((*out)[chunk.index], std::move(decoded));
-  }
+    return Status::Ok();
+  };
+  if (run.size() >= 2 && run_bytes >= kParallelDecodeBytes)
+    return DecodePool().RunAll(run.size(), decode);
+  for (size_t i = 0; i < run.size(); ++i) GPUCKPT_RETURN_IF_ERROR(decode(i));
   return Status::Ok();
 }
 

@@ -18,7 +18,10 @@
 //
 // Reading checks each chunk as StoreOptions::verify_on_read says: a chunk
 // whose bytes do not match its checksum (or its name) is kCorruption,
-// never returned.
+// never returned. ReadMany() decodes the chunks of a large read on helper
+// threads beside its caller (one fewer than the CPUs, shared by the whole
+// process), so a reader that waits for one large read at a time still has
+// every core decoding for it.
 //
 // Thread-safe, except CompactPacks(), which no Put() may overlap. Borrows
 // the StoreDb and the ChunkCache, which must outlive it. Locations and meta

@@ -1,5 +1,6 @@
 // Damaged stored data is detected, never returned: a flipped byte in a raw
-// or zstd chunk fails Pread and Export with kCorruption and makes Fsck name
+// or zstd chunk fails Pread (also of a whole file, whose chunks are decoded
+// on several threads) and Export with kCorruption and makes Fsck name
 // the chunk; a chunk record that went missing likewise. Data the damage does
 // not touch stays readable.
 #include <gtest/gtest.h>
@@ -95,6 +96,10 @@ class CorruptionTest : public ::testing::Test {
     if (bad.offset > 0) {
       EXPECT_CODE(reader->Pread(bad.offset - 50, 100, buf.data()), StatusCode::kCorruption);
     }
+    // The whole file in one read: a run of chunks that ChunkStore decodes on
+    // several threads at once; the damaged one fails the read.
+    std::string whole(data.size(), '\0');
+    EXPECT_CODE(reader->Pread(0, whole.size(), whole.data()), StatusCode::kCorruption);
     // Again: a failed read must not have cached anything.
     EXPECT_CODE(reader->Pread(bad.offset, bad.length, buf.data()), StatusCode::kCorruption);
     auto n = reader->Pread(good.offset, good.length, buf.data());
@@ -102,6 +107,7 @@ class CorruptionTest : public ::testing::Test {
     ASSERT_EQ(*n, good.length);
     EXPECT_EQ(std::memcmp(buf.data(), data.data() + good.offset, good.length), 0);
 
+    // Read whole, its chunks decoded on several threads.
     ASSERT_OK_AND_ASSIGN(auto other, store->OpenFile("snap", "bystander.bin"));
     std::string all(bystander_.size(), '\0');
     ASSERT_OK(other->Pread(0, all.size(), all.data()));
