@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <set>
 #include <span>
-#include <thread>
 #include <tuple>
 #include <unordered_map>
 #include <unordered_set>
@@ -15,6 +14,7 @@
 #include "core/base/big_endian.h"
 #include "core/base/scope_exit.h"
 #include "core/base/task_pool.h"
+#include "core/base/work_queue.h"
 #include "core/store/store_db_rocks.h"
 
 namespace gpuckpt {
@@ -58,8 +58,7 @@ constexpr size_t kParallelDecodeBytes = 256u << 10;
 // use and never destroyed (a request may still be decoding while the
 // process exits).
 TaskPool& DecodePool() {
-  static TaskPool* const pool =
-      new TaskPool(std::clamp<unsigned>(std::thread::hardware_concurrency(), 1, 16) - 1);
+  static TaskPool* const pool = new TaskPool(std::min(ResolveThreadCount(0), 16u) - 1);
   return *pool;
 }
 
