@@ -217,11 +217,11 @@ class ContentWriter {
           for (const Extent& x : extents) {
             refs.push_back(ChunkStore::ChunkRef{x.hash, x.seq, x.length, /*use_cache=*/false});
           }
-          std::vector<std::shared_ptr<const std::string>> chunks;
+          std::vector<ChunkStore::ChunkBytes> chunks;
           GPUCKPT_RETURN_IF_ERROR(chunks_->ReadMany(refs, domain_, &chunks));
           std::string buf;
           buf.reserve(run_bytes);
-          for (const auto& chunk : chunks) buf.append(*chunk);
+          for (const auto& chunk : chunks) buf.append(chunk.bytes);
           GPUCKPT_RETURN_IF_ERROR(
               PwriteFully(fd, buf.data(), buf.size(), extents.front().offset, path));
           done_.fetch_add(buf.size(), std::memory_order_relaxed);

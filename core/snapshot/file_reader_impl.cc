@@ -105,7 +105,7 @@ Result<FileReader::ReadPieces> FileReaderImpl::Read(uint64_t offset, size_t len)
     refs.push_back(ChunkStore::ChunkRef{e.hash, e.seq, e.length, /*use_cache=*/!whole});
     starts.push_back(e.offset);
   }
-  std::vector<std::shared_ptr<const std::string>> chunks;
+  std::vector<ChunkStore::ChunkBytes> chunks;
   GPUCKPT_RETURN_IF_ERROR(
       store_->chunks().ReadMany(refs, domain_key_ ? &*domain_key_ : nullptr, &chunks));
   // The pieces in file order: each chunk's part in the read, and zeros for
@@ -113,14 +113,16 @@ Result<FileReader::ReadPieces> FileReaderImpl::Read(uint64_t offset, size_t len)
   uint64_t next = offset;
   for (size_t i = 0; i < chunks.size(); ++i) {
     // Never a piece of bytes nobody wrote.
-    if (chunks[i]->size() != refs[i].expected_len) return MissingExtent(starts[i]);
+    const std::string_view bytes = chunks[i].bytes;
+    if (bytes.size() != refs[i].expected_len) return MissingExtent(starts[i]);
     const uint64_t from = std::max(starts[i], offset);
-    const uint64_t to = std::min<uint64_t>(starts[i] + chunks[i]->size(), end);
+    const uint64_t to = std::min<uint64_t>(starts[i] + bytes.size(), end);
     if (from >= to) continue;
     if (from > next) AddZeros(from - next, &out.pieces);
-    out.pieces.push_back(
-        Piece{chunks[i]->data() + (from - starts[i]), static_cast<size_t>(to - from)});
-    out.held.push_back(std::move(chunks[i]));
+    out.pieces.push_back(Piece{bytes.data() + (from - starts[i]), static_cast<size_t>(to - from)});
+    // Chunks read together often share one read buffer: held once.
+    if (out.held.empty() || out.held.back() != chunks[i].owner)
+      out.held.push_back(std::move(chunks[i].owner));
     next = to;
   }
   if (end > next) AddZeros(end - next, &out.pieces);

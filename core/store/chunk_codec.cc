@@ -144,14 +144,26 @@ Result<uint64_t> ChunkRecordRawLength(std::string_view record) {
   return raw_len;
 }
 
-Status DecodeChunkRecord(std::string_view record, std::string_view what, std::string* out,
-                         ChunkHash* hash, bool check_checksum) {
+namespace {
+
+// A record's header taken apart: what DecodeChunkRecord() and
+// RawChunkPayload() both check before they look at the payload.
+struct ParsedRecord {
+  uint8_t codec = 0;
+  uint64_t raw_len = 0;
+  std::string_view checksum;
+  std::string_view payload;
+};
+
+Result<ParsedRecord> ParseRecord(std::string_view record, std::string_view what, ChunkHash* hash) {
   auto corrupt = [&](const std::string& why) {
     return Status::Corruption("chunk " + std::string(what) + ": " + why);
   };
+  ParsedRecord parsed;
   auto raw_len = ChunkRecordRawLength(record);
   if (!raw_len.ok()) return raw_len.status().WithContext("chunk " + std::string(what));
-  const uint8_t codec = static_cast<uint8_t>(record[1]);
+  parsed.raw_len = *raw_len;
+  parsed.codec = static_cast<uint8_t>(record[1]);
   std::string_view payload = record.substr(2);
   uint64_t ignored;
   GetVarint64(&payload, &ignored);
@@ -161,30 +173,56 @@ Status DecodeChunkRecord(std::string_view record, std::string_view what, std::st
   *hash = *stored_hash;
   payload.remove_prefix(format::kChunkHashSize);
   if (payload.size() < kChecksumSize) return corrupt("record too short for its checksum");
-  const std::string_view checksum = payload.substr(0, kChecksumSize);
+  parsed.checksum = payload.substr(0, kChecksumSize);
   payload.remove_prefix(kChecksumSize);
-  auto checksum_matches = [&](const std::string& data) {
-    std::string expected;
-    PutChecksum(&expected, reinterpret_cast<const uint8_t*>(data.data()), data.size());
-    return expected == checksum;
-  };
-  if (codec == format::kCodecRaw) {
-    if (payload.size() != *raw_len) return corrupt("raw payload length mismatch");
-    out->assign(payload);
-    if (check_checksum && !checksum_matches(*out))
-      return corrupt("bytes do not match the checksum");
+  parsed.payload = payload;
+  if (parsed.codec == format::kCodecRaw && payload.size() != parsed.raw_len)
+    return corrupt("raw payload length mismatch");
+  if (parsed.codec != format::kCodecRaw && parsed.codec != format::kCodecZstd)
+    return corrupt("unknown codec " + std::to_string(parsed.codec));
+  return parsed;
+}
+
+bool ChecksumMatches(std::string_view data, std::string_view checksum) {
+  std::string expected;
+  PutChecksum(&expected, reinterpret_cast<const uint8_t*>(data.data()), data.size());
+  return expected == checksum;
+}
+
+Status BadChecksum(std::string_view what) {
+  return Status::Corruption("chunk " + std::string(what) + ": bytes do not match the checksum");
+}
+
+}  // namespace
+
+Status DecodeChunkRecord(std::string_view record, std::string_view what, std::string* out,
+                         ChunkHash* hash, bool check_checksum) {
+  GPUCKPT_ASSIGN_OR_RETURN(ParsedRecord parsed, ParseRecord(record, what, hash));
+  if (parsed.codec == format::kCodecRaw) {
+    out->assign(parsed.payload);
+    if (check_checksum && !ChecksumMatches(*out, parsed.checksum)) return BadChecksum(what);
     return Status::Ok();
   }
-  if (codec != format::kCodecZstd) return corrupt("unknown codec " + std::to_string(codec));
   thread_local std::unique_ptr<ZSTD_DCtx, DCtxDeleter> dctx(ZSTD_createDCtx());
   if (!dctx) return Status::Internal("out of memory for a zstd context");
-  out->resize(*raw_len);
-  const size_t n =
-      ZSTD_decompressDCtx(dctx.get(), out->data(), out->size(), payload.data(), payload.size());
-  if (ZSTD_isError(n)) return corrupt(std::string("zstd: ") + ZSTD_getErrorName(n));
-  if (n != *raw_len) return corrupt("decompressed length mismatch");
-  if (check_checksum && !checksum_matches(*out)) return corrupt("bytes do not match the checksum");
+  out->resize(parsed.raw_len);
+  const size_t n = ZSTD_decompressDCtx(dctx.get(), out->data(), out->size(), parsed.payload.data(),
+                                       parsed.payload.size());
+  if (ZSTD_isError(n))
+    return Status::Corruption("chunk " + std::string(what) + ": zstd: " + ZSTD_getErrorName(n));
+  if (n != parsed.raw_len)
+    return Status::Corruption("chunk " + std::string(what) + ": decompressed length mismatch");
+  if (check_checksum && !ChecksumMatches(*out, parsed.checksum)) return BadChecksum(what);
   return Status::Ok();
+}
+
+Result<std::optional<std::string_view>> RawChunkPayload(std::string_view record,
+                                                        std::string_view what, ChunkHash* hash,
+                                                        bool check_checksum) {
+  GPUCKPT_ASSIGN_OR_RETURN(ParsedRecord parsed, ParseRecord(record, what, hash));
+  if (parsed.codec != format::kCodecRaw) return std::optional<std::string_view>();
+  if (check_checksum && !ChecksumMatches(parsed.payload, parsed.checksum)) return BadChecksum(what);
+  return std::optional<std::string_view>(parsed.payload);
 }
 
 }  // namespace gpuckpt

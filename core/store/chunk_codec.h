@@ -18,6 +18,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -37,6 +38,14 @@ void EncodeChunkRecord(const uint8_t* data, size_t len, const ChunkHash& hash, i
 // compute SHA-256.
 Status DecodeChunkRecord(std::string_view record, std::string_view what, std::string* out,
                          ChunkHash* hash, bool check_checksum = true);
+
+// The bytes of `record` as they lie in it, when it keeps them raw (codec
+// 0), checked as DecodeChunkRecord() checks them, with the hash it claims
+// in `*hash`: no copy. std::nullopt when the record is compressed (then
+// decode it). The view points into `record`.
+Result<std::optional<std::string_view>> RawChunkPayload(std::string_view record,
+                                                        std::string_view what, ChunkHash* hash,
+                                                        bool check_checksum = true);
 
 // The raw length a record declares, without decoding it.
 Result<uint64_t> ChunkRecordRawLength(std::string_view record);

@@ -4,14 +4,18 @@
 #include <rocksdb/write_batch.h>
 
 #include <algorithm>
+#include <new>
+#include <optional>
 #include <set>
 #include <span>
+#include <string_view>
 #include <tuple>
 #include <unordered_map>
 #include <unordered_set>
 #include <vector>
 
 #include "core/base/big_endian.h"
+#include "core/base/block_pool.h"
 #include "core/base/scope_exit.h"
 #include "core/base/task_pool.h"
 #include "core/base/work_queue.h"
@@ -60,6 +64,24 @@ constexpr size_t kParallelDecodeBytes = 256u << 10;
 TaskPool& DecodePool() {
   static TaskPool* const pool = new TaskPool(std::min(ResolveThreadCount(0), 16u) - 1);
   return *pool;
+}
+
+// The blocks runs are read into (RunBuffers): one a reader holds while its
+// request is served, kKeptReadBlocks kept free for the next ones (the
+// daemon's FUSE threads and the decode helpers); shared by every store of
+// the process, never destroyed (a request may still hold one while the
+// process exits).
+constexpr size_t kReadBlockBytes = 2u << 20;
+constexpr size_t kKeptReadBlocks = 16;
+BlockPool& ReadBlocks() {
+  static BlockPool* const pool = new BlockPool(kReadBlockBytes, kKeptReadBlocks);
+  return *pool;
+}
+
+// A decoded (or cached) chunk as ReadMany() gives it out.
+ChunkStore::ChunkBytes BytesOf(std::shared_ptr<const std::string> chunk) {
+  const std::string_view bytes(*chunk);
+  return ChunkStore::ChunkBytes{bytes, std::move(chunk)};
 }
 
 // CompactPacks(): pack id -> the records some location points at (offset,
@@ -349,6 +371,21 @@ Result<std::shared_ptr<const std::string>> ChunkStore::Read(const ChunkHash& has
   return DecodeChecked(hash, seq, expected_len, record, domain, use_cache);
 }
 
+Status ChunkStore::CheckDecoded(const ChunkHash& hash, uint64_t seq, uint64_t expected_len,
+                                const ChunkHash& stored_hash, std::string_view data,
+                                const ChunkDomainKey* domain) const {
+  if (stored_hash != hash) {
+    return Status::Corruption("chunk record " + std::to_string(seq) + " holds " +
+                              stored_hash.Hex() + ", expected " + hash.Hex());
+  }
+  if (data.size() != expected_len) return WrongLength(hash, data.size(), expected_len);
+  if (verify_ == ReadVerification::kFullHash &&
+      HashChunk(reinterpret_cast<const uint8_t*>(data.data()), data.size(), domain) != hash) {
+    return Status::Corruption("chunk " + hash.Hex() + " does not match its hash (damaged store)");
+  }
+  return Status::Ok();
+}
+
 Result<std::shared_ptr<const std::string>> ChunkStore::DecodeChecked(
     const ChunkHash& hash, uint64_t seq, uint64_t expected_len, std::string_view record,
     const ChunkDomainKey* domain, bool use_cache) const {
@@ -356,48 +393,74 @@ Result<std::shared_ptr<const std::string>> ChunkStore::DecodeChecked(
   ChunkHash stored_hash;
   GPUCKPT_RETURN_IF_ERROR(DecodeChunkRecord(record, hash.Hex(), data.get(), &stored_hash,
                                             verify_ != ReadVerification::kNone));
-  if (stored_hash != hash) {
-    return Status::Corruption("chunk record " + std::to_string(seq) + " holds " +
-                              stored_hash.Hex() + ", expected " + hash.Hex());
-  }
-  if (data->size() != expected_len) return WrongLength(hash, data->size(), expected_len);
-  if (verify_ == ReadVerification::kFullHash &&
-      HashChunk(reinterpret_cast<const uint8_t*>(data->data()), data->size(), domain) != hash) {
-    return Status::Corruption("chunk " + hash.Hex() + " does not match its hash (damaged store)");
-  }
+  GPUCKPT_RETURN_IF_ERROR(CheckDecoded(hash, seq, expected_len, stored_hash, *data, domain));
   if (use_cache) cache_->Insert(hash, data);
   return std::shared_ptr<const std::string>(std::move(data));
 }
 
-// Where the chunks of a run are read into: this thread's buffer, reused and
-// never zeroed: a fresh one per call cost a page fault and a clear for every
-// byte read. Only runs of up to kKeptBuffer use it (a FUSE read is 1 MiB);
-// longer ones get a buffer of their own, kept for the rest of the call, so
-// that idle threads hold little.
+Result<ChunkStore::ChunkBytes> ChunkStore::DecodeCheckedInPlace(
+    const ChunkRef& ref, std::string_view record, const ChunkDomainKey* domain,
+    const std::shared_ptr<const void>& buffer) const {
+  if (!ref.use_cache) {
+    // A raw record is the chunk's bytes: checked where they lie, they need
+    // no copy (the cache keeps strings of its own, so a cached one does).
+    ChunkHash stored_hash;
+    GPUCKPT_ASSIGN_OR_RETURN(
+        std::optional<std::string_view> raw,
+        RawChunkPayload(record, ref.hash.Hex(), &stored_hash, verify_ != ReadVerification::kNone));
+    if (raw) {
+      GPUCKPT_RETURN_IF_ERROR(
+          CheckDecoded(ref.hash, ref.seq, ref.expected_len, stored_hash, *raw, domain));
+      return ChunkBytes{*raw, buffer};
+    }
+  }
+  GPUCKPT_ASSIGN_OR_RETURN(
+      std::shared_ptr<const std::string> decoded,
+      DecodeChecked(ref.hash, ref.seq, ref.expected_len, record, domain, ref.use_cache));
+  return BytesOf(std::move(decoded));
+}
+
+// Where the records of a run are read into. Raw chunks are handed out as
+// views into it, so it is held by what was read, not reused by the next
+// call. Runs share blocks from ReadBlocks() (reused, never faulted in
+// again: a fresh buffer per call cost a page fault and a clear for every
+// byte read); a run longer than a block (a FUSE read is 1 MiB) gets a
+// buffer of its own.
 class ChunkStore::RunBuffers {
  public:
-  char* For(size_t run_bytes) {
-    constexpr size_t kKeptBuffer = 2u << 20;
-    thread_local std::unique_ptr<char[]> kept;
-    if (run_bytes <= kKeptBuffer) {
-      if (!kept) kept.reset(new char[kKeptBuffer]);
-      return kept.get();
+  struct Room {
+    char* data = nullptr;
+    std::shared_ptr<const void> owner;
+  };
+  Result<Room> For(size_t run_bytes) {
+    if (run_bytes > kReadBlockBytes) {
+      std::shared_ptr<char[]> own(new (std::nothrow) char[run_bytes]);
+      if (!own) return NoRoom(run_bytes);
+      return Room{own.get(), std::move(own)};
     }
-    if (own_size_ < run_bytes) {
-      own_.reset(new char[run_bytes]);
-      own_size_ = run_bytes;
+    if (!block_ || kReadBlockBytes - used_ < run_bytes) {
+      block_ = ReadBlocks().Get();
+      used_ = 0;
+      if (!block_) return NoRoom(run_bytes);
     }
-    return own_.get();
+    char* at = reinterpret_cast<char*>(block_.get()) + used_;
+    used_ += run_bytes;
+    return Room{at, block_};
   }
 
  private:
-  std::unique_ptr<char[]> own_;
-  size_t own_size_ = 0;
+  static Status NoRoom(size_t run_bytes) {
+    return Status::NoMemory("no memory to read " + std::to_string(run_bytes) +
+                            " bytes of chunk records into");
+  }
+
+  std::shared_ptr<uint8_t[]> block_;  // the block runs are placed in now
+  size_t used_ = 0;                   // bytes of it given to runs
 };
 
 Status ChunkStore::ReadMany(const std::vector<ChunkRef>& refs, const ChunkDomainKey* domain,
-                            std::vector<std::shared_ptr<const std::string>>* out) const {
-  out->assign(refs.size(), nullptr);
+                            std::vector<ChunkBytes>* out) const {
+  out->assign(refs.size(), ChunkBytes{});
   std::vector<size_t> wanted;  // indices not served by the cache
   GPUCKPT_RETURN_IF_ERROR(ServeFromCache(refs, out, &wanted));
   if (wanted.empty()) return Status::Ok();
@@ -407,18 +470,30 @@ Status ChunkStore::ReadMany(const std::vector<ChunkRef>& refs, const ChunkDomain
     return std::tie(a.location.pack, a.location.offset) <
            std::tie(b.location.pack, b.location.offset);
   });
-  RunBuffers buffers;
+  std::vector<std::pair<size_t, size_t>> runs;  // [begin, end) in `packed`
   for (size_t begin = 0; begin < packed.size();) {
     const size_t end = EndOfRun(packed, begin);
+    runs.emplace_back(begin, end);
+    begin = end;
+  }
+  // The runs are read one after another, and a file's chunks lie in
+  // several packs (written side by side): cold, a small read (a lazy
+  // restore's page fault) would wait for the disk once per run. The disk
+  // is asked for all but the first at once, so it waits about once.
+  for (size_t r = 1; r < runs.size(); ++r) {
+    const PackLocation& first = packed[runs[r].first].location;
+    const PackLocation& last = packed[runs[r].second - 1].location;
+    db_->packs().ReadAhead(first.pack, first.offset, last.offset + last.length - first.offset);
+  }
+  RunBuffers buffers;
+  for (const auto& [begin, end] : runs) {
     GPUCKPT_RETURN_IF_ERROR(
         ReadRun(refs, std::span(packed).subspan(begin, end - begin), domain, &buffers, out));
-    begin = end;
   }
   return Status::Ok();
 }
 
-Status ChunkStore::ServeFromCache(const std::vector<ChunkRef>& refs,
-                                  std::vector<std::shared_ptr<const std::string>>* out,
+Status ChunkStore::ServeFromCache(const std::vector<ChunkRef>& refs, std::vector<ChunkBytes>* out,
                                   std::vector<size_t>* wanted) const {
   for (size_t i = 0; i < refs.size(); ++i) {
     if (refs[i].use_cache) {
@@ -426,7 +501,7 @@ Status ChunkStore::ServeFromCache(const std::vector<ChunkRef>& refs,
         if (hit->size() != refs[i].expected_len) {
           return WrongLength(refs[i].hash, hit->size(), refs[i].expected_len);
         }
-        (*out)[i] = std::move(hit);
+        (*out)[i] = BytesOf(std::move(hit));
         continue;
       }
     }
@@ -437,7 +512,7 @@ Status ChunkStore::ServeFromCache(const std::vector<ChunkRef>& refs,
 
 Status ChunkStore::LookUpLocations(const std::vector<ChunkRef>& refs,
                                    const std::vector<size_t>& wanted, const ChunkDomainKey* domain,
-                                   std::vector<std::shared_ptr<const std::string>>* out,
+                                   std::vector<ChunkBytes>* out,
                                    std::vector<PackedChunk>* packed) const {
   std::vector<std::string> keys(wanted.size());
   std::vector<rocksdb::Slice> key_slices(wanted.size());
@@ -459,8 +534,10 @@ Status ChunkStore::LookUpLocations(const std::vector<ChunkRef>& refs,
     if (!statuses[k].ok()) return FromRocks(statuses[k], "reading chunk " + ref.hash.Hex());
     const std::string_view v(values[k].data(), values[k].size());
     if (!IsPackLocation(v)) {  // version 1: the record itself
-      GPUCKPT_ASSIGN_OR_RETURN((*out)[wanted[k]], DecodeChecked(ref.hash, ref.seq, ref.expected_len,
-                                                                v, domain, ref.use_cache));
+      GPUCKPT_ASSIGN_OR_RETURN(
+          std::shared_ptr<const std::string> decoded,
+          DecodeChecked(ref.hash, ref.seq, ref.expected_len, v, domain, ref.use_cache));
+      (*out)[wanted[k]] = BytesOf(std::move(decoded));
       continue;
     }
     auto location = DecodePackLocation(v);
@@ -488,11 +565,11 @@ size_t ChunkStore::EndOfRun(const std::vector<PackedChunk>& packed, size_t begin
 
 Status ChunkStore::ReadRun(const std::vector<ChunkRef>& refs, std::span<const PackedChunk> run,
                            const ChunkDomainKey* domain, RunBuffers* buffers,
-                           std::vector<std::shared_ptr<const std::string>>* out) const {
+                           std::vector<ChunkBytes>* out) const {
   const PackLocation& first = run.front().location;
   const uint64_t run_end = run.back().location.offset + run.back().location.length;
   const size_t run_bytes = static_cast<size_t>(run_end - first.offset);
-  char* const buffer = buffers->For(run_bytes);
+  GPUCKPT_ASSIGN_OR_RETURN(RunBuffers::Room room, buffers->For(run_bytes));
   if (first.offset / kReadAheadStep != run_end / kReadAheadStep) {
     // Crossed into the next step: have the disk read the steps after it
     // while we decode this one. Readers go forward through a file, and a
@@ -500,7 +577,7 @@ Status ChunkStore::ReadRun(const std::vector<ChunkRef>& refs, std::span<const Pa
     const uint64_t next_step = run_end / kReadAheadStep * kReadAheadStep + kReadAheadStep;
     db_->packs().ReadAhead(first.pack, next_step, kReadAhead);
   }
-  const Status read = db_->packs().ReadRange(first.pack, first.offset, run_bytes, buffer);
+  const Status read = db_->packs().ReadRange(first.pack, first.offset, run_bytes, room.data);
   if (!read.ok() && read.code() != StatusCode::kNotFound) return read;
   // Each chunk into its own (*out)[chunk.index]: safe on several threads.
   auto decode = [&](size_t i) -> Status {
@@ -508,17 +585,19 @@ Status ChunkStore::ReadRun(const std::vector<ChunkRef>& refs, std::span<const Pa
     const ChunkRef& ref = refs[chunk.index];
     if (read.code() == StatusCode::kNotFound) {
       // gc moved these records after our lookup: one at a time, anew.
-      GPUCKPT_ASSIGN_OR_RETURN((*out)[chunk.index],
+      GPUCKPT_ASSIGN_OR_RETURN(std::shared_ptr<const std::string> again,
                                Read(ref.hash, ref.seq, ref.expected_len, domain, ref.use_cache));
+      (*out)[chunk.index] = BytesOf(std::move(again));
       return Status::Ok();
     }
-    const std::string_view record(buffer + (chunk.location.offset - first.offset),
+    const std::string_view record(room.data + (chunk.location.offset - first.offset),
                                   chunk.location.length);
-    auto decoded =
-        DecodeChecked(ref.hash, ref.seq, ref.expected_len, record, domain, ref.use_cache);
+    auto decoded = DecodeCheckedInPlace(ref, record, domain, room.owner);
     if (!decoded.ok() && decoded.status().code() == StatusCode::kCorruption && db_->read_only()) {
       // Perhaps punched out by the holder's gc: Read() looks again.
-      decoded = Read(ref.hash, ref.seq, ref.expected_len, domain, ref.use_cache);
+      GPUCKPT_ASSIGN_OR_RETURN(std::shared_ptr<const std::string> again,
+                               Read(ref.hash, ref.seq, ref.expected_len, domain, ref.use_cache));
+      decoded = BytesOf(std::move(again));
     }
     GPUCKPT_ASSIGN_OR_RETURN((*out)[chunk.index], std::move(decoded));
     return Status::Ok();

@@ -36,6 +36,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <unordered_set>
 #include <vector>
 
@@ -84,6 +85,16 @@ class ChunkStore {
                                                   const ChunkDomainKey* domain,
                                                   bool use_cache = true) const;
 
+  // A chunk's bytes as ReadMany() gives them: `bytes` stays valid while
+  // `owner` is held. The owner is the decoded chunk, or the read buffer a
+  // raw record lies in (a chunk read without the cache is not copied out
+  // of it). Hold it no longer than the request it serves: a read buffer is
+  // a few MiB.
+  struct ChunkBytes {
+    std::string_view bytes;
+    std::shared_ptr<const void> owner;
+  };
+
   // One chunk of a batch for ReadMany().
   struct ChunkRef {
     ChunkHash hash;
@@ -98,7 +109,7 @@ class ChunkStore {
   // dedup domain `domain` (those of one snapshot are), as for Read(). Fails
   // on the first chunk that Read() would fail on.
   Status ReadMany(const std::vector<ChunkRef>& refs, const ChunkDomainKey* domain,
-                  std::vector<std::shared_ptr<const std::string>>* out) const;
+                  std::vector<ChunkBytes>* out) const;
 
   // Decodes a stored record and checks its checksum, regardless of
   // verify_on_read (fsck), then re-hashes it in each of `domains` (null:
@@ -195,14 +206,12 @@ class ChunkStore {
   class RunBuffers;
   // Sets (*out)[i] for each ref found in the cache; the indices of the
   // others go to `*wanted`.
-  Status ServeFromCache(const std::vector<ChunkRef>& refs,
-                        std::vector<std::shared_ptr<const std::string>>* out,
+  Status ServeFromCache(const std::vector<ChunkRef>& refs, std::vector<ChunkBytes>* out,
                         std::vector<size_t>* wanted) const;
   // Looks the records of refs[wanted] up in one MultiGet: those kept inline
   // are decoded into `*out`, the others' pack locations go to `*packed`.
   Status LookUpLocations(const std::vector<ChunkRef>& refs, const std::vector<size_t>& wanted,
-                         const ChunkDomainKey* domain,
-                         std::vector<std::shared_ptr<const std::string>>* out,
+                         const ChunkDomainKey* domain, std::vector<ChunkBytes>* out,
                          std::vector<PackedChunk>* packed) const;
   // The end of the run of `packed` (sorted by place) that starts at `begin`:
   // records of one pack close enough to be read in one go.
@@ -210,7 +219,7 @@ class ChunkStore {
   // Reads `run` in one read and decodes its chunks into `*out`.
   Status ReadRun(const std::vector<ChunkRef>& refs, std::span<const PackedChunk> run,
                  const ChunkDomainKey* domain, RunBuffers* buffers,
-                 std::vector<std::shared_ptr<const std::string>>* out) const;
+                 std::vector<ChunkBytes>* out) const;
   // A step of CompactPacks(): copies the live records of packs `rewrite`
   // (RewritePacks()) and counts them in `*report`; when the disk filled
   // meanwhile, adds them to `*punch` instead.
@@ -219,6 +228,11 @@ class ChunkStore {
                                PackCompaction* report);
   // The record stored under `seq` into `*storage`; `hash` names it in errors.
   Status LoadRecord(const ChunkHash& hash, uint64_t seq, std::string* storage) const;
+  // Checks decoded chunk `data` against what its extent and its name say:
+  // the hash the record claims, the length, and with kFullHash its SHA-256.
+  Status CheckDecoded(const ChunkHash& hash, uint64_t seq, uint64_t expected_len,
+                      const ChunkHash& stored_hash, std::string_view data,
+                      const ChunkDomainKey* domain) const;
   // Decodes `record` of chunk `hash` (stored under `seq`, named in
   // `domain`) and checks it as verify_ says; caches the result when
   // `use_cache`.
@@ -227,6 +241,12 @@ class ChunkStore {
                                                            std::string_view record,
                                                            const ChunkDomainKey* domain,
                                                            bool use_cache) const;
+  // As DecodeChecked(), for a record that lies in `buffer`: a raw one that
+  // is not to be cached is checked where it lies and handed out as a view
+  // into `buffer`, without a copy.
+  Result<ChunkBytes> DecodeCheckedInPlace(const ChunkRef& ref, std::string_view record,
+                                          const ChunkDomainKey* domain,
+                                          const std::shared_ptr<const void>& buffer) const;
 
   StoreDb* db_;
   ChunkCache* cache_;

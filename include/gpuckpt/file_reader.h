@@ -39,16 +39,17 @@ class FileReader {
   // The same bytes as Pread(), where they already lie, for a caller that
   // hands them on without copying them (a FUSE reply's iovecs): `pieces`,
   // in order, are the bytes read; each points into memory that `held`
-  // keeps alive (a decoded chunk, a buffer of this read) or into zeros
-  // that live as long as the process, valid for as long as the ReadPieces
-  // lives.
+  // keeps alive (a decoded chunk, the buffer raw chunks were read into, a
+  // buffer of this read) or into zeros that live as long as the process,
+  // valid for as long as the ReadPieces lives. Hold it only as long as the
+  // request it answers: a read buffer is a few MiB.
   struct Piece {
     const char* data = nullptr;
     size_t size = 0;
   };
   struct ReadPieces {
     std::vector<Piece> pieces;
-    std::vector<std::shared_ptr<const std::string>> held;
+    std::vector<std::shared_ptr<const void>> held;
     size_t size() const {
       size_t n = 0;
       for (const Piece& p : pieces) n += p.size;

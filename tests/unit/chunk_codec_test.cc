@@ -244,6 +244,43 @@ TEST(ChunkCodecTest, GarbledRecordsNeverCrashOrReturnTheWrongLength) {
   }
 }
 
+TEST(ChunkCodecTest, RawPayloadIsCheckedWhereItLies) {
+  // What a reader that hands chunks on without copying relies on: a raw
+  // record's bytes as a view into the record, checked as Decode() checks.
+  const std::string data = RandomBytes(16u << 10, 11);
+  const std::string record = Encode(data);
+  ASSERT_EQ(uint8_t(record[1]), format::kCodecRaw);
+  ChunkHash carried;
+  auto raw = RawChunkPayload(record, "test", &carried);
+  ASSERT_OK(raw);
+  ASSERT_TRUE(raw->has_value());
+  EXPECT_EQ(**raw, data);
+  EXPECT_EQ((*raw)->data(), record.data() + HeaderSize(data.size())) << "a view, not a copy";
+  EXPECT_EQ(carried, HashOf(data));
+
+  // A compressed record has no such view: the caller decodes it.
+  const std::string zeros(16u << 10, '\0');
+  auto none = RawChunkPayload(Encode(zeros), "test", &carried);
+  ASSERT_OK(none);
+  EXPECT_FALSE(none->has_value());
+
+  // A flipped payload byte fails the checksum, unless the caller trusts
+  // the disk; a damaged header fails either way, as in Decode().
+  std::string flipped = record;
+  flipped[HeaderSize(data.size()) + 100] ^= 1;
+  EXPECT_CODE(RawChunkPayload(flipped, "test", &carried), StatusCode::kCorruption);
+  auto trusted = RawChunkPayload(flipped, "test", &carried, /*check_checksum=*/false);
+  ASSERT_OK(trusted);
+  ASSERT_TRUE(trusted->has_value());
+  std::string longer = record + "x";
+  EXPECT_CODE(RawChunkPayload(longer, "test", &carried), StatusCode::kCorruption);
+  for (size_t len = 0; len < HeaderSize(data.size()); ++len) {
+    EXPECT_CODE(RawChunkPayload(std::string_view(record).substr(0, len), "test", &carried),
+                StatusCode::kCorruption)
+        << "cut to " << len;
+  }
+}
+
 TEST(ChunkCodecTest, DecodedRecordMatchesTheChunkHash) {
   // What the store relies on: encode, decode, hash gives the name again.
   const std::string data = std::string(10000, 'z') + RandomBytes(10000, 8);

@@ -185,6 +185,53 @@ TEST_F(SnapshotTest, FilesAtChunkSizeBoundsRoundTripByExportAndPread) {
   ExpectFsckClean(*store);
 }
 
+// Read() hands raw chunks out as views into the buffer they were read
+// into (no copy): what one read holds must stay as it was while other
+// reads, on other threads, take read buffers and give them back, and a
+// buffer must go back only when the last piece in it is let go.
+TEST_F(SnapshotTest, PiecesOfAReadStayIntactWhileLaterReadsReuseBuffers) {
+  const std::string src = tmp_.Sub("src");
+  testing::MakeDirs(src);
+  const uint64_t size = 24u << 20;
+  const std::string data = FileData(size, 7, /*page_image=*/true);  // raw and zstd chunks
+  testing::WriteFile(src + "/pages-1.img", data);
+  auto store = Open();
+  ASSERT_NE(store, nullptr);
+  ASSERT_OK(Import(*store, src, "held"));
+  ASSERT_OK_AND_ASSIGN(auto reader, store->OpenFile("held", "pages-1.img"));
+
+  auto matches = [&](const FileReader::ReadPieces& read, uint64_t offset) {
+    uint64_t at = offset;
+    for (const FileReader::Piece& p : read.pieces) {
+      if (std::memcmp(p.data, data.data() + at, p.size) != 0) return false;
+      at += p.size;
+    }
+    return true;
+  };
+  // Reads held at once, at offsets that are not chunk boundaries.
+  std::vector<std::pair<uint64_t, FileReader::ReadPieces>> kept;
+  for (uint64_t offset = 12345; offset + (1u << 20) <= size; offset += 5u << 20) {
+    ASSERT_OK_AND_ASSIGN(FileReader::ReadPieces read, reader->Read(offset, 1u << 20));
+    ASSERT_EQ(read.size(), 1u << 20);
+    kept.emplace_back(offset, std::move(read));
+  }
+  std::atomic<int> wrong{0};
+  std::vector<std::thread> readers;
+  for (int t = 0; t < 4; ++t) {
+    readers.emplace_back([&, t] {
+      Rng rng(40 + t);
+      for (int i = 0; i < 60; ++i) {
+        const uint64_t offset = rng.Uniform(0, size - 1);
+        auto read = reader->Read(offset, rng.Uniform(1, 3u << 20));
+        if (!read.ok() || !matches(*read, offset)) ++wrong;
+      }
+    });
+  }
+  for (auto& r : readers) r.join();
+  EXPECT_EQ(wrong.load(), 0) << "reads beside the kept ones returned wrong bytes";
+  for (const auto& [offset, read] : kept) EXPECT_TRUE(matches(read, offset)) << "at " << offset;
+}
+
 TEST_F(SnapshotTest, DirectoriesSymlinksModesAndOwnersRoundTrip) {
   const std::string src = tmp_.Sub("src");
   testing::MakeDirs(src);
