@@ -210,7 +210,9 @@ class Filesystem {
     if (!node.ok()) return ErrnoFromStatus(node.status());
     return OpensForWriting(flags) && !StoreView::IsControl(node->kind) ? EROFS : 0;
   }
-  bool IsLazyServer(int pid) const { return engine_ != nullptr && engine_->IsLazyServer(pid); }
+  bool LazyServerBypassesPageCache(int pid) const {
+    return engine_ != nullptr && engine_->LazyServerBypassesPageCache(pid);
+  }
 
   Result<std::unique_ptr<FileHandle>> DoOpen(fuse_ino_t ino, int flags, const Caller& caller)
       EXCLUDES(mu_) {
@@ -486,9 +488,10 @@ void OpOpen(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
     auto h = Filesystem::From(req)->DoOpen(ino, fi->flags, CallerOf(req));
     if (!h.ok()) return ReplyError(req, h.status());
     Filesystem* fs = Filesystem::From(req);
-    if ((*h)->reader && fs->IsLazyServer(CallerOf(req).pid)) {
+    if ((*h)->reader && fs->LazyServerBypassesPageCache(CallerOf(req).pid)) {
       // A lazy restore's server reads each page once, into its tree: kept
-      // in the page cache too, they would take that memory twice.
+      // in the page cache too, they would take that memory twice (not a
+      // GPU tree's: LazyServers::BypassesPageCache()).
       fi->direct_io = 1;
     } else if ((*h)->reader) {
       fi->keep_cache = 1;  // contents never change once published

@@ -618,7 +618,9 @@ Status Engine::CheckRemovable(const std::string& id) const { return impl_->Check
 
 size_t Engine::LazyRestoresInFlight() const { return impl_->LazyRestoresInFlight(); }
 
-bool Engine::IsLazyServer(int pid) const { return impl_->IsLazyServer(pid); }
+bool Engine::LazyServerBypassesPageCache(int pid) const {
+  return impl_->LazyServerBypassesPageCache(pid);
+}
 
 void Engine::SetLastResult(ResultFile file, uint32_t uid, std::string text) {
   impl_->SetLastResult(file, uid, std::move(text));

@@ -235,9 +235,9 @@ class Engine {
   // How many lazily restored trees are still coming in: their servers read
   // the mount, which must serve until they are resident.
   size_t LazyRestoresInFlight() const;
-  // Whether `pid` is a lazy restore's server (it reads each page of its
-  // tree once: the mount need not keep them in the page cache).
-  bool IsLazyServer(int pid) const;
+  // Whether `pid` is a lazy restore's server whose reads of the mount
+  // should bypass the page cache (LazyServers::BypassesPageCache()).
+  bool LazyServerBypassesPageCache(int pid) const;
   // When this engine started (CLOCK_REALTIME ns).
   int64_t started_ns() const;
   // Records a failed request in status, metrics and the log (e.g. a bad

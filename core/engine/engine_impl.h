@@ -77,7 +77,7 @@ class EngineImpl {
     NoteStoreChanged();
   }
   size_t LazyRestoresInFlight() const { return lazy_servers_.size(); }
-  bool IsLazyServer(int pid) const { return lazy_servers_.IsServer(pid); }
+  bool LazyServerBypassesPageCache(int pid) const { return lazy_servers_.BypassesPageCache(pid); }
   Status CheckRemovable(const std::string& id) const {
     if (!lazy_servers_.Serving(id)) return Status::Ok();
     return Status::Busy("checkpoint " + id +

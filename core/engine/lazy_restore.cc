@@ -53,7 +53,10 @@ void LazyServers::Adopt(std::string id, int tree_pid, uint32_t caller_uid, uint6
     threads_.erase(key);
   }
   ended_keys_.clear();
-  starting_.erase(server.pid());
+  if (auto it = starting_.find(server.pid()); it != starting_.end()) {
+    if (it->second) through_page_cache_.insert(server.pid());
+    starting_.erase(it);
+  }
   const uint64_t key = next_key_++;
   servers_[key] = Server{std::move(id),  tree_pid, caller_uid,       server.pid(),
                          expected_bytes, start,    std::move(finish)};
@@ -73,6 +76,7 @@ void LazyServers::Wait(uint64_t key, CriuProcess server) {
   }
   {
     MutexLock lock(&mu_);
+    through_page_cache_.erase(servers_[key].server_pid);
     servers_[key].server_pid = 0;
   }
   Result<int> exit = server.Wait();
@@ -101,9 +105,9 @@ void LazyServers::Wait(uint64_t key, CriuProcess server) {
   ended_keys_.push_back(key);
 }
 
-void LazyServers::NoteStarting(int server_pid) {
+void LazyServers::NoteStarting(int server_pid, bool through_page_cache) {
   MutexLock lock(&mu_);
-  starting_.insert(server_pid);
+  starting_[server_pid] = through_page_cache;
 }
 
 void LazyServers::ForgetStarting(int server_pid) {
@@ -117,6 +121,13 @@ bool LazyServers::IsServer(int pid) const {
   for (const auto& [key, server] : servers_)
     if (server.server_pid == pid) return pid > 0;
   return false;
+}
+
+bool LazyServers::BypassesPageCache(int pid) const {
+  if (!IsServer(pid)) return false;
+  MutexLock lock(&mu_);
+  if (auto it = starting_.find(pid); it != starting_.end()) return !it->second;
+  return through_page_cache_.count(pid) == 0;
 }
 
 bool LazyServers::Serving(const std::string& id) const {

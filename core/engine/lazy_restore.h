@@ -87,14 +87,23 @@ class LazyServers {
 
   // A server started for a restore not yet done: it opens the page images
   // while the restore runs, before Adopt(). Forgotten by Adopt() or by
-  // ForgetStarting() when the restore failed.
-  void NoteStarting(int server_pid) EXCLUDES(mu_);
+  // ForgetStarting() when the restore failed. With `through_page_cache`,
+  // its reads of the mount are to go through the page cache
+  // (BypassesPageCache()).
+  void NoteStarting(int server_pid, bool through_page_cache = false) EXCLUDES(mu_);
   void ForgetStarting(int server_pid) EXCLUDES(mu_);
 
   // Whether `pid` is a running server, adopted or starting (its reads of
   // the mount are its tree's pages, each read once: not worth the page
   // cache).
   bool IsServer(int pid) const EXCLUDES(mu_);
+  // Whether `pid` is a server whose reads should bypass the page cache: a
+  // CPU tree's, whose pages are each read once, into the tree, so that the
+  // cache would only hold them twice. A GPU tree's server reads through
+  // it: the driver's restore takes the device memory in page by page, in
+  // order, waiting for each, and only the kernel's read-ahead of the mount
+  // keeps ahead of it (core/gpu/README.md).
+  bool BypassesPageCache(int pid) const EXCLUDES(mu_);
 
   // Whether a server still reads checkpoint `id` (it must not be removed).
   bool Serving(const std::string& id) const EXCLUDES(mu_);
@@ -126,7 +135,10 @@ class LazyServers {
   mutable Mutex mu_;
   uint64_t next_key_ GUARDED_BY(mu_) = 0;
   std::map<uint64_t, Server> servers_ GUARDED_BY(mu_);
-  std::set<int> starting_ GUARDED_BY(mu_);  // server pids before Adopt()
+  // Server pids before Adopt(), and whether each reads through the page
+  // cache; after it, those that do.
+  std::map<int, bool> starting_ GUARDED_BY(mu_);
+  std::set<int> through_page_cache_ GUARDED_BY(mu_);
   std::map<uint64_t, std::thread> threads_ GUARDED_BY(mu_);
   // Of servers that ended: their threads are joined at the next Adopt().
   std::vector<uint64_t> ended_keys_ GUARDED_BY(mu_);

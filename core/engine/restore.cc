@@ -819,7 +819,7 @@ Result<CriuProcess> EngineImpl::StartLazyServer(const CriuCommand& restore, cons
               "-v2",        "--libdir", PluginDirFor(gpu)};
   cmd.stderr_fd = logs.stderr_fd();
   GPUCKPT_ASSIGN_OR_RETURN(CriuProcess server, criu_.Start(cmd));
-  lazy_servers_.NoteStarting(server.pid());
+  lazy_servers_.NoteStarting(server.pid(), /*through_page_cache=*/gpu.stacks != GpuStacks::kNone);
   // Ready once its socket is there; a server that exits first failed.
   const std::string socket = work + "/lazy-pages.socket";
   for (int waited_ms = 0; waited_ms < 10000; waited_ms += 2) {

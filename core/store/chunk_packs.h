@@ -89,6 +89,9 @@ class ChunkPacks {
   // Asks the kernel to start reading `len` bytes at `offset` of pack `pack`
   // into its cache (a reader about to come that way). Best effort.
   void ReadAhead(uint64_t pack, uint64_t offset, uint64_t len) const EXCLUDES(mu_);
+  // As ReadAhead(), asked on a thread of the process's own, so that the
+  // caller does not wait while the kernel queues the reads.
+  void ReadAheadLater(uint64_t pack, uint64_t offset, uint64_t len) const EXCLUDES(mu_);
 
   // Makes every Append() that returned before this call durable. Once a
   // sync failed every later Append() and Sync() fails too: the kernel may

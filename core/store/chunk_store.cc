@@ -575,7 +575,7 @@ Status ChunkStore::ReadRun(const std::vector<ChunkRef>& refs, std::span<const Pa
     // while we decode this one. Readers go forward through a file, and a
     // file's chunks lie forward in the pack.
     const uint64_t next_step = run_end / kReadAheadStep * kReadAheadStep + kReadAheadStep;
-    db_->packs().ReadAhead(first.pack, next_step, kReadAhead);
+    db_->packs().ReadAheadLater(first.pack, next_step, kReadAhead);
   }
   const Status read = db_->packs().ReadRange(first.pack, first.offset, run_bytes, room.data);
   if (!read.ok() && read.code() != StatusCode::kNotFound) return read;

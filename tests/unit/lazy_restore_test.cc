@@ -166,6 +166,34 @@ TEST(LazyServersTest, AServerOfAFailedRestoreIsForgotten) {
   EXPECT_FALSE(servers.IsServer(0));
 }
 
+// A CPU tree's server bypasses the page cache, a GPU tree's reads through
+// it, before and after Adopt(); nobody else is a server at all.
+TEST(LazyServersTest, OnlyACpuTreesServerBypassesThePageCache) {
+  LazyServers servers([](const LazyServers::Ended&) {});
+  CriuProcess cpu = StartChild(0, 0);
+  CriuProcess gpu = StartChild(0, 0);
+  const pid_t cpu_pid = cpu.pid();
+  const pid_t gpu_pid = gpu.pid();
+  servers.NoteStarting(cpu_pid);
+  servers.NoteStarting(gpu_pid, /*through_page_cache=*/true);
+  EXPECT_TRUE(servers.BypassesPageCache(cpu_pid));
+  EXPECT_FALSE(servers.BypassesPageCache(gpu_pid));
+  EXPECT_TRUE(servers.IsServer(gpu_pid));
+  EXPECT_FALSE(servers.BypassesPageCache(getpid()));
+  auto no_finish = [](bool) { return std::string(); };
+  const auto now = std::chrono::steady_clock::now();
+  servers.Adopt("4242-1", 4242, 0, 1 << 20, now, std::move(cpu), no_finish);
+  servers.Adopt("4343-1", 4343, 0, 1 << 20, now, std::move(gpu), no_finish);
+  EXPECT_TRUE(servers.BypassesPageCache(cpu_pid));
+  EXPECT_FALSE(servers.BypassesPageCache(gpu_pid));
+  EXPECT_TRUE(servers.IsServer(gpu_pid));
+  kill(cpu_pid, SIGTERM);
+  kill(gpu_pid, SIGTERM);
+  ASSERT_TRUE(WaitUntil([&] { return servers.size() == 0; }));
+  EXPECT_FALSE(servers.BypassesPageCache(cpu_pid));
+  EXPECT_FALSE(servers.IsServer(gpu_pid));
+}
+
 TEST(LazyServersTest, AFailedServerIsReportedWithWhy) {
   Recorder recorder;
   {
