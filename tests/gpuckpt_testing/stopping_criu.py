@@ -19,13 +19,27 @@ case "$1" in {verbs}) kill -STOP $$ ;; esac
 exec {criu} "$@"
 """
 
-# The lazy-pages server runs as this script's child, stopped once its
-# socket is in its working directory; the script exits as it does.
+# The lazy-pages server runs as this script's child, stopped once it
+# listens: one of its sockets is in /proc/net/unix with the listening flag
+# (__SO_ACCEPTCON). Its socket file alone is not enough: it appears at
+# bind(), and a server stopped before its listen() refuses the restore's
+# connection. The script exits as the server does.
 HOLD_LAZY_PAGES = """#!/bin/sh
+listening() {{
+  for fd in "/proc/$server"/fd/*; do
+    target=$(readlink "$fd" 2>/dev/null) || continue
+    case "$target" in
+      socket:*) inode=${{target#socket:[}}; inode=${{inode%]}}
+        awk -v inode="$inode" '$7 == inode && $4 == "00010000" {{ found = 1 }}
+          END {{ exit !found }}' /proc/net/unix && return 0 ;;
+    esac
+  done
+  return 1
+}}
 if [ "$1" = lazy-pages ]; then
   {criu} "$@" &
   server=$!
-  while ! [ -S lazy-pages.socket ] && kill -0 $server 2>/dev/null; do sleep 0.001; done
+  while ! listening && kill -0 $server 2>/dev/null; do sleep 0.001; done
   kill -STOP $server
   wait $server
   exit $?
