@@ -93,9 +93,7 @@ class LazyServers {
   void NoteStarting(int server_pid, bool through_page_cache = false) EXCLUDES(mu_);
   void ForgetStarting(int server_pid) EXCLUDES(mu_);
 
-  // Whether `pid` is a running server, adopted or starting (its reads of
-  // the mount are its tree's pages, each read once: not worth the page
-  // cache).
+  // Whether `pid` is a running server, adopted or starting.
   bool IsServer(int pid) const EXCLUDES(mu_);
   // Whether `pid` is a server whose reads should bypass the page cache: a
   // CPU tree's, whose pages are each read once, into the tree, so that the

@@ -258,9 +258,9 @@ class ReadAheadThread {
   static constexpr size_t kMaxPending = 64;
   struct Request {
     std::shared_ptr<const void> file;  // keeps `fd` open
-    int fd;
-    uint64_t offset;
-    uint64_t len;
+    int fd = -1;
+    uint64_t offset = 0;
+    uint64_t len = 0;
   };
 
   ReadAheadThread() {
