@@ -45,6 +45,7 @@
 #include "core/base/scope_exit.h"
 #include "core/base/small_file.h"
 #include "core/base/unique_fd.h"
+#include "core/base/unix_socket_state.h"
 #include "core/criu/image_streamer.h"
 #include "core/criu/images.h"
 #include "core/engine/engine_impl.h"
@@ -820,11 +821,17 @@ Result<CriuProcess> EngineImpl::StartLazyServer(const CriuCommand& restore, cons
   cmd.stderr_fd = logs.stderr_fd();
   GPUCKPT_ASSIGN_OR_RETURN(CriuProcess server, criu_.Start(cmd));
   lazy_servers_.NoteStarting(server.pid(), /*through_page_cache=*/gpu.stacks != GpuStacks::kNone);
-  // Ready once its socket is there; a server that exits first failed.
+  // Ready once its socket listens: its file appears at bind(), and a
+  // restore that connects before listen() is refused. Where the kernel
+  // cannot tell, once the file is there (listen() follows at once). A
+  // server that exits first failed.
   const std::string socket = work + "/lazy-pages.socket";
   for (int waited_ms = 0; waited_ms < 10000; waited_ms += 2) {
+    Result<bool> listens = UnixSocketListens(socket);
+    if (listens.ok() && *listens) return server;
     struct stat st;
-    if (lstat(socket.c_str(), &st) == 0) return server;
+    if (listens.status().code() == StatusCode::kUnavailable && lstat(socket.c_str(), &st) == 0)
+      return server;
     struct pollfd exited = {server.pidfd(), POLLIN, 0};
     if (poll(&exited, 1, 2) > 0) {
       lazy_servers_.ForgetStarting(server.pid());

@@ -1,14 +1,18 @@
 // core/base: the work queue's background priority and shared byte budget,
 // the block pool behind a writer's staging memory, and reading small files
-// that someone else may have planted, and bytes shown as text.
+// that someone else may have planted, bytes shown as text, and whether the
+// socket bound to a file listens.
 #include <fcntl.h>
 #include <sched.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <cctype>
 #include <chrono>
+#include <cstring>
 #include <fstream>
 #include <thread>
 #include <vector>
@@ -21,6 +25,7 @@
 #include "core/base/small_file.h"
 #include "core/base/time_text.h"
 #include "core/base/unique_fd.h"
+#include "core/base/unix_socket_state.h"
 #include "core/base/user_name.h"
 #include "core/base/work_queue.h"
 #include "gpuckpt/byte_budget.h"
@@ -199,6 +204,48 @@ TEST(SmallFileTest, ReadsRelativeToADirectoryCheckingOwnerAndSizeAsAsked) {
               StatusCode::kPermissionDenied);
   someone_elses.owner = getuid();
   EXPECT_OK(ReadSmallFileNoFollowAt(dir_fd.get(), "f", someone_elses).status());
+}
+
+// A socket bound to `path` in the test's directory, not listening yet.
+UniqueFd BoundSocket(const std::string& path) {
+  UniqueFd sock(socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  sockaddr_un addr = {};
+  addr.sun_family = AF_UNIX;
+  if (sock.get() < 0 || path.size() >= sizeof(addr.sun_path)) return UniqueFd();
+  strcpy(addr.sun_path, path.c_str());
+  if (bind(sock.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) return UniqueFd();
+  return sock;
+}
+
+TEST(UnixSocketStateTest, ASocketCountsOnceItListensNotWhenBound) {
+  TempDir dir;
+  const std::string path = dir.path() + "/server.socket";
+  ASSERT_OK_AND_ASSIGN(bool listens, UnixSocketListens(path));
+  EXPECT_FALSE(listens);  // no file yet
+  UniqueFd server = BoundSocket(path);
+  ASSERT_GE(server.get(), 0);
+  // Its file is there, and a client would still be refused.
+  ASSERT_OK_AND_ASSIGN(listens, UnixSocketListens(path));
+  EXPECT_FALSE(listens);
+  // Another socket that listens, under a name of its own, is not this one.
+  UniqueFd other = BoundSocket(dir.path() + "/other.socket");
+  ASSERT_GE(other.get(), 0);
+  ASSERT_EQ(listen(other.get(), 1), 0);
+  ASSERT_OK_AND_ASSIGN(listens, UnixSocketListens(path));
+  EXPECT_FALSE(listens);
+  ASSERT_EQ(listen(server.get(), 1), 0);
+  ASSERT_OK_AND_ASSIGN(listens, UnixSocketListens(path));
+  EXPECT_TRUE(listens);
+  // Closed, its file stays behind and listens no more.
+  server = UniqueFd();
+  ASSERT_OK_AND_ASSIGN(listens, UnixSocketListens(path));
+  EXPECT_FALSE(listens);
+}
+
+TEST(UnixSocketStateTest, AFileThatIsNotASocketIsRefused) {
+  TempDir dir;
+  std::ofstream(dir.path() + "/plain") << "x";
+  EXPECT_CODE(UnixSocketListens(dir.path() + "/plain").status(), StatusCode::kInvalidArgument);
 }
 
 TEST(DisplayTextTest, KeepsUtf8AndEscapesEveryOtherByte) {
