@@ -31,6 +31,7 @@
 #include "fs/inode_table.h"
 #include "fs/kernel_readahead.h"
 #include "fs/store_view.h"
+#include "fs/stream_read_ahead.h"
 
 namespace gpuckpt {
 namespace {
@@ -90,8 +91,14 @@ struct OpenCheckpoint {
 
 class Filesystem {
  public:
-  Filesystem(Store* store, Engine* engine)
-      : store_(store), engine_(engine), view_(store, engine), commands_(kMaxCommandsPerUid) {}
+  // `read_ahead`: where a lazy restore's server is read ahead for (null:
+  // it is not); borrowed, outlives the filesystem.
+  Filesystem(Store* store, Engine* engine, ReadAheadThreads* read_ahead)
+      : store_(store),
+        engine_(engine),
+        read_ahead_(read_ahead),
+        view_(store, engine),
+        commands_(kMaxCommandsPerUid) {}
   // Handles the kernel never released (the session ended while files were
   // open: a daemon stopped or unmounted lazily) go with the filesystem.
   ~Filesystem() {
@@ -213,6 +220,7 @@ class Filesystem {
   bool LazyServerBypassesPageCache(int pid) const {
     return engine_ != nullptr && engine_->LazyServerBypassesPageCache(pid);
   }
+  ReadAheadThreads* read_ahead() const { return read_ahead_; }
 
   Result<std::unique_ptr<FileHandle>> DoOpen(fuse_ino_t ino, int flags, const Caller& caller)
       EXCLUDES(mu_) {
@@ -384,6 +392,7 @@ class Filesystem {
 
   Store* store_;
   Engine* engine_;
+  ReadAheadThreads* const read_ahead_;
   StoreView view_;
   InodeTable inodes_;
   // Never held across a call into view_ (the store) or libfuse.
@@ -493,6 +502,10 @@ void OpOpen(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
       // in the page cache too, they would take that memory twice (not a
       // GPU tree's: LazyServers::BypassesPageCache()).
       fi->direct_io = 1;
+      // Nor does the kernel read ahead for it then: the daemon does, where
+      // it has cores to spare.
+      if (ReadAheadThreads* threads = fs->read_ahead())
+        (*h)->reader = std::make_unique<StreamReadAhead>(std::move((*h)->reader), threads);
     } else if ((*h)->reader) {
       fi->keep_cache = 1;  // contents never change once published
     } else {
@@ -780,7 +793,15 @@ Status RunSessionLoop(fuse_session* se) {
 
 Status ServeFilesystem(Store* store, Engine* engine, const MountOptions& options,
                        const std::function<void()>& on_mounted) {
-  Filesystem fs(store, engine);
+  // Threads of their own, where asked for: made once and never stopped,
+  // as ForThisMachine()'s (a queued read-ahead holds what it reads).
+  ReadAheadThreads* read_ahead = nullptr;
+  if (options.lazy_read_ahead_threads < 0) {
+    read_ahead = ReadAheadThreads::ForThisMachine();
+  } else if (options.lazy_read_ahead_threads > 0) {
+    read_ahead = new ReadAheadThreads(static_cast<size_t>(options.lazy_read_ahead_threads));
+  }
+  Filesystem fs(store, engine, read_ahead);
   static const fuse_lowlevel_ops ops = MakeOps();
 
   std::vector<std::string> arg_strings = FuseArguments(options);

@@ -33,6 +33,10 @@ struct MountOptions {
   // path, so that two daemons' mounts are told apart. Its type is always
   // fuse.gpuckptfs (kGpuckptMountType).
   std::string source = "gpuckptfs";
+  // Threads that read ahead of a lazy restore's server, which reads its
+  // images past the kernel's read-ahead (fs/stream_read_ahead.h): -1 as
+  // the machine allows (ReadAheadThreads::ForThisMachine()), 0 none.
+  int lazy_read_ahead_threads = -1;
 };
 
 // kBusy, saying what is mounted, when a mount's mount point is exactly

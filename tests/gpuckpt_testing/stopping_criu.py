@@ -12,18 +12,21 @@ import signal
 import tempfile
 
 from gpuckpt_testing import build
-from gpuckpt_testing.processes import live_processes, parent_of, proc_state, wait_for
+from gpuckpt_testing.processes import live_processes, proc_state, wait_for
 
 SCRIPT = """#!/bin/sh
 case "$1" in {verbs}) kill -STOP $$ ;; esac
 exec {criu} "$@"
 """
 
-# The lazy-pages server runs as this script's child, stopped once it
-# listens: one of its sockets is in /proc/net/unix with the listening flag
-# (__SO_ACCEPTCON). Its socket file alone is not enough: it appears at
-# bind(), and a server stopped before its listen() refuses the restore's
-# connection. The script exits as the server does.
+# The lazy-pages server is held once it listens: one of its sockets is in
+# /proc/net/unix with the listening flag (__SO_ACCEPTCON). Its socket file
+# alone is not enough: it appears at bind(), and a server stopped before its
+# listen() refuses the restore's connection. The script becomes the server
+# (exec), so that the server keeps the pid the daemon started and knows (it
+# reads the server's opens past the page cache, and reads ahead for them, by
+# that pid); a watcher, orphaned so that it is not the server's child, stops
+# it and leaves its pid in held.PID beside the script.
 HOLD_LAZY_PAGES = """#!/bin/sh
 listening() {{
   for fd in "/proc/$server"/fd/*; do
@@ -37,12 +40,15 @@ listening() {{
   return 1
 }}
 if [ "$1" = lazy-pages ]; then
-  {criu} "$@" &
-  server=$!
-  while ! listening && kill -0 $server 2>/dev/null; do sleep 0.001; done
-  kill -STOP $server
-  wait $server
-  exit $?
+  server=$$
+  ( (while kill -0 $server 2>/dev/null; do
+       if listening; then
+         kill -STOP $server && echo $server > {dir}/held.$server
+         exit 0
+       fi
+       sleep 0.001
+     done) & )
+  exec {criu} "$@"
 fi
 """
 
@@ -56,9 +62,11 @@ class StoppingCriu:
         self.dir = tempfile.mkdtemp(prefix="gpuckpt-stopping-criu.", dir="/var/tmp")
         os.chmod(self.dir, 0o755)
         self.path = os.path.join(self.dir, "criu")
+        self.taken = set()  # held.PID files held_lazy_server() returned
         script = SCRIPT.format(verbs="|".join(verbs) or "-", criu=build.CRIU)
         if hold_lazy_pages:
-            script = HOLD_LAZY_PAGES.format(criu=build.CRIU) + script.split("\n", 1)[1]
+            script = (HOLD_LAZY_PAGES.format(criu=build.CRIU, dir=self.dir) +
+                      script.split("\n", 1)[1])
         with open(self.path, "w") as f:
             f.write(script)
         os.chmod(self.path, 0o755)
@@ -79,26 +87,21 @@ class StoppingCriu:
         return found[0]
 
     def held_lazy_server(self, seconds=60):
-        """The pid of a lazy-pages server stopped once it listened."""
+        """The pid of a lazy-pages server of this wrapper's, stopped once it
+        listened (and not taken before)."""
         found = []
 
         def look():
-            found[:] = [pid for pid in live_processes(
-                lambda argv: len(argv) > 1 and argv[0] == os.fsencode(build.CRIU)
-                and argv[1] == b"lazy-pages")
-                if proc_state(pid) in ("T", "t") and self._started(parent_of(pid))]
+            found[:] = []
+            for name in os.listdir(self.dir):
+                if name.startswith("held.") and name not in self.taken:
+                    pid = int(name[len("held."):])
+                    if proc_state(pid) in ("T", "t"):
+                        found.append(name)
             return bool(found)
         wait_for(look, seconds, "a lazy-pages server to be held")
-        return found[0]
-
-    def _started(self, pid):
-        """Whether `pid` is this wrapper (not another test's)."""
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                argv = f.read().split(b"\0")
-        except OSError:
-            return False
-        return len(argv) > 1 and argv[1] == os.fsencode(self.path)
+        self.taken.add(found[0])
+        return int(found[0][len("held."):])
 
     @staticmethod
     def resume(pid):

@@ -94,8 +94,11 @@ def test_a_lazy_restore_runs_before_its_memory_is_in_and_every_page_checks_out(h
     the tree's status and status.json and the metrics say how far it is;
     the checkpoint cannot be removed (EBUSY); released, the tree becomes
     resident, every byte of its memory is as checkpointed, and the
-    checkpoint can go."""
-    m = holding_mount("gpuckpt-lazy.", "--lazy-restore")
+    checkpoint can go. The daemon reads ahead of the server (which it does
+    by default only on 4 CPUs or more), so the pages it serves from its
+    read-ahead are checked too."""
+    m = holding_mount("gpuckpt-lazy.", "--lazy-restore", "--lazy-read-ahead-threads", "2",
+                      "--log-level", "debug")
     wl = m.start("wl_memory", "--mib", "512", env=NO_RSEQ)
     made = m.checkpoint(wl.pid, "--kill")
     wait_for(wl.gone, 30, "the killed workload to go")
@@ -126,6 +129,13 @@ def test_a_lazy_restore_runs_before_its_memory_is_in_and_every_page_checks_out(h
     assert re.search(r"^resident: all [\d.]+ MB, in [\d.]+ s$", restore_text(m), re.M)
     assert "lazy_restore:" not in read(m.path(str(wl.pid), "status"))
     assert wl.verdict() == "PASS"
+    # The server's image of the memory was read ahead (its log line, at
+    # debug level, comes as the server closes it).
+    log = os.path.join(m.state_dir, "gpuckptfs.log")
+    pattern = r"lazy_read_ahead file=\S*pages-\d+\.img slabs=(\d+) slab_bytes=(\d+) "
+    wait_for(lambda: re.search(pattern, read(log)), 30, "the read-ahead's log line")
+    slabs, slab_bytes = map(int, re.search(pattern, read(log)).groups())
+    assert slabs * slab_bytes > 256 << 20, read(log)
     metrics = read(m.path("metrics"))
     assert 'gpuckpt_lazy_restores_total{result="resident"} 1\n' in metrics
     assert "gpuckpt_lazy_restores_in_flight 0\n" in metrics

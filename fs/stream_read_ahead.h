@@ -1,0 +1,93 @@
+// StreamReadAhead: a FileReader that reads ahead of a reader going forward
+// through an image file, on threads of its own.
+//
+// The kernel reads ahead for readers of the mount's page cache, but not for
+// an open with direct_io: a lazy restore's server (CRIU lazy-pages) opens
+// its page images that way and reads them one request at a time. Each
+// request then waits for the store to find, read and check its chunks on
+// one daemon thread, and the server waits for each, so a large tree comes
+// in at the pace of one core. Once the server's reads go forward through
+// the file (each starting at or shortly after the previous one's end), the
+// slabs of the file after the last read are read on the threads of
+// ReadAheadThreads, several at once, and later reads take their bytes from
+// there. Reads that jump about (the page faults of the restored tree, in
+// between) are served as before and do not start a read-ahead, so they do
+// not wait behind slabs they will never use; a fault whose bytes a slab
+// already holds takes them from it.
+//
+// What it holds: at most 2 * slabs_ahead slabs (each up to slab_bytes, as
+// the inner reader's pieces), the slabs behind the stream dropped as it
+// goes. Thread-safe, as every FileReader: concurrent reads of one open file
+// are served side by side. The destructor drops read-aheads that have not
+// started and waits for those that have (a slab's read, milliseconds), so
+// the inner reader (and the store it borrows) is not used once it returns.
+#ifndef GPUCKPT_FS_STREAM_READ_AHEAD_H_
+#define GPUCKPT_FS_STREAM_READ_AHEAD_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+
+#include "gpuckpt/file_reader.h"
+
+namespace gpuckpt {
+
+// The threads that every StreamReadAhead of the process reads ahead on.
+// Thread-safe; made once, never destroyed (jobs hold what they use).
+class ReadAheadThreads {
+ public:
+  // `count` threads (at least 1), started now and never stopped.
+  explicit ReadAheadThreads(size_t count);
+  ReadAheadThreads(const ReadAheadThreads&) = delete;
+  ReadAheadThreads& operator=(const ReadAheadThreads&) = delete;
+
+  // Runs `job` on one of the threads, in the order posted.
+  void Post(std::function<void()> job);
+
+  // The process's threads: a quarter of the CPUs it may run on, at most 4;
+  // null on fewer than 4 CPUs, where reading ahead would only take CPU
+  // from the restored tree and the server (measured on 2 cores).
+  static ReadAheadThreads* ForThisMachine();
+
+ private:
+  struct Queue;
+  std::shared_ptr<Queue> queue_;
+};
+
+class StreamReadAhead final : public FileReader {
+ public:
+  struct Options {
+    uint64_t slab_bytes = 1 << 20;  // what one read-ahead reads
+    size_t slabs_ahead = 8;         // how far ahead of the stream
+    uint64_t max_gap = 1 << 20;     // a read this far past the stream's end continues it
+  };
+  // Reads through `inner`, ahead on `threads` (borrowed: it must outlive
+  // this reader, as ForThisMachine()'s does).
+  StreamReadAhead(std::unique_ptr<FileReader> inner, ReadAheadThreads* threads, Options options);
+  StreamReadAhead(std::unique_ptr<FileReader> inner, ReadAheadThreads* threads)
+      : StreamReadAhead(std::move(inner), threads, Options()) {}
+  ~StreamReadAhead() override;
+
+  // Straight through to the inner reader (a copy either way).
+  Result<size_t> Pread(uint64_t offset, size_t len, char* buf) override;
+  // From the slabs read ahead where they hold the bytes, else from the
+  // inner reader; notes the read for the stream (and reads ahead).
+  Result<ReadPieces> Read(uint64_t offset, size_t len) override;
+  const FileEntry& entry() const override;
+
+  // Slabs read ahead so far, and reads (or parts) served from them.
+  struct Counts {
+    uint64_t slabs_read = 0;
+    uint64_t reads_from_slabs = 0;
+  };
+  Counts counts() const;
+
+ private:
+  struct State;
+  std::shared_ptr<State> state_;
+};
+
+}  // namespace gpuckpt
+
+#endif  // GPUCKPT_FS_STREAM_READ_AHEAD_H_

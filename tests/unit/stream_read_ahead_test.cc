@@ -1,0 +1,182 @@
+// StreamReadAhead on a reader of known bytes that records what it is asked
+// for: a stream's bytes come back unchanged from the slabs it read ahead,
+// reads that jump about read nothing ahead, a failed read-ahead does not
+// stand in for the read, and closing leaves the inner reader unused.
+#include "fs/stream_read_ahead.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "core/base/mutex.h"
+#include "tests/unit/test_util.h"
+
+namespace gpuckpt {
+namespace {
+
+char ByteAt(uint64_t offset) { return static_cast<char>((offset * 7 + offset / 4096) & 0xff); }
+
+// What the fake reader shares with its test once it is handed over.
+struct Record {
+  Mutex mu;
+  std::vector<std::pair<uint64_t, size_t>> reads GUARDED_BY(mu);
+  std::atomic<bool> failing{false};  // reads covering fail_at fail
+  uint64_t fail_at = 0;
+  std::atomic<int> delay_ms{0};
+  std::atomic<bool> destroyed{false};
+  std::atomic<bool> used_after_destroyed{false};
+
+  std::vector<std::pair<uint64_t, size_t>> Reads() EXCLUDES(mu) {
+    MutexLock lock(&mu);
+    return reads;
+  }
+};
+
+class PatternReader final : public FileReader {
+ public:
+  PatternReader(uint64_t size, std::shared_ptr<Record> record) : record_(std::move(record)) {
+    entry_.size = size;
+  }
+  ~PatternReader() override { record_->destroyed = true; }
+
+  Result<size_t> Pread(uint64_t offset, size_t len, char* buf) override {
+    if (record_->destroyed) record_->used_after_destroyed = true;
+    {
+      MutexLock lock(&record_->mu);
+      record_->reads.emplace_back(offset, len);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(record_->delay_ms.load()));
+    if (record_->failing && offset <= record_->fail_at && record_->fail_at < offset + len)
+      return Status::Corruption("chunk at " + std::to_string(record_->fail_at) + " is damaged");
+    if (offset >= entry_.size) return size_t{0};
+    const size_t n = static_cast<size_t>(std::min<uint64_t>(len, entry_.size - offset));
+    for (size_t i = 0; i < n; ++i) buf[i] = ByteAt(offset + i);
+    return n;
+  }
+  const FileEntry& entry() const override { return entry_; }
+
+ private:
+  std::shared_ptr<Record> record_;
+  FileEntry entry_;
+};
+
+ReadAheadThreads* Threads() {
+  static ReadAheadThreads threads(2);
+  return &threads;
+}
+
+StreamReadAhead::Options SmallSlabs() {
+  StreamReadAhead::Options options;
+  options.slab_bytes = 64 << 10;
+  options.slabs_ahead = 4;
+  options.max_gap = 16 << 10;
+  return options;
+}
+
+std::string Gather(const FileReader::ReadPieces& read) {
+  std::string bytes;
+  for (const FileReader::Piece& p : read.pieces) bytes.append(p.data, p.size);
+  return bytes;
+}
+
+std::string Expected(uint64_t offset, size_t len) {
+  std::string bytes(len, '\0');
+  for (size_t i = 0; i < len; ++i) bytes[i] = ByteAt(offset + i);
+  return bytes;
+}
+
+TEST(StreamReadAheadTest, AStreamReadsAheadAndGetsItsBytesUnchangedToTheEnd) {
+  const uint64_t size = (1 << 20) + 12345;  // not a whole number of slabs
+  auto record = std::make_shared<Record>();
+  StreamReadAhead reader(std::make_unique<PatternReader>(size, record), Threads(), SmallSlabs());
+  // 40 KiB at a time, across slab boundaries, with a small gap now and then
+  // (a page the tree's faults took meanwhile) and a read of 64 KiB elsewhere.
+  uint64_t at = 0;
+  int n = 0;
+  while (at < size) {
+    if (++n % 5 == 0) {
+      ASSERT_OK_AND_ASSIGN(auto fault, reader.Read(size / 2 + 4096 * n, 4096));
+      EXPECT_EQ(Gather(fault), Expected(size / 2 + 4096 * n, 4096));
+      at += 8192;
+      continue;
+    }
+    ASSERT_OK_AND_ASSIGN(auto read, reader.Read(at, 40 << 10));
+    const size_t want = static_cast<size_t>(std::min<uint64_t>(40 << 10, size - at));
+    ASSERT_EQ(read.size(), want) << "at " << at;
+    EXPECT_EQ(Gather(read), Expected(at, want)) << "at " << at;
+    at += 40 << 10;
+  }
+  ASSERT_OK_AND_ASSIGN(auto past_end, reader.Read(size, 4096));
+  EXPECT_EQ(past_end.size(), 0u);
+  const StreamReadAhead::Counts counts = reader.counts();
+  // Every slab after the first two reads was read ahead, and most reads
+  // were served from them.
+  EXPECT_GE(counts.slabs_read, size / (64 << 10) - 1);
+  EXPECT_GE(counts.reads_from_slabs, 20u);
+  for (const auto& [offset, len] : record->Reads()) {
+    if (len == 64 << 10) {
+      EXPECT_EQ(offset % (64 << 10), 0u) << "a read-ahead off a slab";
+    }
+  }
+}
+
+TEST(StreamReadAheadTest, ReadsThatJumpAboutReadNothingAhead) {
+  auto record = std::make_shared<Record>();
+  StreamReadAhead reader(std::make_unique<PatternReader>(8 << 20, record), Threads(), SmallSlabs());
+  // A tree's page faults: 4 KiB here and there, going forward in strides.
+  for (uint64_t at = 4096; at < (8 << 20); at += 256 << 10) {
+    ASSERT_OK_AND_ASSIGN(auto read, reader.Read(at, 4096));
+    EXPECT_EQ(Gather(read), Expected(at, 4096));
+  }
+  EXPECT_EQ(reader.counts().slabs_read, 0u);
+  for (const auto& read : record->Reads()) EXPECT_EQ(read.second, 4096u);
+}
+
+TEST(StreamReadAheadTest, AFailedReadAheadIsReadAgainAndItsErrorIsTheReadersOwn) {
+  auto record = std::make_shared<Record>();
+  record->fail_at = 300 << 10;
+  record->failing = true;
+  StreamReadAhead reader(std::make_unique<PatternReader>(1 << 20, record), Threads(), SmallSlabs());
+  uint64_t at = 0;
+  Status failed;
+  for (; at < (1 << 20); at += 32 << 10) {
+    auto read = reader.Read(at, 32 << 10);
+    if (!read.ok()) {
+      failed = read.status();
+      break;
+    }
+    EXPECT_EQ(Gather(*read), Expected(at, 32 << 10));
+  }
+  EXPECT_CODE(failed, StatusCode::kCorruption);
+  EXPECT_EQ(at, 288u << 10);  // the read that covers the damaged byte
+  // Mended (a gc moved the chunk, say): the same read now succeeds, not
+  // answered by the failed read-ahead.
+  record->failing = false;
+  ASSERT_OK_AND_ASSIGN(auto again, reader.Read(at, 32 << 10));
+  EXPECT_EQ(Gather(again), Expected(at, 32 << 10));
+}
+
+TEST(StreamReadAheadTest, ClosingWaitsForReadAheadsAndLeavesTheInnerReaderUnused) {
+  auto record = std::make_shared<Record>();
+  record->delay_ms = 20;
+  {
+    StreamReadAhead reader(std::make_unique<PatternReader>(8 << 20, record), Threads(),
+                           SmallSlabs());
+    ASSERT_OK(reader.Read(0, 4096).status());
+    ASSERT_OK(reader.Read(4096, 4096).status());  // a stream: 4 slabs asked for
+    EXPECT_EQ(reader.counts().slabs_read, 4u);
+  }
+  EXPECT_TRUE(record->destroyed);
+  // Queued read-aheads run after the close and must not touch the reader.
+  std::this_thread::sleep_for(std::chrono::milliseconds(150));
+  EXPECT_FALSE(record->used_after_destroyed);
+}
+
+}  // namespace
+}  // namespace gpuckpt
