@@ -5,12 +5,14 @@
 
 #include <algorithm>
 #include <deque>
+#include <limits>
 #include <map>
 #include <optional>
 #include <thread>
 #include <utility>
 
 #include "core/base/log.h"
+#include "core/base/mono_clock.h"
 #include "core/base/mutex.h"
 
 namespace gpuckpt {
@@ -114,6 +116,8 @@ struct StreamReadAhead::State {
   bool streaming GUARDED_BY(mu) = false;
   uint64_t stream_end GUARDED_BY(mu) = 0;  // where the stream's last read ended
   uint64_t last_end GUARDED_BY(mu) = 0;    // where the last read ended
+  // When a read last jumped (MonotonicNowNs); none yet: long ago.
+  int64_t last_jump_ns GUARDED_BY(mu) = std::numeric_limits<int64_t>::min() / 2;
   Counts counts GUARDED_BY(mu);
 
   std::shared_ptr<Slab> SlabAt(uint64_t index) EXCLUDES(mu) {
@@ -128,13 +132,17 @@ struct StreamReadAhead::State {
     MutexLock lock(&mu);
     const bool continues =
         streaming && offset >= stream_end && offset - stream_end <= options.max_gap;
-    const bool starts = !continues && offset == last_end && offset > 0;
+    const bool follows = offset == last_end;  // on from the read before
+    const bool starts = !continues && follows && offset > 0;
     last_end = end;
+    const int64_t now = MonotonicNowNs();
+    if (!continues && !follows) last_jump_ns = now;
     if (!continues && !starts) return;
     streaming = true;
     stream_end = end;
     const uint64_t slab = options.slab_bytes;
     slabs.erase(slabs.begin(), slabs.lower_bound(offset / slab));
+    if (now - last_jump_ns < options.quiet_after_jump_ns) return;
     const uint64_t file_end = inner->entry().size;
     for (uint64_t index = end / slab;
          index < end / slab + options.slabs_ahead && index * slab < file_end; ++index) {

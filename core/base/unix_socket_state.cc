@@ -84,9 +84,12 @@ Result<bool> UnixSocketListens(const std::string& path) {
       return StatusFromErrno(errno, "reading the listening Unix sockets");
     }
     if (n == 0) return found;
-    int left = static_cast<int>(n);
-    for (auto* msg = reinterpret_cast<const nlmsghdr*>(buf); NLMSG_OK(msg, left);
-         msg = NLMSG_NEXT(msg, left)) {
+    // NLMSG_OK() and NLMSG_NEXT(), without their mix of signed and
+    // unsigned lengths.
+    const size_t got = static_cast<size_t>(n);
+    for (size_t at = 0; at + sizeof(nlmsghdr) <= got;) {
+      const auto* msg = reinterpret_cast<const nlmsghdr*>(buf + at);
+      if (msg->nlmsg_len < sizeof(nlmsghdr) || msg->nlmsg_len > got - at) break;
       if (msg->nlmsg_type == NLMSG_DONE) return found;
       if (msg->nlmsg_type == NLMSG_ERROR) {
         const auto* error = static_cast<const nlmsgerr*>(NLMSG_DATA(msg));
@@ -96,6 +99,7 @@ Result<bool> UnixSocketListens(const std::string& path) {
         return StatusFromErrno(-error->error, "reading the listening Unix sockets");
       }
       if (msg->nlmsg_type == SOCK_DIAG_BY_FAMILY && IsBoundTo(msg, file)) found = true;
+      at += NLMSG_ALIGN(msg->nlmsg_len);
     }
   }
 }

@@ -76,6 +76,7 @@ StreamReadAhead::Options SmallSlabs() {
   options.slab_bytes = 64 << 10;
   options.slabs_ahead = 4;
   options.max_gap = 16 << 10;
+  options.quiet_after_jump_ns = 0;
   return options;
 }
 
@@ -136,6 +137,23 @@ TEST(StreamReadAheadTest, ReadsThatJumpAboutReadNothingAhead) {
   }
   EXPECT_EQ(reader.counts().slabs_read, 0u);
   for (const auto& read : record->Reads()) EXPECT_EQ(read.second, 4096u);
+}
+
+TEST(StreamReadAheadTest, WhileReadsJumpAboutTheStreamReadsNothingAhead) {
+  auto record = std::make_shared<Record>();
+  StreamReadAhead::Options options = SmallSlabs();
+  options.quiet_after_jump_ns = 3600'000'000'000;  // never, after a jump
+  StreamReadAhead reader(std::make_unique<PatternReader>(8 << 20, record), Threads(), options);
+  ASSERT_OK(reader.Read(0, 16 << 10).status());
+  ASSERT_OK(reader.Read(16 << 10, 16 << 10).status());  // a stream, nothing jumped yet
+  EXPECT_EQ(reader.counts().slabs_read, 4u);
+  ASSERT_OK(reader.Read(6 << 20, 4096).status());  // a fault elsewhere
+  // The stream goes on past its slabs, and asks for no more.
+  for (uint64_t at = 32 << 10; at < (1 << 20); at += 16 << 10) {
+    ASSERT_OK_AND_ASSIGN(auto read, reader.Read(at, 16 << 10));
+    EXPECT_EQ(Gather(read), Expected(at, 16 << 10));
+  }
+  EXPECT_EQ(reader.counts().slabs_read, 4u);
 }
 
 TEST(StreamReadAheadTest, AFailedReadAheadIsReadAgainAndItsErrorIsTheReadersOwn) {
