@@ -47,8 +47,9 @@ class ReadAheadThreads {
   void Post(std::function<void()> job);
 
   // The process's threads: a quarter of the CPUs it may run on, at most 4;
-  // null on fewer than 4 CPUs, where reading ahead would only take CPU
-  // from the restored tree and the server (measured on 2 cores).
+  // null on fewer than 4 CPUs, where the restored tree, its server and
+  // the daemon already share every core (on 2 cores reading ahead changed
+  // nothing beyond the spread between runs).
   static ReadAheadThreads* ForThisMachine();
 
  private:

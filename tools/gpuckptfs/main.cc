@@ -261,8 +261,8 @@ void DeclareDaemonOptions(CLI::App& app, Settings* settings) {
                "once, and its memory follows from the store");
   app.add_option("--lazy-read-ahead-threads", settings->mount.lazy_read_ahead_threads,
                  "Threads that read ahead of a lazy restore's server (default: a quarter of the "
-                 "CPUs, at most 4, and none below 4 CPUs, where they would take CPU from the "
-                 "restored tree; 0: none)")
+                 "CPUs, at most 4, and none below 4 CPUs, where the restored tree and its "
+                 "server already take every core; 0: none)")
       ->check(CLI::Range(0, 64));
   app.add_flag("--keep-logs", engine_options.keep_logs,
                "Keep every operation's work dir (CRIU's log and files) in the work dir, the "
