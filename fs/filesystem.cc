@@ -93,7 +93,7 @@ class Filesystem {
  public:
   // `read_ahead`: where a lazy restore's server is read ahead for (null:
   // it is not); borrowed, outlives the filesystem.
-  Filesystem(Store* store, Engine* engine, ReadAheadThreads* read_ahead)
+  Filesystem(Store* store, Engine* engine, JobThreads* read_ahead)
       : store_(store),
         engine_(engine),
         read_ahead_(read_ahead),
@@ -220,7 +220,7 @@ class Filesystem {
   bool LazyServerBypassesPageCache(int pid) const {
     return engine_ != nullptr && engine_->LazyServerBypassesPageCache(pid);
   }
-  ReadAheadThreads* read_ahead() const { return read_ahead_; }
+  JobThreads* read_ahead() const { return read_ahead_; }
 
   Result<std::unique_ptr<FileHandle>> DoOpen(fuse_ino_t ino, int flags, const Caller& caller)
       EXCLUDES(mu_) {
@@ -392,7 +392,7 @@ class Filesystem {
 
   Store* store_;
   Engine* engine_;
-  ReadAheadThreads* const read_ahead_;
+  JobThreads* const read_ahead_;
   StoreView view_;
   InodeTable inodes_;
   // Never held across a call into view_ (the store) or libfuse.
@@ -504,7 +504,7 @@ void OpOpen(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
       fi->direct_io = 1;
       // Nor does the kernel read ahead for it then: the daemon does, where
       // it has cores to spare.
-      if (ReadAheadThreads* threads = fs->read_ahead())
+      if (JobThreads* threads = fs->read_ahead())
         (*h)->reader = std::make_unique<StreamReadAhead>(std::move((*h)->reader), threads);
     } else if ((*h)->reader) {
       fi->keep_cache = 1;  // contents never change once published
@@ -794,12 +794,12 @@ Status RunSessionLoop(fuse_session* se) {
 Status ServeFilesystem(Store* store, Engine* engine, const MountOptions& options,
                        const std::function<void()>& on_mounted) {
   // Threads of their own, where asked for: made once and never stopped,
-  // as ForThisMachine()'s (a queued read-ahead holds what it reads).
-  ReadAheadThreads* read_ahead = nullptr;
+  // as LazyReadAheadThreadsForThisMachine()'s (a queued read-ahead holds what it reads).
+  JobThreads* read_ahead = nullptr;
   if (options.lazy_read_ahead_threads < 0) {
-    read_ahead = ReadAheadThreads::ForThisMachine();
+    read_ahead = LazyReadAheadThreadsForThisMachine();
   } else if (options.lazy_read_ahead_threads > 0) {
-    read_ahead = new ReadAheadThreads(static_cast<size_t>(options.lazy_read_ahead_threads));
+    read_ahead = new JobThreads(static_cast<size_t>(options.lazy_read_ahead_threads));
   }
   Filesystem fs(store, engine, read_ahead);
   static const fuse_lowlevel_ops ops = MakeOps();

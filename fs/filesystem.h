@@ -35,7 +35,7 @@ struct MountOptions {
   std::string source = "gpuckptfs";
   // Threads that read ahead of a lazy restore's server, which reads its
   // images past the kernel's read-ahead (fs/stream_read_ahead.h): -1 as
-  // the machine allows (ReadAheadThreads::ForThisMachine()), 0 none.
+  // the machine allows (LazyReadAheadThreadsForThisMachine()), 0 none.
   int lazy_read_ahead_threads = -1;
 };
 

@@ -4,11 +4,9 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
-#include <deque>
 #include <limits>
 #include <map>
 #include <optional>
-#include <thread>
 #include <utility>
 
 #include "core/base/log.h"
@@ -17,43 +15,13 @@
 
 namespace gpuckpt {
 
-struct ReadAheadThreads::Queue {
-  Mutex mu;
-  CondVar cv;
-  std::deque<std::function<void()>> jobs GUARDED_BY(mu);
-
-  void Run() EXCLUDES(mu) {
-    for (;;) {
-      std::function<void()> job;
-      {
-        MutexLock lock(&mu);
-        while (jobs.empty()) cv.Wait(mu);
-        job = std::move(jobs.front());
-        jobs.pop_front();
-      }
-      job();
-    }
-  }
-};
-
-ReadAheadThreads::ReadAheadThreads(size_t count) : queue_(std::make_shared<Queue>()) {
-  for (size_t i = 0; i < std::max<size_t>(count, 1); ++i)
-    std::thread([queue = queue_] { queue->Run(); }).detach();
-}
-
-void ReadAheadThreads::Post(std::function<void()> job) {
-  MutexLock lock(&queue_->mu);
-  queue_->jobs.push_back(std::move(job));
-  queue_->cv.NotifyOne();
-}
-
-ReadAheadThreads* ReadAheadThreads::ForThisMachine() {
-  static ReadAheadThreads* const threads = []() -> ReadAheadThreads* {
+JobThreads* LazyReadAheadThreadsForThisMachine() {
+  static JobThreads* const threads = []() -> JobThreads* {
     cpu_set_t cpus;
     CPU_ZERO(&cpus);
     const int count = sched_getaffinity(0, sizeof(cpus), &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
     if (count < 4) return nullptr;
-    return new ReadAheadThreads(std::min(count / 4, 4));
+    return new JobThreads(static_cast<size_t>(std::min(count / 4, 4)));
   }();
   return threads;
 }
@@ -98,14 +66,14 @@ void AppendSlice(const FileReader::ReadPieces& from, uint64_t skip, uint64_t len
 }  // namespace
 
 struct StreamReadAhead::State {
-  State(std::unique_ptr<FileReader> inner, ReadAheadThreads* threads, Options options)
+  State(std::unique_ptr<FileReader> inner, JobThreads* threads, Options options)
       : inner(std::move(inner)), threads(threads), options(options) {}
 
   // Thread-safe itself. A read-ahead uses it only while `running` counts
   // it; the destructor resets it once none runs, so that nothing of the
   // store it borrows is touched after the file's release.
   std::unique_ptr<FileReader> inner;
-  ReadAheadThreads* const threads;
+  JobThreads* const threads;
   const Options options;
 
   Mutex mu;
@@ -126,10 +94,13 @@ struct StreamReadAhead::State {
     return found == slabs.end() ? nullptr : found->second;
   }
 
-  // Notes a read of [offset, end); when it goes on from the one before (or
-  // from the stream), drops the slabs behind it and reads ahead of it.
-  void Note(const std::shared_ptr<State>& self, uint64_t offset, uint64_t end) EXCLUDES(mu) {
+  // Notes a read of [offset, end), `slices` of it from slabs; when it goes
+  // on from the one before (or from the stream), drops the slabs behind it
+  // and reads ahead of it.
+  void Note(const std::shared_ptr<State>& self, uint64_t offset, uint64_t end, size_t slices)
+      EXCLUDES(mu) {
     MutexLock lock(&mu);
+    counts.reads_from_slabs += slices;
     const bool continues =
         streaming && offset >= stream_end && offset - stream_end <= options.max_gap;
     const bool follows = offset == last_end;  // on from the read before
@@ -172,7 +143,7 @@ struct StreamReadAhead::State {
   }
 };
 
-StreamReadAhead::StreamReadAhead(std::unique_ptr<FileReader> inner, ReadAheadThreads* threads,
+StreamReadAhead::StreamReadAhead(std::unique_ptr<FileReader> inner, JobThreads* threads,
                                  Options options)
     : state_(std::make_shared<State>(std::move(inner), threads, options)) {}
 
@@ -243,11 +214,7 @@ Result<FileReader::ReadPieces> StreamReadAhead::Read(uint64_t offset, size_t len
     out.pieces.insert(out.pieces.end(), rest.pieces.begin(), rest.pieces.end());
     for (auto& owner : rest.held) out.held.push_back(std::move(owner));
   }
-  if (slices > 0) {
-    MutexLock lock(&state_->mu);
-    state_->counts.reads_from_slabs += slices;
-  }
-  state_->Note(state_, offset, offset + out.size());
+  state_->Note(state_, offset, offset + out.size(), slices);
   return out;
 }
 

@@ -9,7 +9,7 @@
 // in at the pace of one core. Once the server's reads go forward through
 // the file (each starting at or shortly after the previous one's end), the
 // slabs of the file after the last read are read on the threads of
-// ReadAheadThreads, several at once, and later reads take their bytes from
+// JobThreads, several at once, and later reads take their bytes from
 // there. Reads that jump about (the page faults of the restored tree, in
 // between) are served as before and start no read-ahead; while they come,
 // no slab is asked for at all (Options::quiet_after_jump_ns), so that a
@@ -27,35 +27,19 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <functional>
 #include <memory>
 
+#include "core/base/job_threads.h"
 #include "gpuckpt/file_reader.h"
 
 namespace gpuckpt {
 
-// The threads that every StreamReadAhead of the process reads ahead on.
-// Thread-safe; made once, never destroyed (jobs hold what they use).
-class ReadAheadThreads {
- public:
-  // `count` threads (at least 1), started now and never stopped.
-  explicit ReadAheadThreads(size_t count);
-  ReadAheadThreads(const ReadAheadThreads&) = delete;
-  ReadAheadThreads& operator=(const ReadAheadThreads&) = delete;
-
-  // Runs `job` on one of the threads, in the order posted.
-  void Post(std::function<void()> job);
-
-  // The process's threads: a quarter of the CPUs it may run on, at most 4;
-  // null on fewer than 4 CPUs, where the restored tree, its server and
-  // the daemon already share every core (on 2 cores reading ahead changed
-  // nothing beyond the spread between runs).
-  static ReadAheadThreads* ForThisMachine();
-
- private:
-  struct Queue;
-  std::shared_ptr<Queue> queue_;
-};
+// The threads every StreamReadAhead of the process reads ahead on, by
+// default: a quarter of the CPUs it may run on, at most 4; null on fewer
+// than 4 CPUs, where the restored tree, its server and the daemon already
+// share every core (on 2 cores reading ahead changed nothing beyond the
+// spread between runs). Made once, never destroyed.
+JobThreads* LazyReadAheadThreadsForThisMachine();
 
 class StreamReadAhead final : public FileReader {
  public:
@@ -69,9 +53,9 @@ class StreamReadAhead final : public FileReader {
     int64_t quiet_after_jump_ns = 20'000'000;
   };
   // Reads through `inner`, ahead on `threads` (borrowed: it must outlive
-  // this reader, as ForThisMachine()'s does).
-  StreamReadAhead(std::unique_ptr<FileReader> inner, ReadAheadThreads* threads, Options options);
-  StreamReadAhead(std::unique_ptr<FileReader> inner, ReadAheadThreads* threads)
+  // this reader and every job it posts, as a JobThreads made once does).
+  StreamReadAhead(std::unique_ptr<FileReader> inner, JobThreads* threads, Options options);
+  StreamReadAhead(std::unique_ptr<FileReader> inner, JobThreads* threads)
       : StreamReadAhead(std::move(inner), threads, Options()) {}
   ~StreamReadAhead() override;
 

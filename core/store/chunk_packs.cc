@@ -10,10 +10,9 @@
 #include <cinttypes>
 #include <cstdio>
 #include <cstring>
-#include <deque>
 #include <memory>
-#include <thread>
 
+#include "core/base/job_threads.h"
 #include "core/base/mutex.h"
 #include "core/store/chunk_codec.h"
 #include "core/store/format.h"
@@ -236,63 +235,25 @@ namespace {
 // ReadAheadLater()'s requests, made on a thread of their own: asking the
 // kernel for 16 MiB allocates and queues thousands of pages (15% of the
 // daemon's CPU in a lazy restore), which a reader waiting for its own bytes
-// (a page fault of a lazily restored tree) should not wait for. A request
-// holds its pack's file open, not the store, which may close meanwhile.
-// Hints: when kMaxPending wait, a new one is dropped. Made on first use and
-// never destroyed (its thread may still be asking while the process exits).
-class ReadAheadThread {
- public:
-  static ReadAheadThread& Get() {
-    static ReadAheadThread* const thread = new ReadAheadThread();
-    return *thread;
-  }
-
-  void Post(std::shared_ptr<const void> file, int fd, uint64_t offset, uint64_t len) EXCLUDES(mu_) {
-    MutexLock lock(&mu_);
-    if (pending_.size() >= kMaxPending) return;
-    pending_.push_back(Request{std::move(file), fd, offset, len});
-    cv_.NotifyOne();
-  }
-
- private:
-  static constexpr size_t kMaxPending = 64;
-  struct Request {
-    std::shared_ptr<const void> file;  // keeps `fd` open
-    int fd = -1;
-    uint64_t offset = 0;
-    uint64_t len = 0;
-  };
-
-  ReadAheadThread() {
-    std::thread([this] { Run(); }).detach();
-  }
-
-  void Run() EXCLUDES(mu_) {
-    for (;;) {
-      Request request;
-      {
-        MutexLock lock(&mu_);
-        while (pending_.empty()) cv_.Wait(mu_);
-        request = std::move(pending_.front());
-        pending_.pop_front();
-      }
-      posix_fadvise(request.fd, static_cast<off_t>(request.offset), static_cast<off_t>(request.len),
-                    POSIX_FADV_WILLNEED);
-    }
-  }
-
-  Mutex mu_;
-  CondVar cv_;
-  std::deque<Request> pending_ GUARDED_BY(mu_);
-};
+// (a page fault of a lazily restored tree) should not wait for. Hints:
+// when 64 wait, a new one is dropped. Made on first use and never
+// destroyed (its thread may still be asking while the process exits).
+JobThreads& PackReadAheadThread() {
+  static JobThreads* const thread = new JobThreads(1, /*max_pending=*/64);
+  return *thread;
+}
 
 }  // namespace
 
 void ChunkPacks::ReadAheadLater(uint64_t pack, uint64_t offset, uint64_t len) const {
   auto file = FileFor(pack);
   if (!file.ok()) return;
-  const int fd = (*file)->fd.get();
-  ReadAheadThread::Get().Post(std::move(*file), fd, offset, len);
+  // The request holds its pack's file open, not the store, which may close
+  // meanwhile.
+  PackReadAheadThread().Post([file = std::move(*file), offset, len] {
+    posix_fadvise(file->fd.get(), static_cast<off_t>(offset), static_cast<off_t>(len),
+                  POSIX_FADV_WILLNEED);
+  });
 }
 
 Status ChunkPacks::Sync() {

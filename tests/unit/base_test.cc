@@ -1,5 +1,6 @@
 // core/base: the work queue's background priority and shared byte budget,
-// the block pool behind a writer's staging memory, and reading small files
+// threads for jobs nobody waits for, the block pool behind a writer's
+// staging memory, and reading small files
 // that someone else may have planted, bytes shown as text, and whether the
 // socket bound to a file listens.
 #include <fcntl.h>
@@ -20,6 +21,7 @@
 #include "core/base/block_pool.h"
 #include "core/base/display_text.h"
 #include "core/base/hex.h"
+#include "core/base/job_threads.h"
 #include "core/base/log.h"
 #include "core/base/scope_exit.h"
 #include "core/base/small_file.h"
@@ -115,6 +117,30 @@ TEST(WorkQueueTest, QueuesSharingABudgetStayWithinIt) {
   ASSERT_OK(b.Finish());
   EXPECT_LE(peak.load(), 10);
   EXPECT_EQ(budget->used(), 0u);
+}
+
+TEST(JobThreadsTest, RunsJobsInOrderAndDropsThoseBeyondItsBound) {
+  static JobThreads threads(1, /*max_pending=*/2);  // lives on, as a JobThreads should
+  auto started = std::make_shared<std::atomic<bool>>(false);
+  auto release = std::make_shared<std::atomic<bool>>(false);
+  auto ran = std::make_shared<std::vector<int>>();
+  auto done = std::make_shared<std::atomic<int>>(0);
+  ASSERT_TRUE(threads.Post([started, release] {
+    started->store(true);
+    while (!release->load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }));
+  while (!started->load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  // The one thread is busy: two jobs may wait, a third is dropped.
+  for (int i = 0; i < 3; ++i) {
+    const bool queued = threads.Post([ran, done, i] {
+      ran->push_back(i);  // one thread: no other job touches it meanwhile
+      done->fetch_add(1);
+    });
+    EXPECT_EQ(queued, i < 2) << i;
+  }
+  release->store(true);
+  while (done->load() < 2) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  EXPECT_EQ(*ran, (std::vector<int>{0, 1}));
 }
 
 TEST(ByteBudgetTest, GrantsAnOversizedRequestOnlyWhenNothingIsTaken) {

@@ -66,8 +66,8 @@ class PatternReader final : public FileReader {
   FileEntry entry_;
 };
 
-ReadAheadThreads* Threads() {
-  static ReadAheadThreads threads(2);
+JobThreads* Threads() {
+  static JobThreads threads(2);
   return &threads;
 }
 
