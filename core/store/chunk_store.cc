@@ -49,6 +49,13 @@ constexpr uint64_t kMaxRun = 8u << 20;
 // kReadAhead bytes after the next step boundary.
 constexpr uint64_t kReadAheadStep = 4u << 20;
 constexpr uint64_t kReadAhead = 16u << 20;
+// Only for a read of at least this many bytes: a reader going through a
+// file asks for large reads (the kernel's read-ahead of the mount, CRIU's
+// eager restore, a lazy server's background pass), a process's page faults
+// (a lazy restore's) for small ones here and there. Those wait for the
+// disk one after another, and 16 MiB read ahead for each put every one of
+// them behind far more than it needs.
+constexpr uint64_t kReadAheadMinRead = 256u << 10;
 
 // ReadRun(): the chunks of a run of at least this many bytes are decoded
 // on several cores at once. A reader that asks for one large read and waits
@@ -485,10 +492,13 @@ Status ChunkStore::ReadMany(const std::vector<ChunkRef>& refs, const ChunkDomain
     const PackLocation& last = packed[runs[r].second - 1].location;
     db_->packs().ReadAhead(first.pack, first.offset, last.offset + last.length - first.offset);
   }
+  uint64_t read_bytes = 0;
+  for (const ChunkRef& ref : refs) read_bytes += ref.expected_len;
+  const bool read_ahead = read_bytes >= kReadAheadMinRead;
   RunBuffers buffers;
   for (const auto& [begin, end] : runs) {
-    GPUCKPT_RETURN_IF_ERROR(
-        ReadRun(refs, std::span(packed).subspan(begin, end - begin), domain, &buffers, out));
+    GPUCKPT_RETURN_IF_ERROR(ReadRun(refs, std::span(packed).subspan(begin, end - begin), domain,
+                                    read_ahead, &buffers, out));
   }
   return Status::Ok();
 }
@@ -564,13 +574,13 @@ size_t ChunkStore::EndOfRun(const std::vector<PackedChunk>& packed, size_t begin
 }
 
 Status ChunkStore::ReadRun(const std::vector<ChunkRef>& refs, std::span<const PackedChunk> run,
-                           const ChunkDomainKey* domain, RunBuffers* buffers,
+                           const ChunkDomainKey* domain, bool read_ahead, RunBuffers* buffers,
                            std::vector<ChunkBytes>* out) const {
   const PackLocation& first = run.front().location;
   const uint64_t run_end = run.back().location.offset + run.back().location.length;
   const size_t run_bytes = static_cast<size_t>(run_end - first.offset);
   GPUCKPT_ASSIGN_OR_RETURN(RunBuffers::Room room, buffers->For(run_bytes));
-  if (first.offset / kReadAheadStep != run_end / kReadAheadStep) {
+  if (read_ahead && first.offset / kReadAheadStep != run_end / kReadAheadStep) {
     // Crossed into the next step: have the disk read the steps after it
     // while we decode this one. Readers go forward through a file, and a
     // file's chunks lie forward in the pack.

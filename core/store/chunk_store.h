@@ -107,7 +107,9 @@ class ChunkStore {
   // read (up to a few MiB), so a file's chunks come off the disk in its
   // order in large reads. `(*out)[i]` is chunk `refs[i]`; all are named in
   // dedup domain `domain` (those of one snapshot are), as for Read(). Fails
-  // on the first chunk that Read() would fail on.
+  // on the first chunk that Read() would fail on. A batch of 256 KiB or
+  // more (a reader going through a file) has the kernel read on ahead in
+  // the packs; a smaller one (a page fault's) reads only what it needs.
   Status ReadMany(const std::vector<ChunkRef>& refs, const ChunkDomainKey* domain,
                   std::vector<ChunkBytes>* out) const;
 
@@ -216,9 +218,11 @@ class ChunkStore {
   // The end of the run of `packed` (sorted by place) that starts at `begin`:
   // records of one pack close enough to be read in one go.
   static size_t EndOfRun(const std::vector<PackedChunk>& packed, size_t begin);
-  // Reads `run` in one read and decodes its chunks into `*out`.
+  // Reads `run` in one read and decodes its chunks into `*out`;
+  // `read_ahead`: the reader goes through the pack (a large read), so the
+  // kernel is asked to read on ahead of it.
   Status ReadRun(const std::vector<ChunkRef>& refs, std::span<const PackedChunk> run,
-                 const ChunkDomainKey* domain, RunBuffers* buffers,
+                 const ChunkDomainKey* domain, bool read_ahead, RunBuffers* buffers,
                  std::vector<ChunkBytes>* out) const;
   // A step of CompactPacks(): copies the live records of packs `rewrite`
   // (RewritePacks()) and counts them in `*report`; when the disk filled

@@ -23,7 +23,7 @@ from gpuckpt_testing.mount import why_not_runnable
 
 SOURCE = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BENCH = os.path.join(SOURCE, "tests", "bench", "lazy_restore_bench")
-MEASURES = ["returned_s", "next_step_s", "resident_s", "slowest_step_after_ms", "busy_share",
+MEASURES = ["returned_s", "cut_step_s", "next_step_s", "resident_s", "slowest_step_after_ms", "busy_share",
             "daemon_cpu_s", "criu_cpu_s", "job_cpu_s"]
 MODES = ["eager", "lazy", "criu-eager", "criu-lazy"]
 
@@ -56,6 +56,8 @@ def test_lazy_restore_bench_runs_end_to_end_with_its_rows():
     for x in results:
         assert 0 < x["returned_s"] < 60 and 0 < x["resident_s"] < 120, x
         assert x["next_step_s"] < 60 and x["steps_after"] > 0, x
+        # The step the checkpoint cut ends no later than the first whole one.
+        assert 0 < x["cut_step_s"] <= x["next_step_s"], x
         assert 0 < x["busy_share"] <= 1, x
         assert x["daemon_cpu_s"] >= 0 and x["criu_cpu_s"] >= 0 and x["job_cpu_s"] >= 0, x
     # A lazy restore returns before its memory is in; an eager one only once it is.

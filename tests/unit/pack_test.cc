@@ -1,19 +1,29 @@
 // Chunk records in pack files: ChunkPacks on its own (appends from many
 // threads, rotation, removal, a new pack after reopening, damaged location
 // records), and through the Store: gc gives pack space back by removing and
-// rewriting packs, packs left without references are removed, and a store
-// written by version 1 (records inside RocksDB) is still read and upgraded.
+// rewriting packs, packs left without references are removed, a store
+// written by version 1 (records inside RocksDB) is still read and upgraded,
+// and only large reads have the kernel read on ahead in the packs.
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
+#include <chrono>
 #include <set>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "core/base/scope_exit.h"
+#include "core/store/chunk_cache.h"
 #include "core/store/chunk_codec.h"
+#include "core/store/chunk_hash.h"
 #include "core/store/chunk_packs.h"
+#include "core/store/chunk_store.h"
 #include "core/store/format.h"
+#include "core/store/store_db.h"
 #include "gpuckpt/store.h"
 #include "tests/unit/test_util.h"
 
@@ -232,6 +242,82 @@ TEST_F(PackStoreTest, AVersion1StoreIsReadAndUpgraded) {
   store.reset();
   ASSERT_OK_AND_ASSIGN(std::string version, testing::StoredVersion(store_dir_));
   EXPECT_EQ(version, std::to_string(format::kStoreVersion));
+}
+
+// The share of the pages of [offset, offset + len) of `fd` in the page
+// cache; -1 where it cannot be told.
+double ResidentShare(int fd, uint64_t offset, uint64_t len) {
+  void* map = mmap(nullptr, len, PROT_READ, MAP_SHARED, fd, static_cast<off_t>(offset));
+  if (map == MAP_FAILED) return -1;
+  const size_t pages = (len + 4095) / 4096;
+  std::vector<unsigned char> in(pages);
+  const int r = mincore(map, len, in.data());
+  munmap(map, len);
+  if (r != 0) return -1;
+  size_t resident = 0;
+  for (unsigned char c : in) resident += c & 1;
+  return static_cast<double>(resident) / static_cast<double>(pages);
+}
+
+TEST(ChunkStoreReadAheadTest, OnlyLargeReadsHaveTheKernelReadAheadInThePacks) {
+  TempDir tmp;
+  ASSERT_OK_AND_ASSIGN(auto db, StoreDb::Open(tmp.Sub("store"), true, 8u << 20));
+  ChunkCache cache(8u << 20);
+  ASSERT_OK_AND_ASSIGN(auto chunks,
+                       ChunkStore::Open(db.get(), &cache, ReadVerification::kChecksum));
+  // 112 chunks of 128 KiB, one after another in one pack (random: raw).
+  constexpr size_t kChunk = 128u << 10, kCount = 112;
+  std::vector<std::string> data;
+  std::vector<ChunkStore::ChunkRef> refs;
+  for (size_t i = 0; i < kCount; ++i) {
+    data.push_back(testing::RandomBytes(kChunk, 700 + i));
+    const auto* bytes = reinterpret_cast<const uint8_t*>(data.back().data());
+    const ChunkHash hash = HashChunk(bytes, kChunk);
+    ASSERT_OK_AND_ASSIGN(ChunkStore::PutResult put, chunks->Put(hash, bytes, kChunk, 0));
+    refs.push_back(ChunkStore::ChunkRef{hash, put.seq, kChunk, /*use_cache=*/false});
+  }
+  ASSERT_OK(db->packs().Sync());
+  const std::vector<std::string> names = testing::ListDir(db->packs().dir());
+  ASSERT_EQ(names.size(), 1u);
+  const std::string pack = db->packs().dir() + "/" + names[0];
+  const std::string bytes = testing::ReadFile(pack);
+  // The chunk whose record crosses 4 MiB of the pack.
+  size_t crossing = kCount;
+  for (size_t i = 0; i + 1 < kCount && crossing == kCount; ++i) {
+    const size_t at = bytes.find(data[i].substr(0, 64));
+    ASSERT_NE(at, std::string::npos) << "chunk " << i << " is stored raw";
+    if (at < (4u << 20) && at + kChunk > (4u << 20)) crossing = i;
+  }
+  ASSERT_LT(crossing, kCount - 1);
+
+  const int fd = open(pack.c_str(), O_RDONLY | O_CLOEXEC);
+  ASSERT_GE(fd, 0);
+  ScopeExit close_fd([&] { close(fd); });
+  ASSERT_EQ(posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED), 0);  // as after a reboot
+  const double dropped = ResidentShare(fd, 0, 12u << 20);
+  if (dropped < 0 || dropped > 0.1)
+    GTEST_SKIP() << "the page cache of " << pack << " cannot be dropped here (tmpfs?)";
+
+  // One chunk (a page fault's read) across 4 MiB: nothing read ahead
+  // after 8 MiB, where a read-ahead would start.
+  std::vector<ChunkStore::ChunkBytes> out;
+  ASSERT_OK(chunks->ReadMany({refs[crossing]}, nullptr, &out));
+  ASSERT_EQ(out[0].bytes, data[crossing]);
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  EXPECT_LT(ResidentShare(fd, 8u << 20, 4u << 20), 0.05)
+      << "a small read had the kernel read ahead in the pack";
+
+  // Three (384 KiB, a reader going through) across the same 4 MiB: the
+  // MiB after 8 MiB comes in.
+  ASSERT_OK(
+      chunks->ReadMany({refs[crossing - 1], refs[crossing], refs[crossing + 1]}, nullptr, &out));
+  ASSERT_EQ(out[2].bytes, data[crossing + 1]);
+  double ahead = 0;
+  for (int i = 0; i < 100 && ahead < 0.9; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    ahead = ResidentShare(fd, 8u << 20, 1u << 20);
+  }
+  EXPECT_GE(ahead, 0.9) << "a large read had nothing read ahead of it";
 }
 
 }  // namespace
