@@ -103,6 +103,10 @@ def test_a_lazy_restore_runs_before_its_memory_is_in_and_every_page_checks_out(h
     made = m.checkpoint(wl.pid, "--kill")
     wait_for(wl.gone, 30, "the killed workload to go")
     server = restore_held(m, made, options="")
+    # A CPU tree's server waits for the tree's next fault before it goes on
+    # with its background pass (tools/criu-patches/0006).
+    with open(f"/proc/{server}/environ", "rb") as f:
+        assert b"GPUCKPT_LAZY_FAULT_HOLD_MS=1" in f.read().split(b"\0")
     text = restore_text(m)
     assert re.match(rf"pid {wl.pid}\nlazy: yes\nresident: [\d.]+ of about [\d.]+ MB "
                     r"\(\d+%\), [\d.]+ s, [\d.]+ MB/s\n$", text), text
