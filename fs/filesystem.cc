@@ -92,11 +92,14 @@ struct OpenCheckpoint {
 class Filesystem {
  public:
   // `read_ahead`: where a lazy restore's server is read ahead for (null:
-  // it is not); borrowed, outlives the filesystem.
-  Filesystem(Store* store, Engine* engine, JobThreads* read_ahead)
+  // it is not), as `read_ahead_options` say; borrowed, outlives the
+  // filesystem.
+  Filesystem(Store* store, Engine* engine, JobThreads* read_ahead,
+             StreamReadAhead::Options read_ahead_options)
       : store_(store),
         engine_(engine),
         read_ahead_(read_ahead),
+        read_ahead_options_(read_ahead_options),
         view_(store, engine),
         commands_(kMaxCommandsPerUid) {}
   // Handles the kernel never released (the session ended while files were
@@ -221,6 +224,7 @@ class Filesystem {
     return engine_ != nullptr && engine_->LazyServerBypassesPageCache(pid);
   }
   JobThreads* read_ahead() const { return read_ahead_; }
+  const StreamReadAhead::Options& read_ahead_options() const { return read_ahead_options_; }
 
   Result<std::unique_ptr<FileHandle>> DoOpen(fuse_ino_t ino, int flags, const Caller& caller)
       EXCLUDES(mu_) {
@@ -393,6 +397,7 @@ class Filesystem {
   Store* store_;
   Engine* engine_;
   JobThreads* const read_ahead_;
+  const StreamReadAhead::Options read_ahead_options_;
   StoreView view_;
   InodeTable inodes_;
   // Never held across a call into view_ (the store) or libfuse.
@@ -505,7 +510,8 @@ void OpOpen(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
       // Nor does the kernel read ahead for it then: the daemon does, where
       // it has cores to spare.
       if (JobThreads* threads = fs->read_ahead())
-        (*h)->reader = std::make_unique<StreamReadAhead>(std::move((*h)->reader), threads);
+        (*h)->reader = std::make_unique<StreamReadAhead>(std::move((*h)->reader), threads,
+                                                         fs->read_ahead_options());
     } else if ((*h)->reader) {
       fi->keep_cache = 1;  // contents never change once published
     } else {
@@ -795,13 +801,16 @@ Status ServeFilesystem(Store* store, Engine* engine, const MountOptions& options
                        const std::function<void()>& on_mounted) {
   // Threads of their own, where asked for: made once and never stopped,
   // as LazyReadAheadThreadsForThisMachine()'s (a queued read-ahead holds what it reads).
+  // Threads asked for by count read ahead of the stream too, on any machine.
   JobThreads* read_ahead = nullptr;
+  StreamReadAhead::Options read_ahead_options;
   if (options.lazy_read_ahead_threads < 0) {
     read_ahead = LazyReadAheadThreadsForThisMachine();
+    read_ahead_options = LazyReadAheadOptionsForThisMachine();
   } else if (options.lazy_read_ahead_threads > 0) {
     read_ahead = new JobThreads(static_cast<size_t>(options.lazy_read_ahead_threads));
   }
-  Filesystem fs(store, engine, read_ahead);
+  Filesystem fs(store, engine, read_ahead, read_ahead_options);
   static const fuse_lowlevel_ops ops = MakeOps();
 
   std::vector<std::string> arg_strings = FuseArguments(options);

@@ -820,10 +820,15 @@ Result<CriuProcess> EngineImpl::StartLazyServer(const CriuCommand& restore, cons
               "-v2",        "--libdir", PluginDirFor(gpu)};
   // A CPU tree at work faults again microseconds after each fault is
   // served: the server waits 1 ms for that before a background transfer
-  // (tools/criu-patches/0006). Not a GPU tree's: its driver faults without
-  // pause while it restores device memory, and the background transfers
-  // are what bring its pages in ahead of it.
-  if (gpu.stacks == GpuStacks::kNone) cmd.environment.push_back("GPUCKPT_LAZY_FAULT_HOLD_MS=1");
+  // (tools/criu-patches/0006), and where the faults come at a fixed stride
+  // it transfers along that stride ahead of them (0007). Not a GPU tree's:
+  // its driver faults without pause while it restores device memory, and
+  // the background transfers going on from its last fault are what bring
+  // its pages in ahead of it.
+  if (gpu.stacks == GpuStacks::kNone) {
+    cmd.environment.push_back("GPUCKPT_LAZY_FAULT_HOLD_MS=1");
+    cmd.environment.push_back("GPUCKPT_LAZY_FOLLOW_STRIDES=1");
+  }
   cmd.stderr_fd = logs.stderr_fd();
   GPUCKPT_ASSIGN_OR_RETURN(CriuProcess server, criu_.Start(cmd));
   lazy_servers_.NoteStarting(server.pid(), /*through_page_cache=*/gpu.stacks != GpuStacks::kNone);

@@ -104,9 +104,12 @@ def test_a_lazy_restore_runs_before_its_memory_is_in_and_every_page_checks_out(h
     wait_for(wl.gone, 30, "the killed workload to go")
     server = restore_held(m, made, options="")
     # A CPU tree's server waits for the tree's next fault before it goes on
-    # with its background pass (tools/criu-patches/0006).
+    # with its background pass (tools/criu-patches/0006), and follows the
+    # stride its faults come at (0007).
     with open(f"/proc/{server}/environ", "rb") as f:
-        assert b"GPUCKPT_LAZY_FAULT_HOLD_MS=1" in f.read().split(b"\0")
+        environment = f.read().split(b"\0")
+    assert b"GPUCKPT_LAZY_FAULT_HOLD_MS=1" in environment
+    assert b"GPUCKPT_LAZY_FOLLOW_STRIDES=1" in environment
     text = restore_text(m)
     assert re.match(rf"pid {wl.pid}\nlazy: yes\nresident: [\d.]+ of about [\d.]+ MB "
                     r"\(\d+%\), [\d.]+ s, [\d.]+ MB/s\n$", text), text
@@ -152,6 +155,41 @@ def test_a_lazy_restore_runs_before_its_memory_is_in_and_every_page_checks_out(h
     assert ok, err
     assert restore_text(m) == f"pid {wl.pid}\n"
     assert wl.verdict() == "PASS"
+
+
+def test_a_tree_that_faults_at_a_stride_is_read_ahead_along_it_and_every_page_checks_out():
+    """A job whose steps read 64 KiB of every MiB (wl_steps), restored
+    lazily with the daemon's defaults: its faults come at a fixed stride,
+    so the daemon reads the server's image ahead along it
+    (fs/stream_read_ahead.h) and the server transfers along it ahead of the
+    faults (tools/criu-patches/0007). The job's steps check every page they
+    read as they go, and every page once resident, and the daemon's log
+    says that reads were served from the strided read-ahead."""
+    m = Mount("gpuckpt-lazy-stride.", "--lazy-restore", "--log-level", "debug")
+    try:
+        wl = m.start("wl_steps", "--mib", "256", "--hot-mib", "16")
+        steps = wl.result + ".steps"
+        wait_for(lambda: os.path.exists(steps) and len(read(steps).splitlines()) >= 3, 30,
+                 "the job to make steps")
+        made = m.checkpoint(wl.pid, "--kill")
+        wait_for(wl.gone, 30, "the killed workload to go")
+        before = len(read(steps).splitlines())
+        ok, err = Root().write(m.path("restore"), m.path("checkpoints", made))
+        assert ok, f"lazy restore of {made}: {err}; {restore_text(m)}"
+        assert restore_text(m).startswith(f"pid {wl.pid}\nlazy: yes\n"), restore_text(m)
+        wait_resident(m)
+        wait_for(lambda: len(read(steps).splitlines()) >= before + 3, 30,
+                 "the restored job to make steps")
+        assert wl.verdict() == "PASS"
+        log = os.path.join(m.state_dir, "gpuckptfs.log")
+        pattern = (r"lazy_read_ahead file=\S*pages-\d+\.img slabs=\d+ slab_bytes=\d+ "
+                   r"strided_reads=(\d+) reads_from_read_ahead=(\d+)")
+        wait_for(lambda: re.search(pattern, read(log)), 30, "the read-ahead's log line")
+        strided, served = map(int, re.search(pattern, read(log)).groups())
+        # A step faults 256 times, 1 MiB apart.
+        assert strided >= 100 and served >= 100, read(log)
+    finally:
+        m.close()
 
 
 def test_a_daemon_that_dies_before_the_tree_is_resident_takes_the_tree_down(holding_mount):

@@ -1,7 +1,9 @@
 // StreamReadAhead on a reader of known bytes that records what it is asked
 // for: a stream's bytes come back unchanged from the slabs it read ahead,
-// reads that jump about read nothing ahead, a failed read-ahead does not
-// stand in for the read, and closing leaves the inner reader unused.
+// reads at a fixed stride (forward or back) from the reads ahead along it,
+// also past a stray read; reads that jump about irregularly read nothing
+// ahead, a failed read-ahead does not stand in for the read, and closing
+// leaves the inner reader unused.
 #include "fs/stream_read_ahead.h"
 
 #include <gtest/gtest.h>
@@ -119,7 +121,7 @@ TEST(StreamReadAheadTest, AStreamReadsAheadAndGetsItsBytesUnchangedToTheEnd) {
   // Every slab after the first two reads was read ahead, and most reads
   // were served from them.
   EXPECT_GE(counts.slabs_read, size / (64 << 10) - 1);
-  EXPECT_GE(counts.reads_from_slabs, 20u);
+  EXPECT_GE(counts.reads_from_read_ahead, 20u);
   for (const auto& [offset, len] : record->Reads()) {
     if (len == 64 << 10) {
       EXPECT_EQ(offset % (64 << 10), 0u) << "a read-ahead off a slab";
@@ -127,16 +129,98 @@ TEST(StreamReadAheadTest, AStreamReadsAheadAndGetsItsBytesUnchangedToTheEnd) {
   }
 }
 
-TEST(StreamReadAheadTest, ReadsThatJumpAboutReadNothingAhead) {
+TEST(StreamReadAheadTest, ReadsThatJumpAboutIrregularlyReadNothingAhead) {
   auto record = std::make_shared<Record>();
   StreamReadAhead reader(std::make_unique<PatternReader>(8 << 20, record), Threads(), SmallSlabs());
-  // A tree's page faults: 4 KiB here and there, going forward in strides.
-  for (uint64_t at = 4096; at < (8 << 20); at += 256 << 10) {
+  // A tree's page faults: 4 KiB here and there, never twice the same
+  // distance apart in a row.
+  uint64_t at = 4096;
+  for (uint64_t step = 1; at + (step << 12) < (8 << 20); ++step) {
+    at += (step % 2 == 0 ? 64 : 96) << 10;
     ASSERT_OK_AND_ASSIGN(auto read, reader.Read(at, 4096));
     EXPECT_EQ(Gather(read), Expected(at, 4096));
   }
   EXPECT_EQ(reader.counts().slabs_read, 0u);
+  EXPECT_EQ(reader.counts().strided_reads, 0u);
   for (const auto& read : record->Reads()) EXPECT_EQ(read.second, 4096u);
+}
+
+// Reads `count` reads of `len` bytes `stride` apart from `first` (a
+// negative stride goes back), each checked; every `stray_every`th (0:
+// none) is followed by a read elsewhere.
+void ReadAlongStride(StreamReadAhead* reader, uint64_t first, int64_t stride, int count, size_t len,
+                     int stray_every) {
+  uint64_t at = first;
+  for (int i = 0; i < count; ++i, at += stride) {
+    ASSERT_OK_AND_ASSIGN(auto read, reader->Read(at, len));
+    ASSERT_EQ(Gather(read), Expected(at, len)) << "at " << at;
+    if (stray_every != 0 && i % stray_every == stray_every - 1) {
+      const uint64_t stray = 4096 * (1000 + 37 * i);
+      ASSERT_OK_AND_ASSIGN(auto other, reader->Read(stray, 4096));
+      ASSERT_EQ(Gather(other), Expected(stray, 4096));
+    }
+  }
+}
+
+TEST(StreamReadAheadTest, ReadsAtAFixedStrideAreReadAheadAlongIt) {
+  auto record = std::make_shared<Record>();
+  record->delay_ms = 1;  // a disk: read-aheads finish after the reads that follow
+  StreamReadAhead::Options options = SmallSlabs();
+  options.strides_ahead = 8;
+  StreamReadAhead reader(std::make_unique<PatternReader>(64 << 20, record), Threads(), options);
+  constexpr uint64_t kStride = 256 << 10;
+  ReadAlongStride(&reader, 3 * 4096, kStride, 200, 16 << 10, 0);
+  const StreamReadAhead::Counts counts = reader.counts();
+  EXPECT_EQ(counts.slabs_read, 0u);
+  // From the fourth read on, each found its bytes read ahead.
+  EXPECT_EQ(counts.reads_from_read_ahead, 197u);
+  EXPECT_GE(counts.strided_reads, 197u);
+  EXPECT_LE(counts.strided_reads, 205u);  // and never more than 8 past the last
+  for (const auto& [offset, len] : record->Reads()) {
+    EXPECT_EQ(offset % kStride, 3 * 4096u) << "a read off the stride";
+    EXPECT_EQ(len, 16u << 10);
+  }
+}
+
+TEST(StreamReadAheadTest, AStrideWithinTheStreamsGapIsFollowedAsAStride) {
+  auto record = std::make_shared<Record>();
+  StreamReadAhead::Options options = SmallSlabs();
+  options.max_gap = 1 << 20;  // as by default: farther than the stride
+  options.strides_ahead = 8;
+  StreamReadAhead reader(std::make_unique<PatternReader>(64 << 20, record), Threads(), options);
+  // A stream first (its slabs read ahead), then 64 KiB of every 256 KiB.
+  ASSERT_OK(reader.Read(0, 16 << 10).status());
+  ASSERT_OK(reader.Read(16 << 10, 16 << 10).status());
+  const uint64_t slabs = reader.counts().slabs_read;
+  EXPECT_EQ(slabs, 4u);
+  ReadAlongStride(&reader, 1 << 20, 256 << 10, 100, 64 << 10, 0);
+  // Each read from the fourth on found its bytes read ahead along the
+  // stride, and the stream read nothing more ahead of them.
+  EXPECT_GE(reader.counts().reads_from_read_ahead, 97u);
+  EXPECT_GE(reader.counts().strided_reads, 97u);
+  EXPECT_LE(reader.counts().slabs_read, slabs + 3 * options.slabs_ahead);
+}
+
+TEST(StreamReadAheadTest, AStrideBackIsFollowedToTheStartOfTheFile) {
+  auto record = std::make_shared<Record>();
+  StreamReadAhead::Options options = SmallSlabs();
+  options.strides_ahead = 4;
+  StreamReadAhead reader(std::make_unique<PatternReader>(8 << 20, record), Threads(), options);
+  // A layer's backward pass: the same parts of each tensor, last first.
+  ReadAlongStride(&reader, (8 << 20) - (64 << 10), -(128 << 10), 64, 8 << 10, 0);
+  EXPECT_EQ(reader.counts().reads_from_read_ahead, 61u);
+  for (const auto& [offset, len] : record->Reads())
+    EXPECT_EQ(offset % (128 << 10), 64u << 10) << "a read off the stride (or before the file)";
+}
+
+TEST(StreamReadAheadTest, AStrayReadLeavesTheStrideFollowed) {
+  auto record = std::make_shared<Record>();
+  StreamReadAhead::Options options = SmallSlabs();
+  options.strides_ahead = 8;
+  StreamReadAhead reader(std::make_unique<PatternReader>(64 << 20, record), Threads(), options);
+  ReadAlongStride(&reader, 0, 200 << 10, 100, 4096, 10);
+  // Only the first three reads, and none after a stray one, went unserved.
+  EXPECT_EQ(reader.counts().reads_from_read_ahead, 97u);
 }
 
 TEST(StreamReadAheadTest, WhileReadsJumpAboutTheStreamReadsNothingAhead) {
