@@ -800,12 +800,12 @@ Status RunSessionLoop(fuse_session* se) {
 Status ServeFilesystem(Store* store, Engine* engine, const MountOptions& options,
                        const std::function<void()>& on_mounted) {
   // Threads of their own, where asked for: made once and never stopped,
-  // as LazyReadAheadThreadsForThisMachine()'s (a queued read-ahead holds what it reads).
+  // as LazyReadAheadThreads()'s (a queued read-ahead holds what it reads).
   // Threads asked for by count read ahead of the stream too, on any machine.
   JobThreads* read_ahead = nullptr;
   StreamReadAhead::Options read_ahead_options;
   if (options.lazy_read_ahead_threads < 0) {
-    read_ahead = LazyReadAheadThreadsForThisMachine();
+    read_ahead = LazyReadAheadThreads();
     read_ahead_options = LazyReadAheadOptionsForThisMachine();
   } else if (options.lazy_read_ahead_threads > 0) {
     read_ahead = new JobThreads(static_cast<size_t>(options.lazy_read_ahead_threads));

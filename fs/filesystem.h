@@ -34,8 +34,9 @@ struct MountOptions {
   // fuse.gpuckptfs (kGpuckptMountType).
   std::string source = "gpuckptfs";
   // Threads that read ahead of a lazy restore's server, which reads its
-  // images past the kernel's read-ahead (fs/stream_read_ahead.h): -1 as
-  // the machine allows (LazyReadAheadThreadsForThisMachine()), 0 none.
+  // images past the kernel's read-ahead (fs/stream_read_ahead.h): -1 the
+  // default (LazyReadAheadThreads(), as LazyReadAheadOptionsForThisMachine()
+  // says), 0 none; a count reads ahead of strides and streams alike.
   int lazy_read_ahead_threads = -1;
 };
 

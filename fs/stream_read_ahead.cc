@@ -25,7 +25,7 @@ int CpusWeMayRunOn() {
 
 }  // namespace
 
-JobThreads* LazyReadAheadThreadsForThisMachine() {
+JobThreads* LazyReadAheadThreads() {
   static JobThreads* const threads = new JobThreads(4);
   return threads;
 }
@@ -172,7 +172,8 @@ struct StreamReadAhead::State {
   // distance between such reads that came back stride_repeats times in a
   // row becomes the stride followed. True when the read is on the stride
   // followed (now).
-  bool NoteForStride(const std::shared_ptr<State>& self, uint64_t offset, uint64_t end) REQUIRES(mu) {
+  bool NoteForStride(const std::shared_ptr<State>& self, uint64_t offset, uint64_t end)
+      REQUIRES(mu) {
     if (options.strides_ahead == 0) return false;
     const int64_t distance = static_cast<int64_t>(offset) - static_cast<int64_t>(last_jump_offset);
     const uint64_t magnitude =

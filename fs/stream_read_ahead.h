@@ -96,7 +96,7 @@ class StreamReadAhead final : public FileReader {
 // The threads every StreamReadAhead of the process reads ahead on: 4, on
 // any machine, for a read ahead mostly waits for the disk. Made once,
 // never destroyed.
-JobThreads* LazyReadAheadThreadsForThisMachine();
+JobThreads* LazyReadAheadThreads();
 
 // What a lazy restore's server is read ahead with here: strides always
 // (their reads wait for the disk side by side, instead of one fault after
