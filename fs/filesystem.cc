@@ -507,8 +507,8 @@ void OpOpen(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
       // in the page cache too, they would take that memory twice (not a
       // GPU tree's: LazyServers::BypassesPageCache()).
       fi->direct_io = 1;
-      // Nor does the kernel read ahead for it then: the daemon does, where
-      // it has cores to spare.
+      // Nor does the kernel read ahead for it then: the daemon does
+      // (fs/stream_read_ahead.h).
       if (JobThreads* threads = fs->read_ahead())
         (*h)->reader = std::make_unique<StreamReadAhead>(std::move((*h)->reader), threads,
                                                          fs->read_ahead_options());
