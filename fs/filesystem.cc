@@ -2,6 +2,7 @@
 #include "fs/filesystem.h"
 
 #include <fuse3/fuse_lowlevel.h>
+#include <spdlog/spdlog.h>
 #include <sys/statvfs.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -30,6 +31,7 @@
 #include "fs/graceful_stop.h"
 #include "fs/inode_table.h"
 #include "fs/kernel_readahead.h"
+#include "fs/lazy_page_copy.h"
 #include "fs/store_view.h"
 #include "fs/stream_read_ahead.h"
 
@@ -202,6 +204,7 @@ class Filesystem {
     struct stat attributes {};           // image files, taken at open
     std::string content;                 // generated files, taken at open
     fuse_ino_t ino = 0;                  // image files: counted in open_files_
+    int lazy_server_pid = 0;             // image files a lazy restore's server opened
   };
   void DoRelease(std::unique_ptr<FileHandle> h) EXCLUDES(mu_) {
     if (h->ino == 0) return;
@@ -332,6 +335,29 @@ class Filesystem {
   Result<FileReader::ReadPieces> DoReadImage(FileHandle* h, off_t offset, size_t size) {
     if (offset < 0) return Status::InvalidArgument("negative offset");
     return h->reader->Read(static_cast<uint64_t>(offset), size);
+  }
+
+  // A lazy restore's server asking the daemon to copy a range of the page
+  // image `h` into its task (fs/lazy_page_copy.h): `request` with its
+  // outcome filled in. Only the server that opened `h`, as `caller_pid`.
+  Result<LazyCopyRequest> DoLazyCopy(FileHandle* h, int caller_pid, LazyCopyRequest request) {
+    if (h->lazy_server_pid == 0 || caller_pid != h->lazy_server_pid)
+      return Status::PermissionDenied("only the lazy-pages server that opened the image copies");
+    GPUCKPT_RETURN_IF_ERROR(CheckLazyCopyRequest(request));
+    GPUCKPT_ASSIGN_OR_RETURN(UniqueFd uffd, TakeServersUserfaultfd(caller_pid, request.uffd));
+    GPUCKPT_ASSIGN_OR_RETURN(FileReader::ReadPieces read,
+                             h->reader->Read(request.offset, request.len));
+    // A background transfer's 4 MiB in parts of 1 MiB side by side, where
+    // there are cores for it; a fault's 64 KiB on this thread.
+    const LazyCopyOutcome outcome =
+        CopyIntoTaskInParts(std::make_shared<const UniqueFd>(std::move(uffd)), request.dst,
+                            std::make_shared<const FileReader::ReadPieces>(std::move(read)),
+                            request.len, LazyCopyThreadsForThisMachine(), kLazyCopyPartBytes);
+    if (outcome.copied > 0 && engine_ != nullptr)
+      engine_->NoteLazyPagesCopied(caller_pid, outcome.copied);
+    request.copied = outcome.in_place;
+    request.error = outcome.error;
+    return request;
   }
 
   // A generated file's bytes, copied into this thread's reusable buffer
@@ -507,6 +533,9 @@ void OpOpen(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
       // in the page cache too, they would take that memory twice (not a
       // GPU tree's: LazyServers::BypassesPageCache()).
       fi->direct_io = 1;
+      // It may ask the daemon to copy the pages into its tree itself
+      // (fs/lazy_page_copy.h).
+      (*h)->lazy_server_pid = CallerOf(req).pid;
       // Nor does the kernel read ahead for it then: the daemon does
       // (fs/stream_read_ahead.h).
       if (JobThreads* threads = fs->read_ahead())
@@ -560,6 +589,30 @@ void OpRead(fuse_req_t req, fuse_ino_t, size_t size, off_t offset, fuse_file_inf
     auto n = Filesystem::From(req)->DoRead(h, offset, size, &data);
     if (!n.ok()) return ReplyError(req, n.status());
     fuse_reply_buf(req, data, *n);
+  });
+}
+
+// Only kLazyCopyIoctl, on an image a lazy restore's server opened: every
+// other ioctl is ENOTTY, what a file that takes none answers.
+void OpIoctl(fuse_req_t req, fuse_ino_t, unsigned int cmd, void*, fuse_file_info* fi,
+             unsigned flags, const void* in_buf, size_t in_size, size_t out_size) {
+  Guard(req, [&] {
+    auto* h = reinterpret_cast<Filesystem::FileHandle*>(fi->fh);
+    if (cmd != kLazyCopyIoctl || (flags & FUSE_IOCTL_COMPAT) != 0 || !h->reader ||
+        h->lazy_server_pid == 0)
+      return (void)fuse_reply_err(req, ENOTTY);
+    if (in_size != sizeof(LazyCopyRequest) || out_size != sizeof(LazyCopyRequest))
+      return (void)fuse_reply_err(req, EINVAL);
+    LazyCopyRequest request;
+    std::memcpy(&request, in_buf, sizeof(request));
+    const Caller caller = CallerOf(req);
+    auto done = Filesystem::From(req)->DoLazyCopy(h, caller.pid, request);
+    if (!done.ok()) {
+      spdlog::warn("lazy copy pid={} dst={:#x} len={}: {}", caller.pid, request.dst, request.len,
+                   done.status().ToString());
+      return ReplyError(req, done.status());
+    }
+    fuse_reply_ioctl(req, 0, &*done, sizeof(*done));
   });
 }
 
@@ -713,6 +766,7 @@ fuse_lowlevel_ops MakeOps() {
   ops.releasedir = OpReleasedir;
   ops.open = OpOpen;
   ops.read = OpRead;
+  ops.ioctl = OpIoctl;
   ops.release = OpRelease;
   ops.write = OpWrite;
   ops.setattr = OpSetattr;

@@ -622,6 +622,10 @@ bool Engine::LazyServerBypassesPageCache(int pid) const {
   return impl_->LazyServerBypassesPageCache(pid);
 }
 
+void Engine::NoteLazyPagesCopied(int server_pid, uint64_t bytes) {
+  impl_->NoteLazyPagesCopied(server_pid, bytes);
+}
+
 void Engine::SetLastResult(ResultFile file, uint32_t uid, std::string text) {
   impl_->SetLastResult(file, uid, std::move(text));
 }

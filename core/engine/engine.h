@@ -238,6 +238,10 @@ class Engine {
   // Whether `pid` is a lazy restore's server whose reads of the mount
   // should bypass the page cache (LazyServers::BypassesPageCache()).
   bool LazyServerBypassesPageCache(int pid) const;
+  // Counts bytes the daemon copied into the tree of lazy restore server
+  // `server_pid` at its request, for the tree's progress
+  // (LazyServers::NoteCopied()).
+  void NoteLazyPagesCopied(int server_pid, uint64_t bytes);
   // When this engine started (CLOCK_REALTIME ns).
   int64_t started_ns() const;
   // Records a failed request in status, metrics and the log (e.g. a bad

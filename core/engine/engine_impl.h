@@ -78,6 +78,9 @@ class EngineImpl {
   }
   size_t LazyRestoresInFlight() const { return lazy_servers_.size(); }
   bool LazyServerBypassesPageCache(int pid) const { return lazy_servers_.BypassesPageCache(pid); }
+  void NoteLazyPagesCopied(int server_pid, uint64_t bytes) {
+    lazy_servers_.NoteCopied(server_pid, bytes);
+  }
   Status CheckRemovable(const std::string& id) const {
     if (!lazy_servers_.Serving(id)) return Status::Ok();
     return Status::Busy("checkpoint " + id +

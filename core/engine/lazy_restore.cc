@@ -74,9 +74,14 @@ void LazyServers::Wait(uint64_t key, CriuProcess server) {
   struct pollfd exited = {server.pidfd(), POLLIN, 0};
   while (poll(&exited, 1, -1) < 0 && errno == EINTR) {
   }
+  uint64_t copied_bytes = 0;
   {
     MutexLock lock(&mu_);
     through_page_cache_.erase(servers_[key].server_pid);
+    if (auto copied = copied_.find(servers_[key].server_pid); copied != copied_.end()) {
+      copied_bytes = copied->second;
+      copied_.erase(copied);
+    }
     servers_[key].server_pid = 0;
   }
   Result<int> exit = server.Wait();
@@ -95,6 +100,7 @@ void LazyServers::Wait(uint64_t key, CriuProcess server) {
   ended.seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - done.start).count();
   ended.expected_bytes = done.expected_bytes;
+  ended.copied_bytes = copied_bytes;
   ended.why = done.finish(ended.exit_code == 0);
   if (ended.why.empty() && ended.exit_code != 0)
     ended.why = exit.ok() ? "the lazy-pages server exited with " + std::to_string(*exit)
@@ -113,6 +119,13 @@ void LazyServers::NoteStarting(int server_pid, bool through_page_cache) {
 void LazyServers::ForgetStarting(int server_pid) {
   MutexLock lock(&mu_);
   starting_.erase(server_pid);
+  copied_.erase(server_pid);
+}
+
+void LazyServers::NoteCopied(int server_pid, uint64_t bytes) {
+  if (!IsServer(server_pid)) return;
+  MutexLock lock(&mu_);
+  copied_[server_pid] += bytes;
 }
 
 bool LazyServers::IsServer(int pid) const {
@@ -144,9 +157,11 @@ std::vector<LazyServers::Progress> LazyServers::Snapshot(int tree_pid) const {
     const auto now = std::chrono::steady_clock::now();
     for (const auto& [key, server] : servers_) {
       if (server.server_pid == 0 || (tree_pid != 0 && server.tree_pid != tree_pid)) continue;
+      auto copied = copied_.find(server.server_pid);
       running.push_back(
-          {server.server_pid, Progress{server.id, 0, server.expected_bytes,
-                                       std::chrono::duration<double>(now - server.start).count()}});
+          {server.server_pid,
+           Progress{server.id, copied == copied_.end() ? 0 : copied->second, server.expected_bytes,
+                    std::chrono::duration<double>(now - server.start).count()}});
     }
   }
   std::vector<Progress> out;
@@ -157,7 +172,7 @@ std::vector<LazyServers::Progress> LazyServers::Snapshot(int tree_pid) const {
     if (io.ok()) {
       const size_t at = io->find("rchar: ");
       if (at != std::string::npos)
-        progress.bytes = std::strtoull(io->c_str() + at + 7, nullptr, 10);
+        progress.bytes += std::strtoull(io->c_str() + at + 7, nullptr, 10);
     }
     out.push_back(std::move(progress));
   }

@@ -61,6 +61,7 @@ class LazyServers {
     int exit_code = 0;
     double seconds = 0;           // from the restore's start
     uint64_t expected_bytes = 0;  // the page images' size
+    uint64_t copied_bytes = 0;    // what the daemon copied in for it (NoteCopied())
     std::string why;
   };
   using EndedFn = std::function<void(const Ended&)>;
@@ -103,11 +104,17 @@ class LazyServers {
   // keeps ahead of it (core/gpu/README.md).
   bool BypassesPageCache(int pid) const EXCLUDES(mu_);
 
+  // Counts `bytes` that the daemon copied into the tree of server
+  // `server_pid` at its request (fs/lazy_page_copy.h): its Progress is what
+  // it read plus these. Ignored for a pid that is no running server.
+  void NoteCopied(int server_pid, uint64_t bytes) EXCLUDES(mu_);
+
   // Whether a server still reads checkpoint `id` (it must not be removed).
   bool Serving(const std::string& id) const EXCLUDES(mu_);
 
   // The lazy part of a restored tree still coming in; `bytes` is what
-  // its server has read (its /proc/<pid>/io rchar).
+  // its server has read (its /proc/<pid>/io rchar) and what the daemon
+  // copied for it (NoteCopied()).
   using Progress = LazyRestoreProgress;
   std::optional<Progress> ProgressOf(int tree_pid) const EXCLUDES(mu_);
   // How many servers run.
@@ -137,6 +144,8 @@ class LazyServers {
   // cache; after it, those that do.
   std::map<int, bool> starting_ GUARDED_BY(mu_);
   std::set<int> through_page_cache_ GUARDED_BY(mu_);
+  // Bytes the daemon copied for each running server, by its pid.
+  std::map<int, uint64_t> copied_ GUARDED_BY(mu_);
   std::map<uint64_t, std::thread> threads_ GUARDED_BY(mu_);
   // Of servers that ended: their threads are joined at the next Adopt().
   std::vector<uint64_t> ended_keys_ GUARDED_BY(mu_);

@@ -99,7 +99,7 @@ struct ScheduleStatus {
 struct LazyRestoreProgress {
   std::string id;  // the checkpoint it comes from
   // What the server has read (the page images, and the few small images
-  // it reads first).
+  // it reads first), with what the daemon copied in for it.
   uint64_t bytes = 0;
   uint64_t expected_bytes = 0;  // about all there is: the page images
   double seconds = 0;           // since the restore began

@@ -792,8 +792,11 @@ void EngineImpl::LazyRestoreEnded(const LazyServers::Ended& ended) {
   LazyJournal(LazyJournalDir()).Remove(ended.tree_pid);
   std::string line;
   if (resident) {
-    spdlog::info("lazy restore id={} pid={} result=resident bytes={} total_s={:.3f}",
-                 LogValue(ended.id), ended.tree_pid, ended.expected_bytes, ended.seconds);
+    spdlog::info(
+        "lazy restore id={} pid={} result=resident bytes={} copied_by_daemon={} "
+        "total_s={:.3f}",
+        LogValue(ended.id), ended.tree_pid, ended.expected_bytes, ended.copied_bytes,
+        ended.seconds);
     line = fmt::format("resident: all {:.1f} MB, in {:.1f} s", ended.expected_bytes / 1e6,
                        ended.seconds);
   } else {
@@ -828,6 +831,9 @@ Result<CriuProcess> EngineImpl::StartLazyServer(const CriuCommand& restore, cons
   if (gpu.stacks == GpuStacks::kNone) {
     cmd.environment.push_back("GPUCKPT_LAZY_FAULT_HOLD_MS=1");
     cmd.environment.push_back("GPUCKPT_LAZY_FOLLOW_STRIDES=1");
+    // Its reads bypass the page cache (LazyServers::BypassesPageCache()),
+    // and the daemon copies them into the tree itself (0008).
+    cmd.environment.push_back("GPUCKPT_LAZY_COPY_BY_DAEMON=1");
   }
   cmd.stderr_fd = logs.stderr_fd();
   GPUCKPT_ASSIGN_OR_RETURN(CriuProcess server, criu_.Start(cmd));

@@ -3,7 +3,8 @@ tree runs before its memory is in, every page of it checks out once it is,
 `cat restore`, the tree's status and the metrics say how far it is, its
 checkpoint cannot be removed meanwhile, a daemon that dies meanwhile takes
 the tree down with it (never leaving it to read zeros) and the next daemon
-says so, and an ordinary user's tree comes back eagerly, saying why.
+says so, an ordinary user's tree comes back eagerly, saying why, and
+only a lazy restore's server has the daemon copy pages into a tree.
 
 A lazy-pages server is held (StoppingCriu: stopped once it listens, before
 its restore has restored anything) where a test must look at a tree still
@@ -21,6 +22,7 @@ import threading
 
 import pytest
 
+from gpuckpt_testing.build import PYTHON
 from gpuckpt_testing.filetools import read
 from gpuckpt_testing.mount import Mount, why_not_runnable
 from gpuckpt_testing.processes import live_processes, proc_state, wait_for
@@ -104,12 +106,14 @@ def test_a_lazy_restore_runs_before_its_memory_is_in_and_every_page_checks_out(h
     wait_for(wl.gone, 30, "the killed workload to go")
     server = restore_held(m, made, options="")
     # A CPU tree's server waits for the tree's next fault before it goes on
-    # with its background pass (tools/criu-patches/0006), and follows the
-    # stride its faults come at (0007).
+    # with its background pass (tools/criu-patches/0006), follows the
+    # stride its faults come at (0007) and has the daemon copy its pages
+    # into the tree (0008).
     with open(f"/proc/{server}/environ", "rb") as f:
         environment = f.read().split(b"\0")
     assert b"GPUCKPT_LAZY_FAULT_HOLD_MS=1" in environment
     assert b"GPUCKPT_LAZY_FOLLOW_STRIDES=1" in environment
+    assert b"GPUCKPT_LAZY_COPY_BY_DAEMON=1" in environment
     text = restore_text(m)
     assert re.match(rf"pid {wl.pid}\nlazy: yes\nresident: [\d.]+ of about [\d.]+ MB "
                     r"\(\d+%\), [\d.]+ s, [\d.]+ MB/s\n$", text), text
@@ -143,6 +147,13 @@ def test_a_lazy_restore_runs_before_its_memory_is_in_and_every_page_checks_out(h
     wait_for(lambda: re.search(pattern, read(log)), 30, "the read-ahead's log line")
     slabs, slab_bytes = map(int, re.search(pattern, read(log)).groups())
     assert slabs * slab_bytes > 256 << 20, read(log)
+    # And the daemon copied the pages into the tree: nearly all of the page
+    # images (the server reads only its small images itself).
+    copied = re.search(r"lazy restore id=\S+ pid=\d+ result=resident bytes=(\d+) "
+                       r"copied_by_daemon=(\d+)", read(log))
+    assert copied, read(log)[-3000:]
+    page_bytes, copied_bytes = map(int, copied.groups())
+    assert copied_bytes >= 0.9 * page_bytes and copied_bytes >= 400 << 20, copied.group(0)
     metrics = read(m.path("metrics"))
     assert 'gpuckpt_lazy_restores_total{result="resident"} 1\n' in metrics
     assert "gpuckpt_lazy_restores_in_flight 0\n" in metrics
@@ -283,6 +294,39 @@ def test_a_users_tree_is_restored_eagerly_and_says_why(users):
         assert wl.verdict() == "PASS"
     finally:
         m.close()
+
+
+# What a lazy restore's server asks the daemon with: _IOWR('g', 1, 40 bytes)
+# (fs/lazy_page_copy.h).
+LAZY_COPY_IOCTL = (3 << 30) | (40 << 16) | (ord("g") << 8) | 1
+
+
+def test_an_image_opened_by_anyone_but_a_lazy_server_copies_nothing(mount, users):
+    """The daemon copies pages into a task only for the lazy-pages server
+    that opened the image: root's reader, or a user's of their own
+    checkpoint, asking the same of an open page image gets ENOTTY, as from
+    any file that takes no ioctl, and the image reads on as before."""
+    user = users[0]
+    for owner in (None, user):
+        wl = mount.start("wl_memory", "--mib", "16", user=owner)
+        made = mount.checkpoint(wl.pid, "--kill", user=owner)
+        wait_for(wl.gone, 30, "the killed workload to go")
+        pages = sorted(glob.glob(mount.path("checkpoints", made, "images", "pages-*.img")))
+        assert pages, os.listdir(mount.path("checkpoints", made, "images"))
+        script = ("import fcntl, errno, sys\n"
+                  "f = open(sys.argv[1], 'rb')\n"
+                  "request = (4096).to_bytes(8, 'little') + bytes(8) + (4096).to_bytes(8, 'little')"
+                  " + (0).to_bytes(4, 'little') + bytes(12)\n"
+                  "try:\n"
+                  "    fcntl.ioctl(f, int(sys.argv[2]), request)\n"
+                  "    print('copied')\n"
+                  "except OSError as e:\n"
+                  "    print(errno.errorcode[e.errno])\n"
+                  "print(len(f.read(4096)))\n")
+        reader = owner or Root()
+        r = reader.run([PYTHON, "-c", script, pages[0], str(LAZY_COPY_IOCTL)])
+        assert r.returncode == 0, r.stderr
+        assert r.stdout.split() == ["ENOTTY", "4096"], (reader.name, r.stdout, r.stderr)
 
 
 def test_a_restore_with_both_lazy_and_eager_is_refused(mount):
