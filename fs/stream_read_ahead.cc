@@ -26,13 +26,15 @@ int CpusWeMayRunOn() {
 }  // namespace
 
 JobThreads* LazyReadAheadThreads() {
-  static JobThreads* const threads = new JobThreads(4);
+  static JobThreads* const threads =
+      new JobThreads(static_cast<size_t>(std::clamp(CpusWeMayRunOn() / 2, 4, 8)));
   return threads;
 }
 
 StreamReadAhead::Options LazyReadAheadOptionsForThisMachine() {
   StreamReadAhead::Options options;
-  if (CpusWeMayRunOn() < 4) options.slabs_ahead = 0;
+  const int cpus = CpusWeMayRunOn();
+  options.slabs_ahead = cpus < 4 ? 0 : static_cast<size_t>(std::clamp(cpus, 8, 16));
   return options;
 }
 

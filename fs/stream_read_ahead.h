@@ -93,16 +93,17 @@ class StreamReadAhead final : public FileReader {
   std::shared_ptr<State> state_;
 };
 
-// The threads every StreamReadAhead of the process reads ahead on: 4, on
-// any machine, for a read ahead mostly waits for the disk. Made once,
-// never destroyed.
+// The threads every StreamReadAhead of the process reads ahead on: half the
+// CPUs, at least 4 (a read ahead mostly waits for the disk) and at most 8.
+// Made once, never destroyed.
 JobThreads* LazyReadAheadThreads();
 
 // What a lazy restore's server is read ahead with here: strides always
 // (their reads wait for the disk side by side, instead of one fault after
-// another); the stream only on 4 CPUs or more. On fewer, the restored
-// tree, its server and the daemon already share every core, and reading
-// the stream ahead changed nothing beyond the spread between runs.
+// another); the stream only on 4 CPUs or more, as many slabs ahead as
+// there are CPUs, 8 to 16. On fewer, the restored tree, its server and the
+// daemon already share every core, and reading the stream ahead changed
+// nothing beyond the spread between runs.
 StreamReadAhead::Options LazyReadAheadOptionsForThisMachine();
 
 }  // namespace gpuckpt

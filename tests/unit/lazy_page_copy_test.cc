@@ -98,6 +98,17 @@ std::shared_ptr<CutImage> Cut(uint64_t offset, uint64_t len, const std::vector<s
   return image;
 }
 
+// That `outcome` copied all `len` bytes, and the memory holds the image's
+// bytes from `image_offset` on.
+void ExpectAllCopied(const LazyCopyOutcome& outcome, const RegisteredMemory& memory,
+                     uint64_t image_offset, uint64_t len) {
+  EXPECT_EQ(outcome.error, 0);
+  EXPECT_EQ(outcome.in_place, len);
+  EXPECT_EQ(outcome.copied, len);
+  for (uint64_t i = 0; i < len; ++i)
+    ASSERT_EQ(memory.bytes()[i], ByteAt(image_offset + i)) << "at byte " << i;
+}
+
 #define SKIP_WITHOUT(memory)                                    \
   if (!(memory).why_not().empty())                              \
   GTEST_SKIP() << "no userfaultfd here (" << (memory).why_not() \
@@ -111,11 +122,7 @@ TEST(LazyPageCopyTest, PiecesCutInsidePagesArriveByteForByte) {
   auto image = Cut(kPage * 3, kPage * 8, {100, kPage + 50, kPage * 2, 7});
   const LazyCopyOutcome outcome =
       CopyIntoTask(memory.uffd(), memory.address(), image->read, kPage * 8);
-  EXPECT_EQ(outcome.error, 0);
-  EXPECT_EQ(outcome.in_place, kPage * 8);
-  EXPECT_EQ(outcome.copied, kPage * 8);
-  for (uint64_t i = 0; i < kPage * 8; ++i)
-    ASSERT_EQ(memory.bytes()[i], ByteAt(kPage * 3 + i)) << "at byte " << i;
+  ExpectAllCopied(outcome, memory, kPage * 3, kPage * 8);
 }
 
 TEST(LazyPageCopyTest, OnlyTheAskedLengthIsCopied) {
@@ -193,11 +200,7 @@ TEST(LazyPageCopyTest, PartsCopiedSideBySideArriveByteForByte) {
       CopyIntoTaskInParts(Duplicate(memory), memory.address(),
                           std::shared_ptr<const FileReader::ReadPieces>(image, &image->read),
                           kPage * 10, &threads, kPage * 3);
-  EXPECT_EQ(outcome.error, 0);
-  EXPECT_EQ(outcome.in_place, kPage * 10);
-  EXPECT_EQ(outcome.copied, kPage * 10);
-  for (uint64_t i = 0; i < kPage * 10; ++i)
-    ASSERT_EQ(memory.bytes()[i], ByteAt(kPage * 5 + i)) << "at byte " << i;
+  ExpectAllCopied(outcome, memory, kPage * 5, kPage * 10);
 }
 
 TEST(LazyPageCopyTest, APartThatStopsEndsWhatIsInPlaceButNotWhatWasCopied) {

@@ -260,9 +260,9 @@ void DeclareDaemonOptions(CLI::App& app, Settings* settings) {
                "Restore lazily where a restore does not say (--lazy, --eager): the tree runs at "
                "once, and its memory follows from the store");
   app.add_option("--lazy-read-ahead-threads", settings->mount.lazy_read_ahead_threads,
-                 "Threads that read ahead of a lazy restore's server (default: 4, along the "
-                 "strides its tree faults at, and on 4 CPUs or more also ahead of its "
-                 "background pass; a count reads ahead of both on any machine; 0: none)")
+                 "Threads that read ahead of a lazy restore's server (default: half the CPUs, 4 "
+                 "to 8, along the strides its tree faults at, and on 4 CPUs or more also ahead "
+                 "of its background pass; a count reads ahead of both on any machine; 0: none)")
       ->check(CLI::Range(0, 64));
   app.add_flag("--keep-logs", engine_options.keep_logs,
                "Keep every operation's work dir (CRIU's log and files) in the work dir, the "
