@@ -354,7 +354,8 @@ class Filesystem {
                             std::make_shared<const FileReader::ReadPieces>(std::move(read)),
                             request.len, LazyCopyThreadsForThisMachine(), kLazyCopyPartBytes);
     if (outcome.copied > 0 && engine_ != nullptr)
-      engine_->NoteLazyPagesCopied(caller_pid, outcome.copied);
+      engine_->NoteLazyPagesCopied(caller_pid, outcome.copied,
+                                   (request.flags & kLazyCopyFault) != 0);
     request.copied = outcome.in_place;
     request.error = outcome.error;
     return request;

@@ -43,8 +43,14 @@ struct LazyCopyRequest {
   int32_t uffd = 0;     // the server's userfaultfd of the task, as the server numbers it
   int32_t error = 0;    // out: the errno that stopped the copy, 0 if none
   uint64_t copied = 0;  // out: the bytes in place from dst on
+  uint32_t flags = 0;   // kLazyCopyFault
+  uint32_t reserved = 0;
 };
-static_assert(sizeof(LazyCopyRequest) == 40, "laid out as the server's struct");
+static_assert(sizeof(LazyCopyRequest) == 48, "laid out as the server's struct");
+
+// LazyCopyRequest::flags: the range answers a page fault of the task (else
+// the server brings it in ahead, or in the background).
+constexpr uint32_t kLazyCopyFault = 1;
 
 constexpr unsigned int kLazyCopyIoctl = _IOWR('g', 1, LazyCopyRequest);
 

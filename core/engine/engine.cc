@@ -622,8 +622,8 @@ bool Engine::LazyServerBypassesPageCache(int pid) const {
   return impl_->LazyServerBypassesPageCache(pid);
 }
 
-void Engine::NoteLazyPagesCopied(int server_pid, uint64_t bytes) {
-  impl_->NoteLazyPagesCopied(server_pid, bytes);
+void Engine::NoteLazyPagesCopied(int server_pid, uint64_t bytes, bool on_fault) {
+  impl_->NoteLazyPagesCopied(server_pid, bytes, on_fault);
 }
 
 void Engine::SetLastResult(ResultFile file, uint32_t uid, std::string text) {

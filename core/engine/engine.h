@@ -239,9 +239,9 @@ class Engine {
   // should bypass the page cache (LazyServers::BypassesPageCache()).
   bool LazyServerBypassesPageCache(int pid) const;
   // Counts bytes the daemon copied into the tree of lazy restore server
-  // `server_pid` at its request, for the tree's progress
-  // (LazyServers::NoteCopied()).
-  void NoteLazyPagesCopied(int server_pid, uint64_t bytes);
+  // `server_pid` at its request, `on_fault` or not: for the tree's progress
+  // (LazyServers::NoteCopied()) and the metrics.
+  void NoteLazyPagesCopied(int server_pid, uint64_t bytes, bool on_fault);
   // When this engine started (CLOCK_REALTIME ns).
   int64_t started_ns() const;
   // Records a failed request in status, metrics and the log (e.g. a bad

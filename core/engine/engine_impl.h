@@ -78,8 +78,8 @@ class EngineImpl {
   }
   size_t LazyRestoresInFlight() const { return lazy_servers_.size(); }
   bool LazyServerBypassesPageCache(int pid) const { return lazy_servers_.BypassesPageCache(pid); }
-  void NoteLazyPagesCopied(int server_pid, uint64_t bytes) {
-    lazy_servers_.NoteCopied(server_pid, bytes);
+  void NoteLazyPagesCopied(int server_pid, uint64_t bytes, bool on_fault) {
+    if (lazy_servers_.NoteCopied(server_pid, bytes)) metrics_.AddLazyPagesCopied(on_fault, bytes);
   }
   Status CheckRemovable(const std::string& id) const {
     if (!lazy_servers_.Serving(id)) return Status::Ok();

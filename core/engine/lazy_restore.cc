@@ -122,10 +122,11 @@ void LazyServers::ForgetStarting(int server_pid) {
   copied_.erase(server_pid);
 }
 
-void LazyServers::NoteCopied(int server_pid, uint64_t bytes) {
-  if (!IsServer(server_pid)) return;
+bool LazyServers::NoteCopied(int server_pid, uint64_t bytes) {
+  if (!IsServer(server_pid)) return false;
   MutexLock lock(&mu_);
   copied_[server_pid] += bytes;
+  return true;
 }
 
 bool LazyServers::IsServer(int pid) const {

@@ -106,8 +106,9 @@ class LazyServers {
 
   // Counts `bytes` that the daemon copied into the tree of server
   // `server_pid` at its request (fs/lazy_page_copy.h): its Progress is what
-  // it read plus these. Ignored for a pid that is no running server.
-  void NoteCopied(int server_pid, uint64_t bytes) EXCLUDES(mu_);
+  // it read plus these. False (and ignored) for a pid that is no running
+  // server.
+  bool NoteCopied(int server_pid, uint64_t bytes) EXCLUDES(mu_);
 
   // Whether a server still reads checkpoint `id` (it must not be removed).
   bool Serving(const std::string& id) const EXCLUDES(mu_);

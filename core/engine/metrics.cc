@@ -156,6 +156,11 @@ void Metrics::ObserveLazyRestore(bool resident, uint64_t bytes, double seconds) 
   }
 }
 
+void Metrics::AddLazyPagesCopied(bool on_fault, uint64_t bytes) {
+  MutexLock lock(&mu_);
+  (on_fault ? lazy_fault_bytes_ : lazy_background_bytes_) += bytes;
+}
+
 std::string Metrics::Render(const CacheStats& cache, const std::optional<StoreStats>& store,
                             const std::optional<PoolStats>& pool,
                             const LazyRestoreGauges& lazy) const {
@@ -202,6 +207,13 @@ std::string Metrics::Render(const CacheStats& cache, const std::optional<StoreSt
   Header(&out, "gpuckpt_lazy_restore_resident_seconds", "histogram",
          "Time from a lazy restore's start until its tree was resident.");
   RenderHistogram("gpuckpt_lazy_restore_resident_seconds", "", lazy_seconds_, &out);
+  Header(&out, "gpuckpt_lazy_restore_copied_bytes_total", "counter",
+         "Memory the daemon copied into lazily restored trees without GPUs, in answer to "
+         "their page faults or ahead of them and in the background.");
+  out += fmt::format("gpuckpt_lazy_restore_copied_bytes_total{{served=\"fault\"}} {}\n",
+                     lazy_fault_bytes_);
+  out += fmt::format("gpuckpt_lazy_restore_copied_bytes_total{{served=\"background\"}} {}\n",
+                     lazy_background_bytes_);
   Single(&out, "gpuckpt_lazy_restores_in_flight", "gauge",
          "Lazily restored trees whose memory is still coming in.", lazy.trees);
   Single(&out, "gpuckpt_lazy_restore_in_flight_bytes", "gauge",

@@ -52,6 +52,10 @@ class Metrics {
   // A lazy restore's server ended: its tree `resident`, or killed; the
   // page images' `bytes`, `seconds` since the restore began.
   void ObserveLazyRestore(bool resident, uint64_t bytes, double seconds) EXCLUDES(mu_);
+  // The daemon copied `bytes` into a lazily restored tree, in answer to a
+  // page fault of it (`on_fault`) or not (ahead of its faults, or in the
+  // background).
+  void AddLazyPagesCopied(bool on_fault, uint64_t bytes) EXCLUDES(mu_);
 
   // `store`: the store's totals, where known.
   std::string Render(const CacheStats& cache, const std::optional<StoreStats>& store,
@@ -80,6 +84,8 @@ class Metrics {
   uint64_t lazy_resident_ GUARDED_BY(mu_) = 0;
   uint64_t lazy_killed_ GUARDED_BY(mu_) = 0;
   uint64_t lazy_bytes_ GUARDED_BY(mu_) = 0;
+  uint64_t lazy_fault_bytes_ GUARDED_BY(mu_) = 0;
+  uint64_t lazy_background_bytes_ GUARDED_BY(mu_) = 0;
   Histogram lazy_seconds_ GUARDED_BY(mu_);
 };
 

@@ -156,6 +156,11 @@ def test_a_lazy_restore_runs_before_its_memory_is_in_and_every_page_checks_out(h
     assert copied_bytes >= 0.9 * page_bytes and copied_bytes >= 400 << 20, copied.group(0)
     metrics = read(m.path("metrics"))
     assert 'gpuckpt_lazy_restores_total{result="resident"} 1\n' in metrics
+    # What the daemon copied, told apart: the tree's faults, and the rest.
+    served = dict(re.findall(r'^gpuckpt_lazy_restore_copied_bytes_total\{served="(\w+)"\} (\d+)$',
+                             metrics, re.M))
+    assert int(served["fault"]) > 0 and int(served["background"]) > 0, served
+    assert int(served["fault"]) + int(served["background"]) == copied_bytes, (served, copied_bytes)
     assert "gpuckpt_lazy_restores_in_flight 0\n" in metrics
     subprocess.run(["rm", "-r", m.path("checkpoints", made)], check=True)
     # --eager overrides the daemon's default.
@@ -296,9 +301,9 @@ def test_a_users_tree_is_restored_eagerly_and_says_why(users):
         m.close()
 
 
-# What a lazy restore's server asks the daemon with: _IOWR('g', 1, 40 bytes)
+# What a lazy restore's server asks the daemon with: _IOWR('g', 1, 48 bytes)
 # (fs/lazy_page_copy.h).
-LAZY_COPY_IOCTL = (3 << 30) | (40 << 16) | (ord("g") << 8) | 1
+LAZY_COPY_IOCTL = (3 << 30) | (48 << 16) | (ord("g") << 8) | 1
 
 
 def test_an_image_opened_by_anyone_but_a_lazy_server_copies_nothing(mount, users):
@@ -313,10 +318,9 @@ def test_an_image_opened_by_anyone_but_a_lazy_server_copies_nothing(mount, users
         wait_for(wl.gone, 30, "the killed workload to go")
         pages = sorted(glob.glob(mount.path("checkpoints", made, "images", "pages-*.img")))
         assert pages, os.listdir(mount.path("checkpoints", made, "images"))
-        script = ("import fcntl, errno, sys\n"
+        script = ("import fcntl, errno, struct, sys\n"
                   "f = open(sys.argv[1], 'rb')\n"
-                  "request = (4096).to_bytes(8, 'little') + bytes(8) + (4096).to_bytes(8, 'little')"
-                  " + (0).to_bytes(4, 'little') + bytes(12)\n"
+                  "request = struct.pack('<QQQiiQII', 4096, 0, 4096, 0, 0, 0, 0, 0)\n"
                   "try:\n"
                   "    fcntl.ioctl(f, int(sys.argv[2]), request)\n"
                   "    print('copied')\n"
