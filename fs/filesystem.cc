@@ -594,14 +594,15 @@ void OpRead(fuse_req_t req, fuse_ino_t, size_t size, off_t offset, fuse_file_inf
 }
 
 // Only kLazyCopyIoctl, on an image a lazy restore's server opened: every
-// other ioctl is ENOTTY, what a file that takes none answers.
+// other ioctl is ENOTTY, what a file that takes none answers. A directory's
+// (FUSE_IOCTL_DIR) comes with a DirHandle, never looked at here.
 void OpIoctl(fuse_req_t req, fuse_ino_t, unsigned int cmd, void*, fuse_file_info* fi,
              unsigned flags, const void* in_buf, size_t in_size, size_t out_size) {
   Guard(req, [&] {
-    auto* h = reinterpret_cast<Filesystem::FileHandle*>(fi->fh);
-    if (cmd != kLazyCopyIoctl || (flags & FUSE_IOCTL_COMPAT) != 0 || !h->reader ||
-        h->lazy_server_pid == 0)
+    if (cmd != kLazyCopyIoctl || (flags & (FUSE_IOCTL_COMPAT | FUSE_IOCTL_DIR)) != 0)
       return (void)fuse_reply_err(req, ENOTTY);
+    auto* h = reinterpret_cast<Filesystem::FileHandle*>(fi->fh);
+    if (!h->reader || h->lazy_server_pid == 0) return (void)fuse_reply_err(req, ENOTTY);
     if (in_size != sizeof(LazyCopyRequest) || out_size != sizeof(LazyCopyRequest))
       return (void)fuse_reply_err(req, EINVAL);
     LazyCopyRequest request;

@@ -310,7 +310,8 @@ def test_an_image_opened_by_anyone_but_a_lazy_server_copies_nothing(mount, users
     """The daemon copies pages into a task only for the lazy-pages server
     that opened the image: root's reader, or a user's of their own
     checkpoint, asking the same of an open page image gets ENOTTY, as from
-    any file that takes no ioctl, and the image reads on as before."""
+    any file that takes no ioctl, and the image reads on as before; so does
+    anyone asking it of a directory or a control file."""
     user = users[0]
     for owner in (None, user):
         wl = mount.start("wl_memory", "--mib", "16", user=owner)
@@ -331,6 +332,20 @@ def test_an_image_opened_by_anyone_but_a_lazy_server_copies_nothing(mount, users
         r = reader.run([PYTHON, "-c", script, pages[0], str(LAZY_COPY_IOCTL)])
         assert r.returncode == 0, r.stderr
         assert r.stdout.split() == ["ENOTTY", "4096"], (reader.name, r.stdout, r.stderr)
+    # Nor does a directory of the mount, nor a control file.
+    script = ("import fcntl, errno, os, struct, sys\n"
+              "for path in sys.argv[2:]:\n"
+              "    fd = os.open(path, os.O_RDONLY)\n"
+              "    try:\n"
+              "        fcntl.ioctl(fd, int(sys.argv[1]), bytes(48))\n"
+              "        print('copied')\n"
+              "    except OSError as e:\n"
+              "        print(errno.errorcode[e.errno])\n")
+    r = Root().run([PYTHON, "-c", script, str(LAZY_COPY_IOCTL), mount.path("checkpoints", made),
+                    mount.path("checkpoints"), mount.path("restore")])
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["ENOTTY"] * 3, r.stdout
+    assert os.listdir(mount.path("checkpoints")), "the daemon answers on"
 
 
 def test_a_restore_with_both_lazy_and_eager_is_refused(mount):
