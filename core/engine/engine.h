@@ -152,7 +152,8 @@ struct RestoreRequest {
   bool join_cgroup = false;
   // Lazily: the tree runs as soon as CRIU has restored everything but its
   // private anonymous memory, whose pages CRIU's lazy-pages server then
-  // copies in from the store (userfaultfd), first those the tree touches,
+  // brings in from the store (userfaultfd; a tree without GPUs has the
+  // daemon copy them in at its request), first those the tree touches,
   // then the rest, until the tree is resident and the server ends. A tree
   // that cannot be restored lazily (lazy_restore.h says which) is restored
   // eagerly, and the result says why. Unset: EngineOptions::lazy_restore.

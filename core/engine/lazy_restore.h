@@ -6,8 +6,9 @@
 // CRIU registers that memory with userfaultfd and hands the descriptors to
 // its `criu lazy-pages` server, which reads the pages from the checkpoint's
 // images in the daemon's mount (read from the store on demand) and copies
-// them in, first the pages the tree faults on, then the rest in the
-// background, and exits when every page is in. If it cannot serve a page
+// them in (for a tree without GPUs, has the daemon copy them in:
+// fs/lazy_page_copy.h), first the pages the tree faults on, then the rest
+// in the background, and exits when every page is in. If it cannot serve a page
 // (the mount went away with the daemon), gpuckpt's CRIU kills the tree's
 // unfinished processes before it exits (tools/criu-patches), so that no
 // process ever runs on with memory that did not come from its checkpoint.
