@@ -339,9 +339,10 @@ class Filesystem {
 
   // A lazy restore's server asking the daemon to copy a range of the page
   // image `h` into its task (fs/lazy_page_copy.h): `request` with its
-  // outcome filled in. Only the server that opened `h`, as `caller_pid`.
+  // outcome filled in. Only the server that opened `h` (OpIoctl refuses
+  // other handles), as `caller_pid`.
   Result<LazyCopyRequest> DoLazyCopy(FileHandle* h, int caller_pid, LazyCopyRequest request) {
-    if (h->lazy_server_pid == 0 || caller_pid != h->lazy_server_pid)
+    if (caller_pid != h->lazy_server_pid)
       return Status::PermissionDenied("only the lazy-pages server that opened the image copies");
     GPUCKPT_RETURN_IF_ERROR(CheckLazyCopyRequest(request));
     GPUCKPT_ASSIGN_OR_RETURN(UniqueFd uffd, TakeServersUserfaultfd(caller_pid, request.uffd));

@@ -123,14 +123,18 @@ void LazyServers::ForgetStarting(int server_pid) {
 }
 
 bool LazyServers::NoteCopied(int server_pid, uint64_t bytes) {
-  if (!IsServer(server_pid)) return false;
   MutexLock lock(&mu_);
+  if (!IsServerLocked(server_pid)) return false;
   copied_[server_pid] += bytes;
   return true;
 }
 
 bool LazyServers::IsServer(int pid) const {
   MutexLock lock(&mu_);
+  return IsServerLocked(pid);
+}
+
+bool LazyServers::IsServerLocked(int pid) const {
   if (pid > 0 && starting_.count(pid) != 0) return true;
   for (const auto& [key, server] : servers_)
     if (server.server_pid == pid) return pid > 0;

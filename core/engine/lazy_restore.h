@@ -135,6 +135,7 @@ class LazyServers {
     FinishFn finish;
   };
   void Wait(uint64_t key, CriuProcess server) EXCLUDES(mu_);
+  bool IsServerLocked(int pid) const REQUIRES(mu_);
   // The progress of the running servers of `tree_pid`'s tree (0: all).
   std::vector<Progress> Snapshot(int tree_pid) const EXCLUDES(mu_);
 
