@@ -93,8 +93,9 @@ Result<std::unique_ptr<LocalStore>> LocalStore::Open(const std::string& dir,
                    ? StoreDb::OpenReadOnly(dir, kBlockCacheBytes)
                    : StoreDb::Open(dir, options.create_if_missing, kBlockCacheBytes, env));
   auto cache = std::make_unique<ChunkCache>(options.chunk_cache_bytes);
-  GPUCKPT_ASSIGN_OR_RETURN(auto chunks,
-                           ChunkStore::Open(db.get(), cache.get(), options.verify_on_read));
+  GPUCKPT_ASSIGN_OR_RETURN(
+      auto chunks,
+      ChunkStore::Open(db.get(), cache.get(), options.verify_on_read, options.direct_reads));
   GPUCKPT_ASSIGN_OR_RETURN(auto spool, Spool::Open(db->dir(), db->file_ops(), !options.read_only));
   GPUCKPT_ASSIGN_OR_RETURN(auto catalog, SnapshotCatalog::Open(db.get()));
   auto store = std::make_unique<StoreImpl>(std::move(db), std::move(catalog), std::move(cache),

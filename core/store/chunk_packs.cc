@@ -3,8 +3,10 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cinttypes>
@@ -49,6 +51,33 @@ bool ParsePackName(const char* name, uint64_t* id) {
   return true;
 }
 
+uint64_t RoundUp(uint64_t n, uint64_t to) { return (n + to - 1) / to * to; }
+
+// cachestat(2) (Linux 6.5), which Debian 12's headers predate.
+struct CachestatRange {
+  uint64_t off;
+  uint64_t len;
+};
+struct Cachestat {
+  uint64_t nr_cache;
+  uint64_t nr_dirty;
+  uint64_t nr_writeback;
+  uint64_t nr_evicted;
+  uint64_t nr_recently_evicted;
+};
+constexpr long kCachestatSyscall = 451;  // the same on every architecture
+
+// Whether every page of [offset, offset + len) of `fd` is in the page
+// cache. False where the kernel cannot say (before 6.5): a restore reads
+// a checkpoint that was written long ago more often than one just written.
+bool AllInPageCache(int fd, uint64_t offset, uint64_t len) {
+  constexpr uint64_t kPage = 4096;
+  CachestatRange range{offset, len};
+  Cachestat stat{};
+  if (syscall(kCachestatSyscall, fd, &range, &stat, 0) != 0) return false;
+  return stat.nr_cache >= RoundUp(offset + len, kPage) / kPage - offset / kPage;
+}
+
 std::string PackName(uint64_t id) {
   char name[32];
   std::snprintf(name, sizeof(name), "%016" PRIx64 "%s", id, kPackSuffix);
@@ -59,8 +88,16 @@ std::string PackName(uint64_t id) {
 
 struct ChunkPacks::File {
   File(uint64_t id, UniqueFd fd, uint64_t end) : id(id), fd(std::move(fd)), end(end) {}
+  ~File() {
+    if (const int direct = direct_fd.load(); direct >= 0) close(direct);
+  }
   const uint64_t id;
   const UniqueFd fd;
+  // O_DIRECT, read only, opened on the first direct read (a store read
+  // without them never has one): kNotOpened until then, -1 where it could
+  // not be (no direct I/O; the pack removed since, which `fd` still reads).
+  static constexpr int kNotOpened = -2;
+  std::atomic<int> direct_fd{kNotOpened};
   uint64_t end;  // guarded by ChunkPacks::mu_: the next record's offset (active pack)
 };
 
@@ -195,6 +232,18 @@ Result<std::shared_ptr<ChunkPacks::File>> ChunkPacks::FileFor(uint64_t id) const
   return open_.emplace(id, std::move(file)).first->second;
 }
 
+int ChunkPacks::DirectFdOf(File& file) const {
+  const int known = file.direct_fd.load();
+  if (known != File::kNotOpened) return known;
+  int opened = openat(dir_fd_.get(), PackName(file.id).c_str(),
+                      O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_DIRECT);
+  if (opened < 0) opened = -1;
+  int expected = File::kNotOpened;
+  if (file.direct_fd.compare_exchange_strong(expected, opened)) return opened;
+  if (opened >= 0) close(opened);  // another reader's came first
+  return expected;
+}
+
 Status ChunkPacks::Read(const PackLocation& location, std::string* out) const {
   out->resize(location.length);
   return ReadRange(location.pack, location.offset, location.length, out->data());
@@ -218,6 +267,36 @@ Status ChunkPacks::ReadRange(uint64_t pack, uint64_t start, size_t len, char* bu
     }
     data += n;
     left -= static_cast<size_t>(n);
+    offset += static_cast<uint64_t>(n);
+  }
+  return Status::Ok();
+}
+
+Status ChunkPacks::ReadRangeDirect(uint64_t pack, uint64_t start, size_t len, char* buf) const {
+  GPUCKPT_ASSIGN_OR_RETURN(auto file, FileFor(pack));
+  const int direct_fd = DirectFdOf(*file);
+  if (direct_fd < 0 || AllInPageCache(file->fd.get(), start, len)) {
+    return ReadRange(pack, start, len, buf);
+  }
+  const uint64_t head = start % kDirectAlign;
+  const uint64_t end = start + len;
+  char* data = buf - head;
+  uint64_t offset = start - head;
+  while (offset < end) {
+    const ssize_t n =
+        pread(direct_fd, data, RoundUp(end - offset, kDirectAlign), static_cast<off_t>(offset));
+    if (n < 0 && errno == EINTR) continue;
+    // EINVAL: blocks larger than kDirectAlign; a short read: the end of
+    // the file (or an interrupted one). The rest through the cache, which
+    // says what is wrong, if anything.
+    if (n <= 0 || static_cast<uint64_t>(n) % kDirectAlign != 0) {
+      if (n < 0 && errno != EINVAL) return StatusFromErrno(errno, "reading pack " + PathOf(pack));
+      const uint64_t from =
+          std::max(offset + static_cast<uint64_t>(std::max<ssize_t>(n, 0)), start);
+      if (from >= end) return Status::Ok();
+      return ReadRange(pack, from, static_cast<size_t>(end - from), buf + (from - start));
+    }
+    data += n;
     offset += static_cast<uint64_t>(n);
   }
   return Status::Ok();

@@ -86,6 +86,22 @@ class ChunkPacks {
   // in one read); errors as Read().
   Status ReadRange(uint64_t pack, uint64_t offset, size_t len, char* buf) const EXCLUDES(mu_);
 
+  // As ReadRange(), but where the range is not all in the kernel's page
+  // cache already, it comes from the disk straight into `buf` (direct I/O)
+  // instead of through the cache, which it leaves alone. A range that is
+  // all in the cache (a checkpoint just written) is still copied from
+  // there. Where the filesystem has no direct I/O, as ReadRange().
+  //
+  // Direct I/O reads whole blocks of kDirectAlign bytes into memory aligned
+  // as much: `buf - offset % kDirectAlign` must be aligned to kDirectAlign,
+  // and every byte from there to DirectSpan(offset, len) bytes on may be
+  // written (the bytes of the blocks around the range are undefined).
+  Status ReadRangeDirect(uint64_t pack, uint64_t offset, size_t len, char* buf) const EXCLUDES(mu_);
+  static constexpr uint64_t kDirectAlign = 4096;
+  static constexpr uint64_t DirectSpan(uint64_t offset, uint64_t len) {
+    return (offset % kDirectAlign + len + kDirectAlign - 1) / kDirectAlign * kDirectAlign;
+  }
+
   // Asks the kernel to start reading `len` bytes at `offset` of pack `pack`
   // into its cache (a reader about to come that way). Best effort.
   void ReadAhead(uint64_t pack, uint64_t offset, uint64_t len) const EXCLUDES(mu_);
@@ -146,6 +162,9 @@ class ChunkPacks {
   Status StartPackLocked() REQUIRES(mu_);
   // The open file of pack `id`, opened for reading on first use.
   Result<std::shared_ptr<File>> FileFor(uint64_t id) const EXCLUDES(mu_);
+  // `file`'s descriptor for direct reads, opened on first use; -1 where
+  // there is none (no direct I/O: a tmpfs before Linux 6.6).
+  int DirectFdOf(File& file) const;
 
   const std::string dir_;
   const UniqueFd dir_fd_;

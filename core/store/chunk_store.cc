@@ -4,7 +4,7 @@
 #include <rocksdb/write_batch.h>
 
 #include <algorithm>
-#include <new>
+#include <cstdlib>
 #include <optional>
 #include <set>
 #include <span>
@@ -46,7 +46,8 @@ Status CollectedWhileRead(const ChunkHash& hash) {
 constexpr uint64_t kMaxGap = 64u << 10;
 constexpr uint64_t kMaxRun = 8u << 20;
 // Every kReadAheadStep of a pack read, the kernel is asked to fetch the
-// kReadAhead bytes after the next step boundary.
+// kReadAhead bytes after the next step boundary (into its cache: not for
+// direct reads, which would only read them again).
 constexpr uint64_t kReadAheadStep = 4u << 20;
 constexpr uint64_t kReadAhead = 16u << 20;
 // Only for a read of at least this many bytes: a reader going through a
@@ -184,7 +185,7 @@ std::string ChunkSeqKey(uint64_t seq) {
 }
 
 Result<std::unique_ptr<ChunkStore>> ChunkStore::Open(StoreDb* db, ChunkCache* cache,
-                                                     ReadVerification verify) {
+                                                     ReadVerification verify, bool direct_reads) {
   // Every chunk a published snapshot names was flushed before it was
   // published, so the last key on disk is at least the highest sequence
   // anyone refers to. Numbers of chunks lost in a crash may be handed out
@@ -198,7 +199,7 @@ Result<std::unique_ptr<ChunkStore>> ChunkStore::Open(StoreDb* db, ChunkCache* ca
     next = GetBigEndian(it->key().ToStringView(), 8) + 1;
   }
   GPUCKPT_RETURN_IF_ERROR(FromRocks(it->status(), "reading the last chunk"));
-  return std::unique_ptr<ChunkStore>(new ChunkStore(db, cache, verify, next));
+  return std::unique_ptr<ChunkStore>(new ChunkStore(db, cache, verify, direct_reads, next));
 }
 
 namespace {
@@ -439,19 +440,29 @@ class ChunkStore::RunBuffers {
     char* data = nullptr;
     std::shared_ptr<const void> owner;
   };
-  Result<Room> For(size_t run_bytes) {
-    if (run_bytes > kReadBlockBytes) {
-      std::shared_ptr<char[]> own(new (std::nothrow) char[run_bytes]);
+  // Room for the `run_bytes` at `pack_offset` of a pack, laid out for
+  // ChunkPacks::ReadRangeDirect() (which direct_reads_ asks for; a few KiB
+  // more per run for the others): `data` lies as far past an aligned
+  // address as the run's offset past a block's start.
+  Result<Room> For(size_t run_bytes, uint64_t pack_offset) {
+    const size_t head = pack_offset % ChunkPacks::kDirectAlign;
+    const size_t span = ChunkPacks::DirectSpan(pack_offset, run_bytes);
+    if (span > kReadBlockBytes) {
+      std::shared_ptr<char> own(
+          static_cast<char*>(std::aligned_alloc(ChunkPacks::kDirectAlign, span)),
+          [](char* p) { std::free(p); });
       if (!own) return NoRoom(run_bytes);
-      return Room{own.get(), std::move(own)};
+      return Room{own.get() + head, std::move(own)};
     }
-    if (!block_ || kReadBlockBytes - used_ < run_bytes) {
+    if (!block_ || kReadBlockBytes - used_ < span) {
       block_ = ReadBlocks().Get();
       used_ = 0;
       if (!block_) return NoRoom(run_bytes);
     }
-    char* at = reinterpret_cast<char*>(block_.get()) + used_;
-    used_ += run_bytes;
+    // Blocks are mapped whole pages, and every span is whole blocks of
+    // kDirectAlign: each run starts aligned.
+    char* at = reinterpret_cast<char*>(block_.get()) + used_ + head;
+    used_ += span;
     return Room{at, block_};
   }
 
@@ -486,15 +497,16 @@ Status ChunkStore::ReadMany(const std::vector<ChunkRef>& refs, const ChunkDomain
   // The runs are read one after another, and a file's chunks lie in
   // several packs (written side by side): cold, a small read (a lazy
   // restore's page fault) would wait for the disk once per run. The disk
-  // is asked for all but the first at once, so it waits about once.
-  for (size_t r = 1; r < runs.size(); ++r) {
+  // is asked for all but the first at once, so it waits about once
+  // (through the cache: direct reads would only read them again).
+  for (size_t r = 1; r < runs.size() && !direct_reads_; ++r) {
     const PackLocation& first = packed[runs[r].first].location;
     const PackLocation& last = packed[runs[r].second - 1].location;
     db_->packs().ReadAhead(first.pack, first.offset, last.offset + last.length - first.offset);
   }
   uint64_t read_bytes = 0;
   for (const ChunkRef& ref : refs) read_bytes += ref.expected_len;
-  const bool read_ahead = read_bytes >= kReadAheadMinRead;
+  const bool read_ahead = read_bytes >= kReadAheadMinRead && !direct_reads_;
   RunBuffers buffers;
   for (const auto& [begin, end] : runs) {
     GPUCKPT_RETURN_IF_ERROR(ReadRun(refs, std::span(packed).subspan(begin, end - begin), domain,
@@ -579,7 +591,7 @@ Status ChunkStore::ReadRun(const std::vector<ChunkRef>& refs, std::span<const Pa
   const PackLocation& first = run.front().location;
   const uint64_t run_end = run.back().location.offset + run.back().location.length;
   const size_t run_bytes = static_cast<size_t>(run_end - first.offset);
-  GPUCKPT_ASSIGN_OR_RETURN(RunBuffers::Room room, buffers->For(run_bytes));
+  GPUCKPT_ASSIGN_OR_RETURN(RunBuffers::Room room, buffers->For(run_bytes, first.offset));
   if (read_ahead && first.offset / kReadAheadStep != run_end / kReadAheadStep) {
     // Crossed into the next step: have the disk read the steps after it
     // while we decode this one. Readers go forward through a file, and a
@@ -587,7 +599,9 @@ Status ChunkStore::ReadRun(const std::vector<ChunkRef>& refs, std::span<const Pa
     const uint64_t next_step = run_end / kReadAheadStep * kReadAheadStep + kReadAheadStep;
     db_->packs().ReadAheadLater(first.pack, next_step, kReadAhead);
   }
-  const Status read = db_->packs().ReadRange(first.pack, first.offset, run_bytes, room.data);
+  const Status read =
+      direct_reads_ ? db_->packs().ReadRangeDirect(first.pack, first.offset, run_bytes, room.data)
+                    : db_->packs().ReadRange(first.pack, first.offset, run_bytes, room.data);
   if (!read.ok() && read.code() != StatusCode::kNotFound) return read;
   // Each chunk into its own (*out)[chunk.index]: safe on several threads.
   auto decode = [&](size_t i) -> Status {

@@ -52,9 +52,13 @@ namespace gpuckpt {
 
 class ChunkStore {
  public:
-  // Reads the last sequence number in use.
+  // Reads the last sequence number in use. `direct_reads`: ReadMany()
+  // reads records that are not in the page cache past it
+  // (ChunkPacks::ReadRangeDirect(), StoreOptions::direct_reads), and asks
+  // the kernel to read nothing ahead.
   static Result<std::unique_ptr<ChunkStore>> Open(StoreDb* db, ChunkCache* cache,
-                                                  ReadVerification verify);
+                                                  ReadVerification verify,
+                                                  bool direct_reads = false);
 
   struct PutResult {
     uint64_t seq = 0;
@@ -185,8 +189,9 @@ class ChunkStore {
   ChunkCache* cache() const { return cache_; }
 
  private:
-  ChunkStore(StoreDb* db, ChunkCache* cache, ReadVerification verify, uint64_t next_seq)
-      : db_(db), cache_(cache), verify_(verify), next_seq_(next_seq) {}
+  ChunkStore(StoreDb* db, ChunkCache* cache, ReadVerification verify, bool direct_reads,
+             uint64_t next_seq)
+      : db_(db), cache_(cache), verify_(verify), direct_reads_(direct_reads), next_seq_(next_seq) {}
 
   // Appends `record` to the packs under a new sequence number and indexes
   // it; the caller holds the claim on `hash` and found no such chunk.
@@ -255,6 +260,7 @@ class ChunkStore {
   StoreDb* db_;
   ChunkCache* cache_;
   ReadVerification verify_;
+  const bool direct_reads_;
   std::atomic<uint64_t> next_seq_;
 
   Mutex claims_mu_;

@@ -120,6 +120,16 @@ struct StoreOptions {
   // Default: kChecksum.
   ReadVerification verify_on_read = ReadVerification::kChecksum;
 
+  // Read chunk records that are not in the kernel's page cache straight
+  // from the disk (direct I/O), past the cache, and have the kernel read
+  // nothing ahead; records in the cache (a snapshot just written) are
+  // read from there. Less CPU and memory per byte read: the cache is not
+  // filled with a second copy of every record read and copied out again.
+  // But each read waits for the disk as it comes, where the kernel's
+  // read-ahead would have had it read already: on a disk slow to answer,
+  // large reads are slower (see gpuckptfs --direct-reads). Default: false.
+  bool direct_reads = false;
+
   // Bytes of decompressed, verified chunks kept for readers (LRU).
   // Default: 64 MiB.
   uint64_t chunk_cache_bytes = 64ull << 20;

@@ -3,8 +3,9 @@ tree runs before its memory is in, every page of it checks out once it is,
 `cat restore`, the tree's status and the metrics say how far it is, its
 checkpoint cannot be removed meanwhile, a daemon that dies meanwhile takes
 the tree down with it (never leaving it to read zeros) and the next daemon
-says so, an ordinary user's tree comes back eagerly, saying why, and
-only a lazy restore's server has the daemon copy pages into a tree.
+says so, an ordinary user's tree comes back eagerly, saying why,
+only a lazy restore's server has the daemon copy pages into a tree, and
+with --direct-reads restores read the store past the page cache.
 
 A lazy-pages server is held (StoppingCriu: stopped once it listens, before
 its restore has restored anything) where a test must look at a tree still
@@ -22,6 +23,7 @@ import threading
 
 import pytest
 
+from gpuckpt_testing.benchmarks import drop_caches
 from gpuckpt_testing.build import PYTHON
 from gpuckpt_testing.filetools import read
 from gpuckpt_testing.mount import Mount, why_not_runnable
@@ -352,3 +354,51 @@ def test_a_restore_with_both_lazy_and_eager_is_refused(mount):
     ok, err = Root().write(mount.path("restore"), "/nonexistent --lazy --eager")
     assert not ok and "Invalid argument" in err, err
     assert "excludes" in restore_text(mount), restore_text(mount)
+
+
+def packs_cached_share(m):
+    """The share of the store's pack files that is in the page cache."""
+    packs = glob.glob(os.path.join(m.store, "packs", "*.pack"))
+    r = subprocess.run(["fincore", "--bytes", "--noheadings", "--raw", "-o", "RES,SIZE", *packs],
+                       capture_output=True, text=True, check=True)
+    cached = size = 0
+    for line in r.stdout.splitlines():
+        res, total = map(int, line.split())
+        cached, size = cached + res, size + total
+    assert size > 0, r.stdout
+    return cached / size
+
+
+def test_direct_reads_restore_cold_eagerly_and_lazily_past_the_page_cache():
+    """With --direct-reads, a job restored with the page cache dropped,
+    eagerly and then lazily, comes back with every page as checkpointed,
+    and the store's packs stay out of the page cache (read straight from
+    the disk): a daemon without the option would have read them all into
+    it."""
+    if not os.access("/proc/sys/vm/drop_caches", os.W_OK):
+        pytest.skip("cannot drop the page cache here (/proc/sys/vm/drop_caches is not writable)")
+    m = Mount("gpuckpt-direct.", "--direct-reads")
+    try:
+        wl = m.start("wl_steps", "--mib", "192", "--hot-mib", "8")
+        steps = wl.result + ".steps"
+        wait_for(lambda: os.path.exists(steps) and len(read(steps).splitlines()) >= 3, 30,
+                 "the job to make steps")
+        made = m.checkpoint(wl.pid, "--kill")
+        wait_for(wl.gone, 30, "the killed workload to go")
+        spool = os.path.join(m.store, "spool")  # its images settled into the packs
+        wait_for(lambda: not os.path.isdir(spool) or not os.listdir(spool), 120,
+                 "the store to settle")
+        for how in ("--eager", "--lazy"):
+            drop_caches()
+            ok, err = Root().write(m.path("restore"), m.path("checkpoints", made) + " " + how)
+            assert ok, f"{how} restore of {made}: {err}; {restore_text(m)}"
+            if how == "--lazy":
+                wait_resident(m)
+            before = len(read(steps).splitlines())
+            wait_for(lambda: len(read(steps).splitlines()) >= before + 2, 30,
+                     "the restored job to make steps")
+            assert packs_cached_share(m) < 0.25, f"{how}: the packs went into the page cache"
+            assert wl.verdict() == "PASS", how  # every page checked; then it exits
+            wait_for(wl.gone, 30, "the restored job to go")
+    finally:
+        m.close()

@@ -1,5 +1,6 @@
 """tests/bench/lazy_restore_bench runs end to end on a tiny job (wl_steps
---mib 128, one round): it restores the job eagerly and lazily, through
+--mib 128, one round, the daemon reading with --direct-reads): it
+restores the job eagerly and lazily, through
 the mount and with plain CRIU from a copy of the images (the benchmark
 dies unless the job checks out after each), and its report has the
 benchmark's rows and columns with numbers that can be true. It keeps the driver
@@ -40,7 +41,8 @@ def test_lazy_restore_bench_runs_end_to_end_with_its_rows():
     work = tempfile.mkdtemp(prefix="gpuckpt-lazy-bench-smoke.", dir="/var/tmp")
     out = os.path.join(work, "report.md")
     r = subprocess.run([BENCH, "--build", WORKLOAD_BIN, "--mib", "128", "--hot-mib", "16",
-                        "--repeat", "1", "--plain-criu", "--out", out],
+                        "--repeat", "1", "--plain-criu", "--daemon-arg=--direct-reads",
+                        "--out", out],
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stdout + r.stderr
     with open(out) as f:
@@ -68,5 +70,6 @@ def test_lazy_restore_bench_runs_end_to_end_with_its_rows():
     assert criu_lazy["returned_s"] <= criu_lazy["resident_s"], criu_lazy
     # Plain CRIU ran outside the daemon: its time is counted all the same.
     assert criu_lazy["criu_cpu_s"] > 0, criu_lazy
-    assert re.search(r"median step before the checkpoint: [\d.]+ ms", report)
+    assert re.search(r"daemon options: --direct-reads; median step before the checkpoint: "
+                     r"[\d.]+ ms", report), report
     subprocess.run(["rm", "-rf", work])

@@ -3,7 +3,9 @@
 // records), and through the Store: gc gives pack space back by removing and
 // rewriting packs, packs left without references are removed, a store
 // written by version 1 (records inside RocksDB) is still read and upgraded,
-// and only large reads have the kernel read on ahead in the packs.
+// only large reads have the kernel read on ahead in the packs, and direct
+// reads come straight from the disk where records are not in the page
+// cache, from the cache where they are.
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/mman.h>
@@ -11,6 +13,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <set>
 #include <string>
 #include <thread>
@@ -318,6 +321,124 @@ TEST(ChunkStoreReadAheadTest, OnlyLargeReadsHaveTheKernelReadAheadInThePacks) {
     ahead = ResidentShare(fd, 8u << 20, 1u << 20);
   }
   EXPECT_GE(ahead, 0.9) << "a large read had nothing read ahead of it";
+}
+
+// Bytes this process has had read from storage so far (its I/O
+// accounting; direct reads count as they are asked, cached ones not at
+// all); -1 where the kernel does not tell.
+int64_t StorageReadBytes() {
+  const std::string io = testing::ReadFile("/proc/self/io");
+  const size_t at = io.find("\nread_bytes: ");
+  if (at == std::string::npos) return -1;
+  return std::stoll(io.substr(at + 13));
+}
+
+// A buffer for ChunkPacks::ReadRangeDirect() of `len` bytes at `offset`.
+struct DirectRoom {
+  DirectRoom(uint64_t offset, size_t len)
+      : block(static_cast<char*>(std::aligned_alloc(ChunkPacks::kDirectAlign,
+                                                    ChunkPacks::DirectSpan(offset, len))),
+              [](char* p) { std::free(p); }),
+        data(block.get() + offset % ChunkPacks::kDirectAlign) {}
+  std::unique_ptr<char, void (*)(char*)> block;
+  char* const data;
+};
+
+TEST(ChunkPacksTest, DirectReadsReadWhatTheyAskForWhereverItLies) {
+  TempDir tmp;
+  ASSERT_OK_AND_ASSIGN(auto packs, ChunkPacks::Open(tmp.Sub("packs")));
+  std::string records;
+  PackLocation last{};
+  for (int i = 0; i < 40; ++i) {  // about 2.6 MiB, records at any offset
+    std::string record = testing::RandomBytes(1000 + (i * 7919) % 130000, 900 + i);
+    ASSERT_OK_AND_ASSIGN(last, packs->Append(record));
+    records += record;
+  }
+  ASSERT_OK(packs->Sync());
+  const std::string path = packs->dir() + "/" + testing::ListDir(packs->dir())[0];
+  const std::string bytes = testing::ReadFile(path);
+  ASSERT_EQ(bytes.substr(ChunkPacks::kHeaderSize), records);
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  ASSERT_GE(fd, 0);
+  ScopeExit close_fd([&] { close(fd); });
+
+  const uint64_t end = bytes.size();
+  const std::vector<std::pair<uint64_t, size_t>> ranges = {
+      {16, 1},      {16, 4080},         {4095, 2},
+      {4096, 4096}, {5000, 300000},     {1u << 20, 1u << 20},
+      {end - 1, 1}, {end - 5000, 5000}, {end - 70000, 70000}};
+  for (bool cached : {false, true}) {
+    // Cold (as after a reboot: each read straight from the disk) and all
+    // in the page cache (each read from there).
+    ASSERT_EQ(posix_fadvise(fd, 0, 0, cached ? POSIX_FADV_WILLNEED : POSIX_FADV_DONTNEED), 0);
+    if (cached) (void)testing::ReadFile(path);
+    for (const auto& [offset, len] : ranges) {
+      DirectRoom room(offset, len);
+      ASSERT_OK(packs->ReadRangeDirect(last.pack, offset, len, room.data))
+          << offset << "+" << len << (cached ? " cached" : " cold");
+      EXPECT_EQ(std::string_view(room.data, len), std::string_view(bytes).substr(offset, len))
+          << offset << "+" << len << (cached ? " cached" : " cold");
+    }
+  }
+  // Past the end of the pack: damage, as for ReadRange().
+  ASSERT_EQ(posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED), 0);
+  DirectRoom beyond(end - 100, 8192);
+  EXPECT_CODE(packs->ReadRangeDirect(last.pack, end - 100, 8192, beyond.data),
+              StatusCode::kCorruption);
+}
+
+TEST(ChunkStoreDirectReadTest, ColdDirectReadsLeaveThePageCacheAloneWarmOnesUseIt) {
+  TempDir tmp;
+  ASSERT_OK_AND_ASSIGN(auto db, StoreDb::Open(tmp.Sub("store"), true, 8u << 20));
+  ChunkCache cache(8u << 20);
+  ASSERT_OK_AND_ASSIGN(auto chunks, ChunkStore::Open(db.get(), &cache, ReadVerification::kChecksum,
+                                                     /*direct_reads=*/true));
+  // 64 chunks of 128 KiB, one after another in one pack (random: raw).
+  constexpr size_t kChunk = 128u << 10, kCount = 64;
+  std::vector<std::string> data;
+  std::vector<ChunkStore::ChunkRef> refs;
+  for (size_t i = 0; i < kCount; ++i) {
+    data.push_back(testing::RandomBytes(kChunk, 700 + i));
+    const auto* bytes = reinterpret_cast<const uint8_t*>(data.back().data());
+    const ChunkHash hash = HashChunk(bytes, kChunk);
+    ASSERT_OK_AND_ASSIGN(ChunkStore::PutResult put, chunks->Put(hash, bytes, kChunk, 0));
+    refs.push_back(ChunkStore::ChunkRef{hash, put.seq, kChunk, /*use_cache=*/false});
+  }
+  ASSERT_OK(db->packs().Sync());
+  const std::vector<std::string> names = testing::ListDir(db->packs().dir());
+  ASSERT_EQ(names.size(), 1u);
+  const std::string pack = db->packs().dir() + "/" + names[0];
+  const int fd = open(pack.c_str(), O_RDONLY | O_CLOEXEC);
+  ASSERT_GE(fd, 0);
+  ScopeExit close_fd([&] { close(fd); });
+  ASSERT_EQ(posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED), 0);  // as after a reboot
+  const double dropped = ResidentShare(fd, 0, kCount * kChunk);
+  if (dropped < 0 || dropped > 0.1)
+    GTEST_SKIP() << "the page cache of " << pack << " cannot be dropped here (tmpfs?)";
+  const int64_t read_before = StorageReadBytes();
+  if (read_before < 0) GTEST_SKIP() << "/proc/self/io has no read_bytes here";
+
+  // Cold, in reads of 1, 3 and 8 chunks (a page fault's, a reader's going
+  // through): every byte right, none of them left in the page cache.
+  std::vector<ChunkStore::ChunkBytes> out;
+  for (size_t i = 0; i < kCount;) {
+    const size_t n = std::min<size_t>(kCount - i, i % 3 == 0 ? 1 : i % 3 == 1 ? 3 : 8);
+    ASSERT_OK(chunks->ReadMany({refs.begin() + i, refs.begin() + i + n}, nullptr, &out));
+    for (size_t k = 0; k < n; ++k) ASSERT_EQ(out[k].bytes, data[i + k]) << "chunk " << i + k;
+    i += n;
+  }
+  EXPECT_LT(ResidentShare(fd, 0, kCount * kChunk), 0.05)
+      << "a cold read filled the page cache with the pack";
+  const int64_t read_cold = StorageReadBytes() - read_before;
+  EXPECT_GE(read_cold, static_cast<int64_t>(kCount * kChunk)) << "the disk was not read";
+
+  // All in the page cache (a checkpoint just written): read from there.
+  (void)testing::ReadFile(pack);
+  const int64_t read_warm_before = StorageReadBytes();
+  ASSERT_OK(chunks->ReadMany(refs, nullptr, &out));
+  for (size_t k = 0; k < kCount; ++k) ASSERT_EQ(out[k].bytes, data[k]) << "chunk " << k;
+  EXPECT_LT(StorageReadBytes() - read_warm_before, static_cast<int64_t>(kChunk))
+      << "a read of cached records went to the disk";
 }
 
 }  // namespace

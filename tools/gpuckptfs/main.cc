@@ -241,6 +241,7 @@ struct Settings {
   EngineOptions engine_options;
   GpuSettings gpu;
   bool foreground = false;
+  bool direct_reads = false;
   std::string log_level = "info";
 };
 
@@ -264,6 +265,11 @@ void DeclareDaemonOptions(CLI::App& app, Settings* settings) {
                  "to 8, along the strides its tree faults at, and on 4 CPUs or more also ahead "
                  "of its background pass; a count reads ahead of both on any machine; 0: none)")
       ->check(CLI::Range(0, 64));
+  app.add_flag("--direct-reads", settings->direct_reads,
+               "Read the store's records past the page cache (direct I/O) where they are not in "
+               "it: restores take less CPU and memory, but wait for the disk without the "
+               "kernel's read-ahead (faster on a busy machine with a fast disk, slower on a "
+               "disk slow to answer)");
   app.add_flag("--keep-logs", engine_options.keep_logs,
                "Keep every operation's work dir (CRIU's log and files) in the work dir, the "
                "newest 16");
@@ -476,6 +482,7 @@ Status ResolveMountpoint(MountOptions* mount) {
 StoreOptions StoreOptionsOf(const Settings& settings) {
   StoreOptions options;
   options.pool = PoolOptionsOf(settings.pool);
+  options.direct_reads = settings.direct_reads;
   return options;
 }
 
