@@ -175,6 +175,19 @@ def test_a_lazy_restore_runs_before_its_memory_is_in_and_every_page_checks_out(h
     assert wl.verdict() == "PASS"
 
 
+def checkpointed_steps_job(m, mib, hot_mib):
+    """wl_steps (--mib, --hot-mib) on `m`, checkpointed with --kill once it
+    has made steps, and gone: (the workload, its steps file, the
+    checkpoint)."""
+    wl = m.start("wl_steps", "--mib", mib, "--hot-mib", hot_mib)
+    steps = wl.result + ".steps"
+    wait_for(lambda: os.path.exists(steps) and len(read(steps).splitlines()) >= 3, 30,
+             "the job to make steps")
+    made = m.checkpoint(wl.pid, "--kill")
+    wait_for(wl.gone, 30, "the killed workload to go")
+    return wl, steps, made
+
+
 def test_a_tree_that_faults_at_a_stride_is_read_ahead_along_it_and_every_page_checks_out():
     """A job whose steps read 64 KiB of every MiB (wl_steps), restored
     lazily with the daemon's defaults: its faults come at a fixed stride,
@@ -185,12 +198,7 @@ def test_a_tree_that_faults_at_a_stride_is_read_ahead_along_it_and_every_page_ch
     says that reads were served from the strided read-ahead."""
     m = Mount("gpuckpt-lazy-stride.", "--lazy-restore", "--log-level", "debug")
     try:
-        wl = m.start("wl_steps", "--mib", "256", "--hot-mib", "16")
-        steps = wl.result + ".steps"
-        wait_for(lambda: os.path.exists(steps) and len(read(steps).splitlines()) >= 3, 30,
-                 "the job to make steps")
-        made = m.checkpoint(wl.pid, "--kill")
-        wait_for(wl.gone, 30, "the killed workload to go")
+        wl, steps, made = checkpointed_steps_job(m, "256", "16")
         before = len(read(steps).splitlines())
         ok, err = Root().write(m.path("restore"), m.path("checkpoints", made))
         assert ok, f"lazy restore of {made}: {err}; {restore_text(m)}"
@@ -379,12 +387,7 @@ def test_direct_reads_restore_cold_eagerly_and_lazily_past_the_page_cache():
         pytest.skip("cannot drop the page cache here (/proc/sys/vm/drop_caches is not writable)")
     m = Mount("gpuckpt-direct.", "--direct-reads")
     try:
-        wl = m.start("wl_steps", "--mib", "192", "--hot-mib", "8")
-        steps = wl.result + ".steps"
-        wait_for(lambda: os.path.exists(steps) and len(read(steps).splitlines()) >= 3, 30,
-                 "the job to make steps")
-        made = m.checkpoint(wl.pid, "--kill")
-        wait_for(wl.gone, 30, "the killed workload to go")
+        wl, steps, made = checkpointed_steps_job(m, "192", "8")
         spool = os.path.join(m.store, "spool")  # its images settled into the packs
         wait_for(lambda: not os.path.isdir(spool) or not os.listdir(spool), 120,
                  "the store to settle")

@@ -262,27 +262,38 @@ double ResidentShare(int fd, uint64_t offset, uint64_t len) {
   return static_cast<double>(resident) / static_cast<double>(pages);
 }
 
+// `count` random chunks of kRawChunk bytes (stored raw), put one after
+// another into `chunks`, which must be the first in `db`'s packs: their
+// bytes into `*data`, their refs into `*refs`, the one pack's path into
+// `*pack`.
+constexpr size_t kRawChunk = 128u << 10;
+void PutRawChunksInOnePack(StoreDb& db, ChunkStore* chunks, size_t count,
+                           std::vector<std::string>* data, std::vector<ChunkStore::ChunkRef>* refs,
+                           std::string* pack) {
+  for (size_t i = 0; i < count; ++i) {
+    data->push_back(testing::RandomBytes(kRawChunk, 700 + i));
+    const auto* bytes = reinterpret_cast<const uint8_t*>(data->back().data());
+    const ChunkHash hash = HashChunk(bytes, kRawChunk);
+    ASSERT_OK_AND_ASSIGN(ChunkStore::PutResult put, chunks->Put(hash, bytes, kRawChunk, 0));
+    refs->push_back(ChunkStore::ChunkRef{hash, put.seq, kRawChunk, /*use_cache=*/false});
+  }
+  ASSERT_OK(db.packs().Sync());
+  const std::vector<std::string> names = testing::ListDir(db.packs().dir());
+  ASSERT_EQ(names.size(), 1u);
+  *pack = db.packs().dir() + "/" + names[0];
+}
+
 TEST(ChunkStoreReadAheadTest, OnlyLargeReadsHaveTheKernelReadAheadInThePacks) {
   TempDir tmp;
   ASSERT_OK_AND_ASSIGN(auto db, StoreDb::Open(tmp.Sub("store"), true, 8u << 20));
   ChunkCache cache(8u << 20);
   ASSERT_OK_AND_ASSIGN(auto chunks,
                        ChunkStore::Open(db.get(), &cache, ReadVerification::kChecksum));
-  // 112 chunks of 128 KiB, one after another in one pack (random: raw).
-  constexpr size_t kChunk = 128u << 10, kCount = 112;
+  constexpr size_t kChunk = kRawChunk, kCount = 112;
   std::vector<std::string> data;
   std::vector<ChunkStore::ChunkRef> refs;
-  for (size_t i = 0; i < kCount; ++i) {
-    data.push_back(testing::RandomBytes(kChunk, 700 + i));
-    const auto* bytes = reinterpret_cast<const uint8_t*>(data.back().data());
-    const ChunkHash hash = HashChunk(bytes, kChunk);
-    ASSERT_OK_AND_ASSIGN(ChunkStore::PutResult put, chunks->Put(hash, bytes, kChunk, 0));
-    refs.push_back(ChunkStore::ChunkRef{hash, put.seq, kChunk, /*use_cache=*/false});
-  }
-  ASSERT_OK(db->packs().Sync());
-  const std::vector<std::string> names = testing::ListDir(db->packs().dir());
-  ASSERT_EQ(names.size(), 1u);
-  const std::string pack = db->packs().dir() + "/" + names[0];
+  std::string pack;
+  ASSERT_NO_FATAL_FAILURE(PutRawChunksInOnePack(*db, chunks.get(), kCount, &data, &refs, &pack));
   const std::string bytes = testing::ReadFile(pack);
   // The chunk whose record crosses 4 MiB of the pack.
   size_t crossing = kCount;
@@ -393,21 +404,11 @@ TEST(ChunkStoreDirectReadTest, ColdDirectReadsLeaveThePageCacheAloneWarmOnesUseI
   ChunkCache cache(8u << 20);
   ASSERT_OK_AND_ASSIGN(auto chunks, ChunkStore::Open(db.get(), &cache, ReadVerification::kChecksum,
                                                      /*direct_reads=*/true));
-  // 64 chunks of 128 KiB, one after another in one pack (random: raw).
-  constexpr size_t kChunk = 128u << 10, kCount = 64;
+  constexpr size_t kChunk = kRawChunk, kCount = 64;
   std::vector<std::string> data;
   std::vector<ChunkStore::ChunkRef> refs;
-  for (size_t i = 0; i < kCount; ++i) {
-    data.push_back(testing::RandomBytes(kChunk, 700 + i));
-    const auto* bytes = reinterpret_cast<const uint8_t*>(data.back().data());
-    const ChunkHash hash = HashChunk(bytes, kChunk);
-    ASSERT_OK_AND_ASSIGN(ChunkStore::PutResult put, chunks->Put(hash, bytes, kChunk, 0));
-    refs.push_back(ChunkStore::ChunkRef{hash, put.seq, kChunk, /*use_cache=*/false});
-  }
-  ASSERT_OK(db->packs().Sync());
-  const std::vector<std::string> names = testing::ListDir(db->packs().dir());
-  ASSERT_EQ(names.size(), 1u);
-  const std::string pack = db->packs().dir() + "/" + names[0];
+  std::string pack;
+  ASSERT_NO_FATAL_FAILURE(PutRawChunksInOnePack(*db, chunks.get(), kCount, &data, &refs, &pack));
   const int fd = open(pack.c_str(), O_RDONLY | O_CLOEXEC);
   ASSERT_GE(fd, 0);
   ScopeExit close_fd([&] { close(fd); });
