@@ -51,8 +51,6 @@ bool ParsePackName(const char* name, uint64_t* id) {
   return true;
 }
 
-uint64_t RoundUp(uint64_t n, uint64_t to) { return (n + to - 1) / to * to; }
-
 // cachestat(2) (Linux 6.5), which Debian 12's headers predate.
 struct CachestatRange {
   uint64_t off;
@@ -75,7 +73,7 @@ bool AllInPageCache(int fd, uint64_t offset, uint64_t len) {
   CachestatRange range{offset, len};
   Cachestat stat{};
   if (syscall(kCachestatSyscall, fd, &range, &stat, 0) != 0) return false;
-  return stat.nr_cache >= RoundUp(offset + len, kPage) / kPage - offset / kPage;
+  return stat.nr_cache >= (offset + len + kPage - 1) / kPage - offset / kPage;
 }
 
 std::string PackName(uint64_t id) {
@@ -284,7 +282,7 @@ Status ChunkPacks::ReadRangeDirect(uint64_t pack, uint64_t start, size_t len, ch
   uint64_t offset = start - head;
   while (offset < end) {
     const ssize_t n =
-        pread(direct_fd, data, RoundUp(end - offset, kDirectAlign), static_cast<off_t>(offset));
+        pread(direct_fd, data, DirectSpan(offset, end - offset), static_cast<off_t>(offset));
     if (n < 0 && errno == EINTR) continue;
     // EINVAL: blocks larger than kDirectAlign; a short read: the end of
     // the file (or an interrupted one). The rest through the cache, which
