@@ -362,6 +362,23 @@ class Filesystem {
     return request;
   }
 
+  // The same for a batch of ranges (the server's background transfer,
+  // tools/criu-patches/0009): `batch` with each range's outcome filled in.
+  Result<LazyCopyBatch> DoLazyCopyBatch(FileHandle* h, int caller_pid, LazyCopyBatch batch) {
+    if (caller_pid != h->lazy_server_pid)
+      return Status::PermissionDenied("only the lazy-pages server that opened the image copies");
+    GPUCKPT_RETURN_IF_ERROR(CheckLazyCopyBatch(batch));
+    GPUCKPT_ASSIGN_OR_RETURN(UniqueFd uffd, TakeServersUserfaultfd(caller_pid, batch.uffd));
+    const Status copied =
+        CopyBatchIntoTask(std::make_shared<const UniqueFd>(std::move(uffd)), h->reader.get(),
+                          &batch, LazyBatchThreadsForThisMachine(), LazyBatchCopiers());
+    uint64_t bytes = 0;
+    for (uint32_t i = 0; i < batch.count; ++i) bytes += batch.ranges[i].copied;
+    if (engine_ != nullptr) engine_->NoteLazyPagesCopiedInBatch(caller_pid, bytes);
+    GPUCKPT_RETURN_IF_ERROR(copied);
+    return batch;
+  }
+
   // A generated file's bytes, copied into this thread's reusable buffer
   // (neither allocated nor zeroed per request; `*data` stays valid until
   // the thread's next read): once the kernel has the reply, the reader may
@@ -594,16 +611,34 @@ void OpRead(fuse_req_t req, fuse_ino_t, size_t size, off_t offset, fuse_file_inf
   });
 }
 
-// Only kLazyCopyIoctl, on an image a lazy restore's server opened: every
+void ReplyLazyCopyBatch(fuse_req_t req, Filesystem::FileHandle* h, const void* in_buf,
+                        size_t in_size, size_t out_size) {
+  if (in_size != sizeof(LazyCopyBatch) || out_size != sizeof(LazyCopyBatch))
+    return (void)fuse_reply_err(req, EINVAL);
+  LazyCopyBatch batch;
+  std::memcpy(&batch, in_buf, sizeof(batch));
+  const Caller caller = CallerOf(req);
+  auto done = Filesystem::From(req)->DoLazyCopyBatch(h, caller.pid, batch);
+  if (!done.ok()) {
+    spdlog::warn("lazy copy of a batch pid={} ranges={}: {}", caller.pid, batch.count,
+                 done.status().ToString());
+    return ReplyError(req, done.status());
+  }
+  fuse_reply_ioctl(req, 0, &*done, sizeof(*done));
+}
+
+// Only kLazyCopyIoctl and kLazyCopyBatchIoctl, on an image a lazy restore's server opened: every
 // other ioctl is ENOTTY, what a file that takes none answers. A directory's
 // (FUSE_IOCTL_DIR) comes with a DirHandle, never looked at here.
 void OpIoctl(fuse_req_t req, fuse_ino_t, unsigned int cmd, void*, fuse_file_info* fi,
              unsigned flags, const void* in_buf, size_t in_size, size_t out_size) {
   Guard(req, [&] {
-    if (cmd != kLazyCopyIoctl || (flags & (FUSE_IOCTL_COMPAT | FUSE_IOCTL_DIR)) != 0)
+    if ((cmd != kLazyCopyIoctl && cmd != kLazyCopyBatchIoctl) ||
+        (flags & (FUSE_IOCTL_COMPAT | FUSE_IOCTL_DIR)) != 0)
       return (void)fuse_reply_err(req, ENOTTY);
     auto* h = reinterpret_cast<Filesystem::FileHandle*>(fi->fh);
     if (!h->reader || h->lazy_server_pid == 0) return (void)fuse_reply_err(req, ENOTTY);
+    if (cmd == kLazyCopyBatchIoctl) return ReplyLazyCopyBatch(req, h, in_buf, in_size, out_size);
     if (in_size != sizeof(LazyCopyRequest) || out_size != sizeof(LazyCopyRequest))
       return (void)fuse_reply_err(req, EINVAL);
     LazyCopyRequest request;

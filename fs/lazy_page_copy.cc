@@ -8,8 +8,10 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <deque>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "core/base/mutex.h"
@@ -51,16 +53,48 @@ LazyCopyOutcome CopyRun(int uffd, uint64_t dst, const char* src, uint64_t len) {
 
 }  // namespace
 
-Status CheckLazyCopyRequest(const LazyCopyRequest& request) {
-  if (request.dst % kPage != 0)
-    return Status::InvalidArgument("the destination is not page-aligned");
-  if (request.len == 0 || request.len % kPage != 0)
+namespace {
+
+Status CheckRange(uint64_t dst, uint64_t len) {
+  if (dst % kPage != 0) return Status::InvalidArgument("the destination is not page-aligned");
+  if (len == 0 || len % kPage != 0)
     return Status::InvalidArgument("the length is not a whole number of pages");
-  if (request.len > kLazyCopyMaxBytes)
+  if (len > kLazyCopyMaxBytes)
     return Status::InvalidArgument("more than " + std::to_string(kLazyCopyMaxBytes >> 20) +
                                    " MiB asked at once");
-  if (request.dst + request.len < request.dst) return Status::InvalidArgument("the range wraps");
+  if (dst + len < dst) return Status::InvalidArgument("the range wraps");
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status CheckLazyCopyRequest(const LazyCopyRequest& request) {
+  GPUCKPT_RETURN_IF_ERROR(CheckRange(request.dst, request.len));
   if (request.uffd < 0) return Status::InvalidArgument("no userfaultfd named");
+  return Status::Ok();
+}
+
+Status CheckLazyCopyBatch(const LazyCopyBatch& batch) {
+  if (batch.count == 0 || batch.count > kLazyCopyBatchMaxRanges)
+    return Status::InvalidArgument("a batch of " + std::to_string(batch.count) + " ranges");
+  if (batch.uffd < 0) return Status::InvalidArgument("no userfaultfd named");
+  uint64_t total = 0;
+  std::vector<std::pair<uint64_t, uint64_t>> spans;  // [dst, dst + len)
+  for (uint32_t i = 0; i < batch.count; ++i) {
+    const LazyCopyRange& range = batch.ranges[i];
+    GPUCKPT_RETURN_IF_ERROR(CheckRange(range.dst, range.len));
+    total += range.len;
+    spans.emplace_back(range.dst, range.dst + range.len);
+  }
+  if (total > kLazyCopyBatchMaxBytes)
+    return Status::InvalidArgument("more than " + std::to_string(kLazyCopyBatchMaxBytes >> 20) +
+                                   " MiB asked in one batch");
+  // Ranges copied side by side must not meet: each one's outcome says what
+  // of it is in place, which another's copy would make a guess.
+  std::sort(spans.begin(), spans.end());
+  for (size_t i = 1; i < spans.size(); ++i)
+    if (spans[i].first < spans[i - 1].second)
+      return Status::InvalidArgument("the ranges of a batch overlap");
   return Status::Ok();
 }
 
@@ -193,6 +227,96 @@ LazyCopyOutcome CopyIntoTaskInParts(std::shared_ptr<const UniqueFd> uffd, uint64
   }
   return out;
 }
+
+Status CopyBatchIntoTask(std::shared_ptr<const UniqueFd> uffd, FileReader* reader,
+                         LazyCopyBatch* batch, JobThreads* threads, size_t copiers) {
+  // This thread reads the ranges in the batch's order (the stream's
+  // read-ahead follows it as it followed single ranges), up to `copiers`
+  // ahead of the copies, which the copiers take as they come.
+  struct Read {
+    uint32_t index;
+    FileReader::ReadPieces pieces;
+  };
+  struct Shared {
+    Mutex mu;
+    CondVar cv;
+    std::deque<Read> to_copy GUARDED_BY(mu);
+    bool reading GUARDED_BY(mu) = true;  // more may come
+    size_t copiers GUARDED_BY(mu) = 0;   // posted copiers not yet done
+  };
+  auto shared = std::make_shared<Shared>();
+  auto copy = [uffd, batch](uint32_t index, const FileReader::ReadPieces& pieces) {
+    LazyCopyRange& range = batch->ranges[index];  // written by its copier alone
+    const LazyCopyOutcome outcome = CopyIntoTask(uffd->get(), range.dst, pieces, range.len);
+    range.copied = outcome.in_place;
+    range.error = outcome.error;
+  };
+  const size_t helpers = threads == nullptr ? 0 : std::min<size_t>(copiers, batch->count);
+  for (size_t i = 0; i < helpers; ++i) {
+    {
+      MutexLock lock(&shared->mu);
+      ++shared->copiers;
+    }
+    const bool posted = threads->Post([shared, copy] {
+      MutexLock lock(&shared->mu);
+      for (;;) {
+        while (shared->to_copy.empty() && shared->reading) shared->cv.Wait(shared->mu);
+        if (shared->to_copy.empty()) break;
+        Read read = std::move(shared->to_copy.front());
+        shared->to_copy.pop_front();
+        shared->cv.NotifyAll();  // room for the reader
+        lock.Unlock();
+        copy(read.index, read.pieces);
+        lock.Lock();
+      }
+      --shared->copiers;
+      shared->cv.NotifyAll();
+    });
+    if (!posted) {  // a bounded pool that is full: fewer copiers
+      MutexLock lock(&shared->mu);
+      --shared->copiers;
+      break;
+    }
+  }
+  bool any_copier;
+  {
+    MutexLock lock(&shared->mu);
+    any_copier = shared->copiers > 0;
+  }
+  Status failed;
+  for (uint32_t index = 0; index < batch->count; ++index) {
+    const LazyCopyRange& range = batch->ranges[index];
+    Result<FileReader::ReadPieces> read = reader->Read(range.offset, range.len);
+    if (!read.ok()) {
+      failed = read.status();
+      break;
+    }
+    if (!any_copier) {
+      copy(index, *read);
+      continue;
+    }
+    MutexLock lock(&shared->mu);
+    while (shared->to_copy.size() >= helpers) shared->cv.Wait(shared->mu);
+    shared->to_copy.push_back({index, std::move(*read)});
+    shared->cv.NotifyAll();
+  }
+  MutexLock lock(&shared->mu);
+  shared->reading = false;
+  shared->cv.NotifyAll();
+  while (shared->copiers > 0) shared->cv.Wait(shared->mu);
+  return failed;
+}
+
+namespace {
+size_t LazyBatchHelpers() { return std::thread::hardware_concurrency() >= 4 ? 3 : 1; }
+}  // namespace
+
+JobThreads* LazyBatchThreadsForThisMachine() {
+  static JobThreads* const threads = new JobThreads(LazyBatchHelpers());
+  return threads;
+}
+
+size_t LazyBatchCopiers() { return LazyBatchHelpers(); }
 
 JobThreads* LazyCopyThreadsForThisMachine() {
   static JobThreads* const threads =

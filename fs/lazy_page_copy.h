@@ -58,12 +58,48 @@ constexpr unsigned int kLazyCopyIoctl = _IOWR('g', 1, LazyCopyRequest);
 // (the server asks for at most 4 MiB at a time).
 constexpr uint64_t kLazyCopyMaxBytes = 64ull << 20;
 
+// A batch: the ranges of one background transfer of the server
+// (tools/criu-patches/0009), read and copied side by side by
+// CopyBatchIntoTask(), so that the disk's wait for one range goes on
+// beside the copy of another instead of one round trip per range. Laid
+// out as the server's struct.
+struct LazyCopyRange {
+  uint64_t dst = 0;     // where the range goes in the task (page-aligned)
+  uint64_t offset = 0;  // where its bytes lie in the image
+  uint64_t len = 0;     // its length, whole pages
+  uint64_t copied = 0;  // out: the bytes in place from dst on
+  int32_t error = 0;    // out: the errno that stopped its copy, 0 if none
+  uint32_t reserved = 0;
+};
+static_assert(sizeof(LazyCopyRange) == 40, "laid out as the server's struct");
+
+constexpr uint32_t kLazyCopyBatchMaxRanges = 32;
+
+struct LazyCopyBatch {
+  int32_t uffd = 0;    // the server's userfaultfd of the task, as the server numbers it
+  uint32_t count = 0;  // ranges in use, at most kLazyCopyBatchMaxRanges
+  uint64_t reserved = 0;
+  LazyCopyRange ranges[kLazyCopyBatchMaxRanges];
+};
+static_assert(sizeof(LazyCopyBatch) == 1296, "laid out as the server's struct");
+
+constexpr unsigned int kLazyCopyBatchIoctl = _IOWR('g', 2, LazyCopyBatch);
+
+// The most a batch may copy in all (the server gathers up to what the
+// daemon's --lazy-copy-batch-mib says, at most 64 MiB).
+constexpr uint64_t kLazyCopyBatchMaxBytes = 64ull << 20;
+
 // What CopyIntoTaskInParts() copies as one part, for the daemon.
 constexpr uint64_t kLazyCopyPartBytes = 1ull << 20;
 
 // Checks a request's shape: page-aligned dst, whole pages, within
 // kLazyCopyMaxBytes. kInvalidArgument says which is wrong.
 Status CheckLazyCopyRequest(const LazyCopyRequest& request);
+
+// Checks a batch's shape: a count within kLazyCopyBatchMaxRanges, each
+// range as CheckLazyCopyRequest() checks one, none overlapping another,
+// within kLazyCopyBatchMaxBytes in all. kInvalidArgument says which.
+Status CheckLazyCopyBatch(const LazyCopyBatch& batch);
 
 // A duplicate of descriptor `fd_in_server` of process `server_pid`, which
 // must be a userfaultfd: kInvalidArgument when it is something else,
@@ -99,6 +135,25 @@ LazyCopyOutcome CopyIntoTask(int uffd, uint64_t dst, const FileReader::ReadPiece
 LazyCopyOutcome CopyIntoTaskInParts(std::shared_ptr<const UniqueFd> uffd, uint64_t dst,
                                     std::shared_ptr<const FileReader::ReadPieces> read,
                                     uint64_t len, JobThreads* threads, uint64_t part_bytes);
+
+// Reads each range of `batch` through `reader`, in the batch's order, and
+// copies it into the task behind `uffd` as CopyIntoTask() does: on up to
+// `copiers` of `threads` (which the call waits for), while this thread
+// reads the next ranges, at most `copiers` of them ahead. Null `threads`:
+// each range read and copied here, one after another. Fills in each
+// range's `copied` and `error`. A read that fails ends the batch with its
+// status: the ranges before it are copied, the ranges after it are not
+// read.
+Status CopyBatchIntoTask(std::shared_ptr<const UniqueFd> uffd, FileReader* reader,
+                         LazyCopyBatch* batch, JobThreads* threads, size_t copiers);
+
+// The threads CopyBatchIntoTask() copies on, made on first use and never
+// destroyed: one below 4 CPUs, so that the disk's wait for one range goes
+// on beside the copy of another; 3 on 4 CPUs or more, where the copy is
+// what waits.
+JobThreads* LazyBatchThreadsForThisMachine();
+// How many copiers a batch has on those threads: all of them.
+size_t LazyBatchCopiers();
 
 // The threads CopyIntoTaskInParts() copies on, made on first use and never
 // destroyed: 3 on machines of 4 CPUs or more, where the copy of one request

@@ -626,6 +626,10 @@ void Engine::NoteLazyPagesCopied(int server_pid, uint64_t bytes, bool on_fault) 
   impl_->NoteLazyPagesCopied(server_pid, bytes, on_fault);
 }
 
+void Engine::NoteLazyPagesCopiedInBatch(int server_pid, uint64_t bytes) {
+  impl_->NoteLazyPagesCopiedInBatch(server_pid, bytes);
+}
+
 void Engine::SetLastResult(ResultFile file, uint32_t uid, std::string text) {
   impl_->SetLastResult(file, uid, std::move(text));
 }

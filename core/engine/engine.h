@@ -105,6 +105,12 @@ struct EngineOptions {
   // Restore lazily where a request does not say (RestoreRequest::lazy).
   // Default: false.
   bool lazy_restore = false;
+  // A lazy restore's server (of a tree without GPUs) asks the daemon for
+  // the ranges of a background transfer in batches of up to this many MiB,
+  // which the daemon reads and copies side by side
+  // (tools/criu-patches/0009); 0: one range at a time. At most 64.
+  // Default: 8.
+  uint32_t lazy_copy_batch_mib = 8;
 };
 
 // Makes EngineOptions::state_dir (one level: its parent must exist) owned by
@@ -243,6 +249,9 @@ class Engine {
   // `server_pid` at its request, `on_fault` or not: for the tree's progress
   // (LazyServers::NoteCopied()) and the metrics.
   void NoteLazyPagesCopied(int server_pid, uint64_t bytes, bool on_fault);
+  // The same for a batch of ranges of its background pass, read and copied
+  // side by side (fs/lazy_page_copy.h), counted as a batch too.
+  void NoteLazyPagesCopiedInBatch(int server_pid, uint64_t bytes);
   // When this engine started (CLOCK_REALTIME ns).
   int64_t started_ns() const;
   // Records a failed request in status, metrics and the log (e.g. a bad

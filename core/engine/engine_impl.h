@@ -81,6 +81,11 @@ class EngineImpl {
   void NoteLazyPagesCopied(int server_pid, uint64_t bytes, bool on_fault) {
     if (lazy_servers_.NoteCopied(server_pid, bytes)) metrics_.AddLazyPagesCopied(on_fault, bytes);
   }
+  void NoteLazyPagesCopiedInBatch(int server_pid, uint64_t bytes) {
+    if (!lazy_servers_.NoteCopied(server_pid, bytes)) return;
+    metrics_.AddLazyPagesCopied(/*on_fault=*/false, bytes);
+    metrics_.AddLazyCopyBatch();
+  }
   Status CheckRemovable(const std::string& id) const {
     if (!lazy_servers_.Serving(id)) return Status::Ok();
     return Status::Busy("checkpoint " + id +

@@ -161,6 +161,11 @@ void Metrics::AddLazyPagesCopied(bool on_fault, uint64_t bytes) {
   (on_fault ? lazy_fault_bytes_ : lazy_background_bytes_) += bytes;
 }
 
+void Metrics::AddLazyCopyBatch() {
+  MutexLock lock(&mu_);
+  ++lazy_copy_batches_;
+}
+
 std::string Metrics::Render(const CacheStats& cache, const std::optional<StoreStats>& store,
                             const std::optional<PoolStats>& pool,
                             const LazyRestoreGauges& lazy) const {
@@ -214,6 +219,10 @@ std::string Metrics::Render(const CacheStats& cache, const std::optional<StoreSt
                      lazy_fault_bytes_);
   out += fmt::format("gpuckpt_lazy_restore_copied_bytes_total{{served=\"background\"}} {}\n",
                      lazy_background_bytes_);
+  Single(&out, "gpuckpt_lazy_restore_copy_batches_total", "counter",
+         "Batches of a background pass's ranges the daemon read and copied side by side, "
+         "at the server's request.",
+         lazy_copy_batches_);
   Single(&out, "gpuckpt_lazy_restores_in_flight", "gauge",
          "Lazily restored trees whose memory is still coming in.", lazy.trees);
   Single(&out, "gpuckpt_lazy_restore_in_flight_bytes", "gauge",

@@ -56,6 +56,8 @@ class Metrics {
   // page fault of it (`on_fault`) or not (ahead of its faults, or in the
   // background).
   void AddLazyPagesCopied(bool on_fault, uint64_t bytes) EXCLUDES(mu_);
+  // ... of which a batch of a background pass's ranges (counted apart too).
+  void AddLazyCopyBatch() EXCLUDES(mu_);
 
   // `store`: the store's totals, where known.
   std::string Render(const CacheStats& cache, const std::optional<StoreStats>& store,
@@ -86,6 +88,7 @@ class Metrics {
   uint64_t lazy_bytes_ GUARDED_BY(mu_) = 0;
   uint64_t lazy_fault_bytes_ GUARDED_BY(mu_) = 0;
   uint64_t lazy_background_bytes_ GUARDED_BY(mu_) = 0;
+  uint64_t lazy_copy_batches_ GUARDED_BY(mu_) = 0;
   Histogram lazy_seconds_ GUARDED_BY(mu_);
 };
 

@@ -116,6 +116,8 @@ def test_a_lazy_restore_runs_before_its_memory_is_in_and_every_page_checks_out(h
     assert b"GPUCKPT_LAZY_FAULT_HOLD_MS=1" in environment
     assert b"GPUCKPT_LAZY_FOLLOW_STRIDES=1" in environment
     assert b"GPUCKPT_LAZY_COPY_BY_DAEMON=1" in environment
+    # ... and asks for its background pass in batches of 8 MiB (0009).
+    assert b"GPUCKPT_LAZY_COPY_BATCH_MIB=8" in environment
     text = restore_text(m)
     assert re.match(rf"pid {wl.pid}\nlazy: yes\nresident: [\d.]+ of about [\d.]+ MB "
                     r"\(\d+%\), [\d.]+ s, [\d.]+ MB/s\n$", text), text
@@ -163,6 +165,11 @@ def test_a_lazy_restore_runs_before_its_memory_is_in_and_every_page_checks_out(h
                              metrics, re.M))
     assert int(served["fault"]) > 0 and int(served["background"]) > 0, served
     assert int(served["fault"]) + int(served["background"]) == copied_bytes, (served, copied_bytes)
+    # Most of the background pass came in batches (512 MiB in batches of
+    # up to 8 MiB: 64 or more, unless they went one range at a time).
+    batches = int(re.search(r"^gpuckpt_lazy_restore_copy_batches_total (\d+)$", metrics,
+                            re.M).group(1))
+    assert batches >= 32, metrics
     assert "gpuckpt_lazy_restores_in_flight 0\n" in metrics
     subprocess.run(["rm", "-r", m.path("checkpoints", made)], check=True)
     # --eager overrides the daemon's default.
@@ -214,6 +221,28 @@ def test_a_tree_that_faults_at_a_stride_is_read_ahead_along_it_and_every_page_ch
         strided, served = map(int, re.search(pattern, read(log)).groups())
         # A step faults 256 times, 1 MiB apart.
         assert strided >= 100 and served >= 100, read(log)
+    finally:
+        m.close()
+
+
+def test_without_batches_the_background_pass_comes_one_range_at_a_time():
+    """--lazy-copy-batch-mib 0: the server asks for its background pass one
+    range at a time (no batch counted), and every page still checks out."""
+    m = Mount("gpuckpt-lazy-single.", "--lazy-restore", "--lazy-copy-batch-mib", "0")
+    try:
+        wl = m.start("wl_memory", "--mib", "256", env=NO_RSEQ)
+        made = m.checkpoint(wl.pid, "--kill")
+        wait_for(wl.gone, 30, "the killed workload to go")
+        ok, err = Root().write(m.path("restore"), m.path("checkpoints", made))
+        assert ok, f"lazy restore of {made}: {err}; {restore_text(m)}"
+        assert restore_text(m).startswith(f"pid {wl.pid}\nlazy: yes\n"), restore_text(m)
+        wait_resident(m)
+        assert wl.verdict() == "PASS"
+        metrics = read(m.path("metrics"))
+        assert "gpuckpt_lazy_restore_copy_batches_total 0\n" in metrics, metrics
+        background = re.search(r'^gpuckpt_lazy_restore_copied_bytes_total\{served="background"\} '
+                               r"(\d+)$", metrics, re.M)
+        assert int(background.group(1)) > 128 << 20, metrics
     finally:
         m.close()
 
@@ -312,16 +341,19 @@ def test_a_users_tree_is_restored_eagerly_and_says_why(users):
 
 
 # What a lazy restore's server asks the daemon with: _IOWR('g', 1, 48 bytes)
+# for a range, _IOWR('g', 2, 1296 bytes) for a batch of them
 # (fs/lazy_page_copy.h).
 LAZY_COPY_IOCTL = (3 << 30) | (48 << 16) | (ord("g") << 8) | 1
+LAZY_COPY_BATCH_IOCTL = (3 << 30) | (1296 << 16) | (ord("g") << 8) | 2
 
 
 def test_an_image_opened_by_anyone_but_a_lazy_server_copies_nothing(mount, users):
     """The daemon copies pages into a task only for the lazy-pages server
     that opened the image: root's reader, or a user's of their own
-    checkpoint, asking the same of an open page image gets ENOTTY, as from
-    any file that takes no ioctl, and the image reads on as before; so does
-    anyone asking it of a directory or a control file."""
+    checkpoint, asking the same of an open page image (a range, or a batch
+    of them) gets ENOTTY, as from any file that takes no ioctl, and the
+    image reads on as before; so does anyone asking it of a directory or a
+    control file."""
     user = users[0]
     for owner in (None, user):
         wl = mount.start("wl_memory", "--mib", "16", user=owner)
@@ -331,17 +363,21 @@ def test_an_image_opened_by_anyone_but_a_lazy_server_copies_nothing(mount, users
         assert pages, os.listdir(mount.path("checkpoints", made, "images"))
         script = ("import fcntl, errno, struct, sys\n"
                   "f = open(sys.argv[1], 'rb')\n"
-                  "request = struct.pack('<QQQiiQII', 4096, 0, 4096, 0, 0, 0, 0, 0)\n"
-                  "try:\n"
-                  "    fcntl.ioctl(f, int(sys.argv[2]), request)\n"
-                  "    print('copied')\n"
-                  "except OSError as e:\n"
-                  "    print(errno.errorcode[e.errno])\n"
+                  "one = struct.pack('<QQQiiQII', 4096, 0, 4096, 0, 0, 0, 0, 0)\n"
+                  "batch = struct.pack('<iIQQQQQiI', 0, 1, 0, 4096, 0, 4096, 0, 0, 0)\n"
+                  "for cmd, request in ((sys.argv[2], one), (sys.argv[3], batch)):\n"
+                  "    try:\n"
+                  "        fcntl.ioctl(f, int(cmd), bytearray(request.ljust(int(cmd) >> 16 & 0x3fff, b'\\0')))\n"
+                  "        print('copied')\n"
+                  "    except OSError as e:\n"
+                  "        print(errno.errorcode[e.errno])\n"
                   "print(len(f.read(4096)))\n")
         reader = owner or Root()
-        r = reader.run([PYTHON, "-c", script, pages[0], str(LAZY_COPY_IOCTL)])
+        r = reader.run([PYTHON, "-c", script, pages[0], str(LAZY_COPY_IOCTL),
+                        str(LAZY_COPY_BATCH_IOCTL)])
         assert r.returncode == 0, r.stderr
-        assert r.stdout.split() == ["ENOTTY", "4096"], (reader.name, r.stdout, r.stderr)
+        assert r.stdout.split() == ["ENOTTY", "ENOTTY", "4096"], (reader.name, r.stdout,
+                                                                 r.stderr)
     # Nor does a directory of the mount, nor a control file.
     script = ("import fcntl, errno, os, struct, sys\n"
               "for path in sys.argv[2:]:\n"

@@ -4,7 +4,9 @@
 // registered stops with ENOENT, and copied in parts side by side the same
 // bytes arrive, a part that stops ending what counts as in place; TakeServersUserfaultfd takes a
 // userfaultfd and refuses any other descriptor; CheckLazyCopyRequest refuses shapes the copy cannot
-// take.
+// take; CopyBatchIntoTask reads a batch's ranges in its order while they
+// are copied, each range's outcome its own, a failed read ending the batch,
+// and CheckLazyCopyBatch refuses batches the copy cannot take.
 #include "fs/lazy_page_copy.h"
 
 #include <fcntl.h>
@@ -15,13 +17,16 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "core/base/job_threads.h"
+#include "core/base/mutex.h"
 
 namespace gpuckpt {
 namespace {
@@ -272,6 +277,152 @@ TEST(LazyPageCopyTest, ShapesTheCopyCannotTakeAreRefused) {
   r = good;
   r.uffd = -1;
   EXPECT_EQ(CheckLazyCopyRequest(r).code(), StatusCode::kInvalidArgument);
+}
+
+// An image of `size` bytes of ByteAt() that notes where each read began;
+// a read that covers `fail_at` fails.
+class ImageReader final : public FileReader {
+ public:
+  ImageReader(uint64_t size, uint64_t fail_at) : fail_at_(fail_at) { entry_.size = size; }
+  Result<size_t> Pread(uint64_t offset, size_t len, char* buf) override {
+    {
+      MutexLock lock(&mu_);
+      reads_.push_back(offset);
+    }
+    if (offset <= fail_at_ && fail_at_ < offset + len)
+      return Status::Corruption("chunk at " + std::to_string(fail_at_) + " is damaged");
+    const size_t n = static_cast<size_t>(std::min<uint64_t>(len, entry_.size - offset));
+    for (size_t i = 0; i < n; ++i) buf[i] = ByteAt(offset + i);
+    return n;
+  }
+  const FileEntry& entry() const override { return entry_; }
+  std::vector<uint64_t> reads() EXCLUDES(mu_) {
+    MutexLock lock(&mu_);
+    return reads_;
+  }
+
+ private:
+  const uint64_t fail_at_;
+  FileEntry entry_;
+  Mutex mu_;
+  std::vector<uint64_t> reads_ GUARDED_BY(mu_);
+};
+
+constexpr uint64_t kNoFailure = ~uint64_t{0};
+
+// A batch of `ranges` ranges of `pages` pages each, the task's range i at
+// page i * pages, its bytes from the image's page (count - 1 - i) * pages:
+// backwards, so that a range copied from the wrong place shows.
+LazyCopyBatch Backwards(const RegisteredMemory& memory, uint32_t ranges, uint64_t pages) {
+  LazyCopyBatch batch;
+  batch.uffd = memory.uffd();
+  batch.count = ranges;
+  for (uint32_t i = 0; i < ranges; ++i) {
+    batch.ranges[i].dst = memory.address(kPage * pages * i);
+    batch.ranges[i].offset = kPage * pages * (ranges - 1 - i);
+    batch.ranges[i].len = kPage * pages;
+  }
+  return batch;
+}
+
+// That range i of a Backwards() batch of `ranges` ranges of `pages` pages
+// went in whole, with its image's bytes.
+void ExpectRangeIn(const RegisteredMemory& memory, const LazyCopyBatch& batch, uint32_t i,
+                   uint32_t ranges, uint64_t pages) {
+  EXPECT_EQ(batch.ranges[i].error, 0) << "range " << i;
+  EXPECT_EQ(batch.ranges[i].copied, kPage * pages) << "range " << i;
+  const uint64_t from = kPage * pages * (ranges - 1 - i);
+  for (uint64_t b = 0; b < kPage * pages; ++b)
+    ASSERT_EQ(memory.bytes()[kPage * pages * i + b], ByteAt(from + b)) << "range " << i;
+}
+
+TEST(LazyPageCopyTest, ABatchIsReadInItsOrderAndCopiedByteForByte) {
+  RegisteredMemory memory(24);
+  SKIP_WITHOUT(memory);
+  JobThreads threads(2);
+  ImageReader image(kPage * 24, kNoFailure);
+  LazyCopyBatch batch = Backwards(memory, 8, 3);
+  ASSERT_TRUE(CopyBatchIntoTask(Duplicate(memory), &image, &batch, &threads, 2).ok());
+  // In the batch's order, as the stream's read-ahead expects.
+  std::vector<uint64_t> expected;
+  for (uint32_t i = 0; i < 8; ++i) expected.push_back(kPage * 3 * (7 - i));
+  EXPECT_EQ(image.reads(), expected);
+  for (uint32_t i = 0; i < 8; ++i) ExpectRangeIn(memory, batch, i, 8, 3);
+}
+
+TEST(LazyPageCopyTest, WithoutThreadsABatchGoesOneRangeAfterAnother) {
+  RegisteredMemory memory(8);
+  SKIP_WITHOUT(memory);
+  ImageReader image(kPage * 8, kNoFailure);
+  LazyCopyBatch batch = Backwards(memory, 4, 2);
+  ASSERT_TRUE(CopyBatchIntoTask(Duplicate(memory), &image, &batch, nullptr, 4).ok());
+  for (uint32_t i = 0; i < 4; ++i) ExpectRangeIn(memory, batch, i, 4, 2);
+}
+
+TEST(LazyPageCopyTest, ABatchRangeThatStopsSaysSoAndTheOthersGoIn) {
+  RegisteredMemory memory(8);
+  SKIP_WITHOUT(memory);
+  JobThreads threads(1);
+  // The task's pages 4-5 (range 2) are no longer registered; page 7 is in.
+  uffdio_range gone{memory.address(kPage * 4), kPage * 2};
+  ASSERT_EQ(ioctl(memory.uffd(), UFFDIO_UNREGISTER, &gone), 0) << std::strerror(errno);
+  const char zeros[kPage] = {};
+  uffdio_copy in{memory.address(kPage * 7), reinterpret_cast<uint64_t>(zeros), kPage, 0, 0};
+  ASSERT_EQ(ioctl(memory.uffd(), UFFDIO_COPY, &in), 0) << std::strerror(errno);
+  ImageReader image(kPage * 8, kNoFailure);
+  LazyCopyBatch batch = Backwards(memory, 4, 2);
+  ASSERT_TRUE(CopyBatchIntoTask(Duplicate(memory), &image, &batch, &threads, 1).ok());
+  EXPECT_EQ(batch.ranges[2].error, ENOENT);
+  EXPECT_EQ(batch.ranges[2].copied, 0u);
+  EXPECT_EQ(batch.ranges[3].error, 0);
+  EXPECT_EQ(batch.ranges[3].copied, kPage * 2);  // in place: one copied, one kept
+  EXPECT_EQ(memory.bytes()[kPage * 7], 0);       // kept, never overwritten
+  EXPECT_EQ(memory.bytes()[kPage * 6], ByteAt(0));
+  ExpectRangeIn(memory, batch, 0, 4, 2);
+  ExpectRangeIn(memory, batch, 1, 4, 2);
+}
+
+TEST(LazyPageCopyTest, AFailedReadEndsTheBatchAfterWhatCameBefore) {
+  RegisteredMemory memory(16);
+  SKIP_WITHOUT(memory);
+  JobThreads threads(2);
+  // Range 3 reads the image's pages 8-9, and page 9 cannot be read: ranges
+  // 0-2 go in, and nothing after range 3 is read.
+  ImageReader image(kPage * 16, kPage * 9);
+  LazyCopyBatch batch = Backwards(memory, 8, 2);
+  const Status status = CopyBatchIntoTask(Duplicate(memory), &image, &batch, &threads, 2);
+  EXPECT_EQ(status.code(), StatusCode::kCorruption) << status.ToString();
+  EXPECT_EQ(image.reads().size(), 4u);
+  for (uint32_t i = 0; i < 3; ++i) ExpectRangeIn(memory, batch, i, 8, 2);
+  EXPECT_EQ(batch.ranges[3].copied, 0u);
+  EXPECT_EQ(batch.ranges[4].copied, 0u);
+}
+
+TEST(LazyPageCopyTest, BatchesTheCopyCannotTakeAreRefused) {
+  LazyCopyBatch good;
+  good.uffd = 3;
+  good.count = 2;
+  good.ranges[0] = {kPage * 16, 0, kPage * 4, 0, 0, 0};
+  good.ranges[1] = {kPage * 20, kPage * 4, kPage * 4, 0, 0, 0};
+  EXPECT_TRUE(CheckLazyCopyBatch(good).ok());
+  LazyCopyBatch b = good;
+  b.count = 0;
+  EXPECT_EQ(CheckLazyCopyBatch(b).code(), StatusCode::kInvalidArgument);
+  b.count = kLazyCopyBatchMaxRanges + 1;
+  EXPECT_EQ(CheckLazyCopyBatch(b).code(), StatusCode::kInvalidArgument);
+  b = good;
+  b.uffd = -1;
+  EXPECT_EQ(CheckLazyCopyBatch(b).code(), StatusCode::kInvalidArgument);
+  b = good;
+  b.ranges[1].dst = kPage * 19;  // overlaps the first
+  EXPECT_EQ(CheckLazyCopyBatch(b).code(), StatusCode::kInvalidArgument);
+  b = good;
+  b.ranges[1].len = kPage + 7;
+  EXPECT_EQ(CheckLazyCopyBatch(b).code(), StatusCode::kInvalidArgument);
+  b = good;
+  b.count = 32;
+  for (uint32_t i = 0; i < 32; ++i) b.ranges[i] = {i * (4ull << 20), 0, 4ull << 20, 0, 0, 0};
+  EXPECT_EQ(CheckLazyCopyBatch(b).code(), StatusCode::kInvalidArgument);  // 128 MiB
 }
 
 }  // namespace

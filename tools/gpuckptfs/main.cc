@@ -265,6 +265,11 @@ void DeclareDaemonOptions(CLI::App& app, Settings* settings) {
                  "to 8, along the strides its tree faults at, and on 4 CPUs or more also ahead "
                  "of its background pass; a count reads ahead of both on any machine; 0: none)")
       ->check(CLI::Range(0, 64));
+  app.add_option("--lazy-copy-batch-mib", engine_options.lazy_copy_batch_mib,
+                 "How much of a lazy restore's background pass its server asks the daemon to "
+                 "copy in at once, read and copied side by side (0: one range at a time)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 64));
   app.add_flag("--direct-reads", settings->direct_reads,
                "Read the store's records past the page cache (direct I/O) where they are not in "
                "it: restores take less CPU and memory, but wait for the disk without the "
