@@ -13,6 +13,9 @@
 // (pidfd_getfd(), as root, over its own child), reads the range as it would
 // for a read, and copies it in from where the store's reader left it.
 //
+// Its background pass asks for several ranges at once (a batch, 0009),
+// which the daemon reads in order while it copies those already read.
+//
 // Only a lazy-pages server the daemon started may ask, and only on an image
 // it opened itself (Filesystem checks both); what is copied is the image's
 // own bytes, at the image's offset, into the task that server restores.

@@ -834,8 +834,8 @@ Result<CriuProcess> EngineImpl::StartLazyServer(const CriuCommand& restore, cons
     // Its reads bypass the page cache (LazyServers::BypassesPageCache()),
     // and the daemon copies them into the tree itself (0008).
     cmd.environment.push_back("GPUCKPT_LAZY_COPY_BY_DAEMON=1");
-    // Its background transfers come in batches the daemon reads and copies
-    // side by side (0009).
+    // Where --lazy-copy-batch-mib asks for it, its background transfers
+    // come in batches the daemon reads and copies side by side (0009).
     if (options_.lazy_copy_batch_mib > 0)
       cmd.environment.push_back("GPUCKPT_LAZY_COPY_BATCH_MIB=" +
                                 std::to_string(options_.lazy_copy_batch_mib));

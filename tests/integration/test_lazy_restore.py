@@ -102,7 +102,7 @@ def test_a_lazy_restore_runs_before_its_memory_is_in_and_every_page_checks_out(h
     by default only on 4 CPUs or more), so the pages it serves from its
     read-ahead are checked too."""
     m = holding_mount("gpuckpt-lazy.", "--lazy-restore", "--lazy-read-ahead-threads", "2",
-                      "--log-level", "debug")
+                      "--lazy-copy-batch-mib", "8", "--log-level", "debug")
     wl = m.start("wl_memory", "--mib", "512", env=NO_RSEQ)
     made = m.checkpoint(wl.pid, "--kill")
     wait_for(wl.gone, 30, "the killed workload to go")
@@ -116,7 +116,7 @@ def test_a_lazy_restore_runs_before_its_memory_is_in_and_every_page_checks_out(h
     assert b"GPUCKPT_LAZY_FAULT_HOLD_MS=1" in environment
     assert b"GPUCKPT_LAZY_FOLLOW_STRIDES=1" in environment
     assert b"GPUCKPT_LAZY_COPY_BY_DAEMON=1" in environment
-    # ... and asks for its background pass in batches of 8 MiB (0009).
+    # ... and, asked to, for its background pass in batches of 8 MiB (0009).
     assert b"GPUCKPT_LAZY_COPY_BATCH_MIB=8" in environment
     text = restore_text(m)
     assert re.match(rf"pid {wl.pid}\nlazy: yes\nresident: [\d.]+ of about [\d.]+ MB "
@@ -225,10 +225,11 @@ def test_a_tree_that_faults_at_a_stride_is_read_ahead_along_it_and_every_page_ch
         m.close()
 
 
-def test_without_batches_the_background_pass_comes_one_range_at_a_time():
-    """--lazy-copy-batch-mib 0: the server asks for its background pass one
-    range at a time (no batch counted), and every page still checks out."""
-    m = Mount("gpuckpt-lazy-single.", "--lazy-restore", "--lazy-copy-batch-mib", "0")
+def test_by_default_the_background_pass_comes_one_range_at_a_time():
+    """Without --lazy-copy-batch-mib the server asks for its background
+    pass one range at a time (no batch counted), and every page checks
+    out."""
+    m = Mount("gpuckpt-lazy-single.", "--lazy-restore")
     try:
         wl = m.start("wl_memory", "--mib", "256", env=NO_RSEQ)
         made = m.checkpoint(wl.pid, "--kill")
