@@ -337,13 +337,20 @@ class Filesystem {
     return h->reader->Read(static_cast<uint64_t>(offset), size);
   }
 
+  // Only the lazy-pages server that opened `h` may have the daemon copy
+  // out of it (OpIoctl refuses other handles).
+  static Status CheckServerOf(const FileHandle* h, int caller_pid) {
+    if (caller_pid != h->lazy_server_pid)
+      return Status::PermissionDenied("only the lazy-pages server that opened the image copies");
+    return Status::Ok();
+  }
+
   // A lazy restore's server asking the daemon to copy a range of the page
   // image `h` into its task (fs/lazy_page_copy.h): `request` with its
   // outcome filled in. Only the server that opened `h` (OpIoctl refuses
   // other handles), as `caller_pid`.
   Result<LazyCopyRequest> DoLazyCopy(FileHandle* h, int caller_pid, LazyCopyRequest request) {
-    if (caller_pid != h->lazy_server_pid)
-      return Status::PermissionDenied("only the lazy-pages server that opened the image copies");
+    GPUCKPT_RETURN_IF_ERROR(CheckServerOf(h, caller_pid));
     GPUCKPT_RETURN_IF_ERROR(CheckLazyCopyRequest(request));
     GPUCKPT_ASSIGN_OR_RETURN(UniqueFd uffd, TakeServersUserfaultfd(caller_pid, request.uffd));
     GPUCKPT_ASSIGN_OR_RETURN(FileReader::ReadPieces read,
@@ -365,8 +372,7 @@ class Filesystem {
   // The same for a batch of ranges (the server's background transfer,
   // tools/criu-patches/0009): `batch` with each range's outcome filled in.
   Result<LazyCopyBatch> DoLazyCopyBatch(FileHandle* h, int caller_pid, LazyCopyBatch batch) {
-    if (caller_pid != h->lazy_server_pid)
-      return Status::PermissionDenied("only the lazy-pages server that opened the image copies");
+    GPUCKPT_RETURN_IF_ERROR(CheckServerOf(h, caller_pid));
     GPUCKPT_RETURN_IF_ERROR(CheckLazyCopyBatch(batch));
     GPUCKPT_ASSIGN_OR_RETURN(UniqueFd uffd, TakeServersUserfaultfd(caller_pid, batch.uffd));
     const Status copied =

@@ -114,6 +114,13 @@ void ExpectAllCopied(const LazyCopyOutcome& outcome, const RegisteredMemory& mem
     ASSERT_EQ(memory.bytes()[i], ByteAt(image_offset + i)) << "at byte " << i;
 }
 
+// Takes [offset, offset + len) of `memory` out of its userfaultfd, as a
+// task's unmapped or removed range is.
+void Unregister(const RegisteredMemory& memory, uint64_t offset, uint64_t len) {
+  uffdio_range range{memory.address(offset), len};
+  ASSERT_EQ(ioctl(memory.uffd(), UFFDIO_UNREGISTER, &range), 0) << std::strerror(errno);
+}
+
 #define SKIP_WITHOUT(memory)                                    \
   if (!(memory).why_not().empty())                              \
   GTEST_SKIP() << "no userfaultfd here (" << (memory).why_not() \
@@ -178,8 +185,7 @@ TEST(LazyPageCopyTest, AnImageThatEndsEarlyIsEio) {
 TEST(LazyPageCopyTest, ARangeNoLongerRegisteredStopsWithEnoent) {
   RegisteredMemory memory(4);
   SKIP_WITHOUT(memory);
-  uffdio_range range{memory.address(kPage * 2), kPage * 2};
-  ASSERT_EQ(ioctl(memory.uffd(), UFFDIO_UNREGISTER, &range), 0) << std::strerror(errno);
+  ASSERT_NO_FATAL_FAILURE(Unregister(memory, kPage * 2, kPage * 2));
   // Two pieces of two pages: the first goes in, the second finds its
   // range gone.
   auto image = Cut(0, kPage * 4, {kPage * 2});
@@ -213,8 +219,7 @@ TEST(LazyPageCopyTest, APartThatStopsEndsWhatIsInPlaceButNotWhatWasCopied) {
   SKIP_WITHOUT(memory);
   JobThreads threads(3);
   // Parts of 2 pages; the third part's range is no longer registered.
-  uffdio_range range{memory.address(kPage * 4), kPage * 2};
-  ASSERT_EQ(ioctl(memory.uffd(), UFFDIO_UNREGISTER, &range), 0) << std::strerror(errno);
+  ASSERT_NO_FATAL_FAILURE(Unregister(memory, kPage * 4, kPage * 2));
   auto image = Cut(0, kPage * 8, {kPage + 1});
   const LazyCopyOutcome outcome =
       CopyIntoTaskInParts(Duplicate(memory), memory.address(),
@@ -364,8 +369,7 @@ TEST(LazyPageCopyTest, ABatchRangeThatStopsSaysSoAndTheOthersGoIn) {
   SKIP_WITHOUT(memory);
   JobThreads threads(1);
   // The task's pages 4-5 (range 2) are no longer registered; page 7 is in.
-  uffdio_range gone{memory.address(kPage * 4), kPage * 2};
-  ASSERT_EQ(ioctl(memory.uffd(), UFFDIO_UNREGISTER, &gone), 0) << std::strerror(errno);
+  ASSERT_NO_FATAL_FAILURE(Unregister(memory, kPage * 4, kPage * 2));
   const char zeros[kPage] = {};
   uffdio_copy in{memory.address(kPage * 7), reinterpret_cast<uint64_t>(zeros), kPage, 0, 0};
   ASSERT_EQ(ioctl(memory.uffd(), UFFDIO_COPY, &in), 0) << std::strerror(errno);
