@@ -256,6 +256,16 @@ class EngineImpl {
     bool join_cgroup = false;
     bool lazy = false;  // restore lazily (RestoreRequest::lazy), as checked
   };
+  // What a restore found out on its way, for its record (RecordRestoreEnd).
+  struct RestoreNotes {
+    std::string id;         // the checkpoint restored
+    bool imported = false;  // imported for this restore (and removed if it failed)
+    std::string kept_log;   // the CRIU log of a failed restore
+    std::string lazy_note;  // "lazy: yes", "lazy: no (why)", or "" when not asked
+    // When CRIU's restore exited: the rest of a restore's time is the
+    // daemon's own, after it. Unset where CRIU never ran.
+    std::optional<std::chrono::steady_clock::time_point> criu_exited;
+  };
   // Restores as `as` (CRIU runs with their credentials unless root), in
   // cgroups below those of the process `restorer_pid` that asked for it,
   // or in those (setup.join_cgroup) (the request's Caller::pid; 0,
@@ -263,15 +273,14 @@ class EngineImpl {
   // comes back as `root_pid` (1: in a new pid namespace, with a new pid
   // here).
   // A lazy restore's server reports its end to `caller_uid`'s `restore`.
+  // Sets notes->kept_log and notes->criu_exited.
   Result<int> RestoreSnapshot(const std::string& id, const TreeSetup& setup,
                               const CriuGpuSetup& gpu, const Caller& as, int restorer_pid,
                               int root_pid, uint32_t caller_uid, OperationBoard::Ticket* ticket,
-                              std::string* kept_log);
-  // Restore's steps (restore.cc): the checkpoint `request` names (*id;
-  // *imported when it was imported for this restore), checked and restored.
-  // *lazy_note: "lazy: yes", "lazy: no (why)", or "" when not asked.
-  Result<int> ResolveAndRestore(const RestoreRequest& request, std::string* id, bool* imported,
-                                std::string* kept_log, std::string* lazy_note);
+                              RestoreNotes* notes);
+  // Restore's steps (restore.cc): the checkpoint `request` names, checked
+  // and restored; what it found out on the way in *notes.
+  Result<int> ResolveAndRestore(const RestoreRequest& request, RestoreNotes* notes);
   // Starts `criu lazy-pages` for a lazy `restore` (as it runs, in its
   // cgroups, with its plugins: `gpu`'s) on `images_dir`, and waits until it
   // listens in `work`.
@@ -281,8 +290,7 @@ class EngineImpl {
   // Kills a lazy-pages server whose restore failed, and waits for it.
   void StopLazyServer(CriuProcess& server);
   // A restore's outcome in metrics, the log and the caller's restore file.
-  void RecordRestoreEnd(const RestoreRequest& request, const std::string& id, bool imported,
-                        const std::string& kept_log, const std::string& lazy_note,
+  void RecordRestoreEnd(const RestoreRequest& request, const RestoreNotes& notes,
                         const Result<int>& pid, std::chrono::steady_clock::time_point start);
   // `criu restore --stream` of checkpoint `id` (whose image files are
   // `images`) from `images_dir`, as `as`, with the GPU setup's plugins,

@@ -570,44 +570,40 @@ GpuRestoreOptions RestoreGpuOptions(const RestoreRequest& request,
 
 Result<int> EngineImpl::Restore(const RestoreRequest& request) {
   const auto start = std::chrono::steady_clock::now();
-  bool imported = false;
-  std::string id;
-  std::string kept_log;   // the CRIU log of a failed restore
-  std::string lazy_note;  // whether it was lazy, and why not
-  auto pid = ResolveAndRestore(request, &id, &imported, &kept_log, &lazy_note);
+  RestoreNotes notes;
+  auto pid = ResolveAndRestore(request, &notes);
   // A copy that could not be restored leaves nothing behind in the store:
   // the copy itself is where it was.
-  if (!pid.ok() && imported) {
-    store_->Remove(id).PermitUnchecked();
-    catalog_.Remove(id);
+  if (!pid.ok() && notes.imported) {
+    store_->Remove(notes.id).PermitUnchecked();
+    catalog_.Remove(notes.id);
   }
   ReleaseFreeMemory();
-  if (imported) NoteStoreChanged();
-  RecordRestoreEnd(request, id, imported, kept_log, lazy_note, pid, start);
+  if (notes.imported) NoteStoreChanged();
+  RecordRestoreEnd(request, notes, pid, start);
   // Shown under its new pid, GPU or not, so that its next checkpoint needs
   // no `track`; a tree that has already ended is simply not shown.
   if (pid.ok() && !processes_->Track(*pid).ok()) processes_->Invalidate();
   return pid;
 }
 
-Result<int> EngineImpl::ResolveAndRestore(const RestoreRequest& request, std::string* id,
-                                          bool* imported, std::string* kept_log,
-                                          std::string* lazy_note) {
-  GPUCKPT_ASSIGN_OR_RETURN(*id, ResolveRestoreSource(request, imported));
-  GPUCKPT_ASSIGN_OR_RETURN(SnapshotInfo info, store_->Get(*id));
+Result<int> EngineImpl::ResolveAndRestore(const RestoreRequest& request, RestoreNotes* notes) {
+  GPUCKPT_ASSIGN_OR_RETURN(notes->id, ResolveRestoreSource(request, &notes->imported));
+  const std::string& id = notes->id;
+  GPUCKPT_ASSIGN_OR_RETURN(SnapshotInfo info, store_->Get(id));
   Result<CheckpointManifest> manifest = DecodeManifest(info.extra_json);
-  if (!manifest.ok()) return manifest.status().WithContext("checkpoint " + *id);
-  GPUCKPT_ASSIGN_OR_RETURN(std::string pstree, ReadStoredFile(store_, *id, "images/pstree.img"));
+  if (!manifest.ok()) return manifest.status().WithContext("checkpoint " + id);
+  GPUCKPT_ASSIGN_OR_RETURN(std::string pstree, ReadStoredFile(store_, id, "images/pstree.img"));
   auto tasks = ParsePstreeImage(pstree);
   if (!tasks.ok())
-    return Status::InvalidArgument("checkpoint " + *id + ": " + tasks.status().message());
+    return Status::InvalidArgument("checkpoint " + id + ": " + tasks.status().message());
   auto root = std::find_if(tasks->begin(), tasks->end(), IsRootPid);
   if (root == tasks->end())
-    return Status::InvalidArgument("checkpoint " + *id + " names no root process");
-  GPUCKPT_ASSIGN_OR_RETURN(const auto threads, ReadThreadCreds(store_, *id, *tasks));
+    return Status::InvalidArgument("checkpoint " + id + " names no root process");
+  GPUCKPT_ASSIGN_OR_RETURN(const auto threads, ReadThreadCreds(store_, id, *tasks));
   GPUCKPT_ASSIGN_OR_RETURN(const Caller as,
-                           RestoreIdentity(request.caller, *manifest, *id, threads));
-  GPUCKPT_RETURN_IF_ERROR(CheckImageCredentials(*id, threads, as));
+                           RestoreIdentity(request.caller, *manifest, id, threads));
+  GPUCKPT_RETURN_IF_ERROR(CheckImageCredentials(id, threads, as));
   if (!HasOwnPidNamespace(*root)) GPUCKPT_RETURN_IF_ERROR(CheckIdsFree(*tasks));
   // Whether CRIU needed --shell-job (an imported plain image dir is tried
   // as a standalone tree).
@@ -621,7 +617,7 @@ Result<int> EngineImpl::ResolveAndRestore(const RestoreRequest& request, std::st
         WhyNotLazy({options_.mount_serves_images, HasOwnPidNamespace(*root) || !root_dir.empty(),
                     as.is_root()});
     lazy = why_not.empty();
-    *lazy_note = lazy ? kLazyYes : "lazy: no (" + why_not + ")";
+    notes->lazy_note = lazy ? kLazyYes : "lazy: no (" + why_not + ")";
   }
   // A tree with its own pid namespace gets new pids outside, so no
   // process here is its: no status shows its restore, nothing waits.
@@ -632,36 +628,43 @@ Result<int> EngineImpl::ResolveAndRestore(const RestoreRequest& request, std::st
     // CRIU reads about the checkpoint's logical size; `cat restore` shows
     // the caller how far it is meanwhile.
     ticket->SetExpectedBytes(info.logical_bytes);
-    NoteRestoreInFlight(request.caller.uid, board_pid, *id);
+    NoteRestoreInFlight(request.caller.uid, board_pid, id);
   }
   ScopeExit in_flight_ended([&] {
     if (board_pid != 0) ForgetRestoreInFlight(request.caller.uid, board_pid);
   });
   // The last moment the caller can give up: CRIU has not run.
-  GPUCKPT_RETURN_IF_ERROR(CheckNotCancelled(request.caller, "the restore of " + *id));
-  auto pid = RestoreSnapshot(*id, {shell_job, root_dir, request.join_cgroup, lazy}, gpu, as,
+  GPUCKPT_RETURN_IF_ERROR(CheckNotCancelled(request.caller, "the restore of " + id));
+  auto pid = RestoreSnapshot(id, {shell_job, root_dir, request.join_cgroup, lazy}, gpu, as,
                              request.caller.pid, static_cast<int>(root->pid), request.caller.uid,
-                             ticket.get(), kept_log);
-  ticket->SetCheckpoint(*id);
+                             ticket.get(), notes);
+  ticket->SetCheckpoint(id);
   if (pid.ok()) {
-    ticket->SetResult(fmt::format("restore of {} ok as pid {}", *id, *pid));
+    ticket->SetResult(fmt::format("restore of {} ok as pid {}", id, *pid));
   } else {
     ticket->SetFailure(pid.status());
   }
   return pid;
 }
 
-void EngineImpl::RecordRestoreEnd(const RestoreRequest& request, const std::string& id,
-                                  bool imported, const std::string& kept_log,
-                                  const std::string& lazy_note, const Result<int>& pid,
+void EngineImpl::RecordRestoreEnd(const RestoreRequest& request, const RestoreNotes& notes,
+                                  const Result<int>& pid,
                                   std::chrono::steady_clock::time_point start) {
+  const std::string& id = notes.id;
+  const std::string& kept_log = notes.kept_log;
+  const std::string& lazy_note = notes.lazy_note;
   metrics_.CountOperation("restore", pid.ok() ? "ok" : ResultLabel(pid.status().code()));
-  const double total_s =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const auto now = std::chrono::steady_clock::now();
+  const double total_s = std::chrono::duration<double>(now - start).count();
   if (pid.ok()) {
-    spdlog::info("restore uid={} id={} pid={} result=ok imported={} lazy={} total_s={:.3f}",
-                 request.caller.uid, LogValue(id), pid.value(), imported, lazy_note == kLazyYes,
-                 total_s);
+    // criu_s against total_s: whether the time went to CRIU or to the
+    // daemon after it.
+    const double criu_s =
+        std::chrono::duration<double>(notes.criu_exited.value_or(now) - start).count();
+    spdlog::info(
+        "restore uid={} id={} pid={} result=ok imported={} lazy={} criu_s={:.3f} total_s={:.3f}",
+        request.caller.uid, LogValue(id), pid.value(), notes.imported, lazy_note == kLazyYes,
+        criu_s, total_s);
   } else {
     LogOperationEnd(pid.status(), "restore uid={} id={} path={} result={} error={}{}",
                     request.caller.uid, LogValue(id.empty() ? "-" : id),
@@ -674,7 +677,7 @@ void EngineImpl::RecordRestoreEnd(const RestoreRequest& request, const std::stri
   std::string said = pid.ok() ? "pid " + std::to_string(pid.value())
                               : "error: " + pid.status().message() +
                                     (kept_log.empty() ? "" : "\ncriu_log: " + kept_log);
-  if (pid.ok() && imported) said += "\nimported: " + id;
+  if (pid.ok() && notes.imported) said += "\nimported: " + id;
   if (pid.ok() && !lazy_note.empty()) said += "\n" + lazy_note;
   // A lazy one's: until its server ends, `cat restore` adds how far the
   // tree is in.
@@ -685,7 +688,7 @@ void EngineImpl::RecordRestoreEnd(const RestoreRequest& request, const std::stri
 Result<int> EngineImpl::RestoreSnapshot(const std::string& id, const TreeSetup& setup,
                                         const CriuGpuSetup& gpu, const Caller& as, int restorer_pid,
                                         int root_pid, uint32_t caller_uid,
-                                        OperationBoard::Ticket* ticket, std::string* kept_log) {
+                                        OperationBoard::Ticket* ticket, RestoreNotes* notes) {
   const auto start = std::chrono::steady_clock::now();
   GPUCKPT_ASSIGN_OR_RETURN(auto files, store_->ListFiles(id));
   const std::set<std::string> images = ImageNames(files);
@@ -740,6 +743,7 @@ Result<int> EngineImpl::RestoreSnapshot(const std::string& id, const TreeSetup& 
   }
   Status served = server ? ServeImages(store_, id, images, *server, *criu, ticket) : Status::Ok();
   Result<int> exit = criu->Wait();
+  notes->criu_exited = std::chrono::steady_clock::now();
   metrics_.ObserveStage(
       "restore", "restore",
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
@@ -748,7 +752,7 @@ Result<int> EngineImpl::RestoreSnapshot(const std::string& id, const TreeSetup& 
     // wait for a connection.
     if (lazy_server) StopLazyServer(*lazy_server);
     return RecordCriuFailure("criu restore of " + id, "restore-" + id, *criu_logs, served, exit,
-                             ticket, kept_log);
+                             ticket, &notes->kept_log);
   }
   auto pid = ReadRestoredRootPid(id, pidfile, root_pid);
   if (!pid.ok()) {
