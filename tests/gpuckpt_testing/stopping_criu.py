@@ -26,7 +26,11 @@ exec {criu} "$@"
 # (exec), so that the server keeps the pid the daemon started and knows (it
 # reads the server's opens past the page cache, and reads ahead for them, by
 # that pid); a watcher, orphaned so that it is not the server's child, stops
-# it and leaves its pid in held.PID beside the script.
+# it and leaves its pid in held.PID beside the script. A server listens only
+# until the restore connects, so a watcher slow to look (a loaded machine)
+# could miss that: the restore it serves (the same work dir, -W) waits for
+# the server to be held before it starts (up to 60 s), and then connects
+# to the stopped server's backlog.
 HOLD_LAZY_PAGES = """#!/bin/sh
 listening() {{
   for fd in "/proc/$server"/fd/*; do
@@ -39,16 +43,37 @@ listening() {{
   done
   return 1
 }}
+work_key() {{
+  work=; prev=
+  for a in "$@"; do
+    [ "$prev" = -W ] && work=$a
+    prev=$a
+  done
+  printf %s "$work" | cksum | cut -d' ' -f1
+}}
 if [ "$1" = lazy-pages ]; then
   server=$$
+  key=$(work_key "$@")
   ( (while kill -0 $server 2>/dev/null; do
        if listening; then
-         kill -STOP $server && echo $server > {dir}/held.$server
+         kill -STOP $server && echo $server > {dir}/held.$server &&
+           : > {dir}/listening.$key
          exit 0
        fi
        sleep 0.001
      done) & )
   exec {criu} "$@"
+fi
+if [ "$1" = restore ]; then
+  for a in "$@"; do
+    if [ "$a" = --lazy-pages ]; then
+      key=$(work_key "$@") waited=0
+      while [ ! -e {dir}/listening.$key ] && [ $waited -lt 6000 ]; do
+        sleep 0.01
+        waited=$((waited + 1))
+      done
+    fi
+  done
 fi
 """
 
