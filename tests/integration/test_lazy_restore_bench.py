@@ -24,7 +24,8 @@ from gpuckpt_testing.mount import why_not_runnable
 
 SOURCE = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BENCH = os.path.join(SOURCE, "tests", "bench", "lazy_restore_bench")
-MEASURES = ["criu_exited_s", "daemon_done_s", "returned_s", "cut_step_s", "next_step_s", "resident_s", "slowest_step_after_ms", "busy_share",
+MEASURES = ["criu_exited_s", "daemon_done_s", "returned_s", "cut_step_s", "next_step_s",
+            "resident_s", "slowest_step_after_ms", "busy_share",
             "daemon_cpu_s", "criu_cpu_s", "job_cpu_s"]
 MODES = ["eager", "lazy", "criu-eager", "criu-lazy"]
 
@@ -62,7 +63,6 @@ def test_lazy_restore_bench_runs_end_to_end_with_its_rows():
         assert 0 < x["cut_step_s"] <= x["next_step_s"], x
         assert 0 < x["busy_share"] <= 1, x
         assert x["daemon_cpu_s"] >= 0 and x["criu_cpu_s"] >= 0 and x["job_cpu_s"] >= 0, x
-    # A lazy restore returns before its memory is in; an eager one only once it is.
     eager, lazy, criu_eager, criu_lazy = results
     # The daemon's own times, from its log: CRIU exits before the daemon
     # has done, and that before the write returns (the log rounds to 1 ms).
@@ -71,6 +71,7 @@ def test_lazy_restore_bench_runs_end_to_end_with_its_rows():
         assert 0 < x["criu_exited_s"] <= x["daemon_done_s"] <= x["returned_s"] + 0.001, x
     for x in (criu_eager, criu_lazy):
         assert x["criu_exited_s"] is None and x["daemon_done_s"] is None, x
+    # A lazy restore returns before its memory is in; an eager one only once it is.
     assert eager["resident_s"] == eager["returned_s"], eager
     assert criu_eager["resident_s"] == criu_eager["returned_s"], criu_eager
     assert lazy["returned_s"] <= lazy["resident_s"], lazy
