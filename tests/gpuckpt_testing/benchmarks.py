@@ -85,6 +85,17 @@ def hardware_breakpoints_fire(criu, env=None):
         shutil.rmtree(probe_dir, ignore_errors=True)
 
 
+def run_criu_as_gpuckptfs_does(criu, say, env=None):
+    """Sets CRIU_FAULT=130 in this process's environment, for the plain
+    CRIU it starts from now on, where hardware breakpoints do not fire
+    (hardware_breakpoints_fire(criu, env)) and it is not set already, and
+    says so: gpuckptfs finds that out the same way and runs its CRIU so."""
+    if "CRIU_FAULT" not in os.environ and not hardware_breakpoints_fire(criu, env):
+        os.environ["CRIU_FAULT"] = "130"
+        say("hardware breakpoints do not fire here: CRIU runs with CRIU_FAULT=130, as in "
+            "gpuckptfs")
+
+
 def build_type(start):
     """CMAKE_BUILD_TYPE of the CMake build that `start` (a build dir or a
     file in one) belongs to: "" where unset, None where there is no build."""
