@@ -744,9 +744,8 @@ Result<int> EngineImpl::RestoreSnapshot(const std::string& id, const TreeSetup& 
   Status served = server ? ServeImages(store_, id, images, *server, *criu, ticket) : Status::Ok();
   Result<int> exit = criu->Wait();
   notes->criu_exited = std::chrono::steady_clock::now();
-  metrics_.ObserveStage(
-      "restore", "restore",
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  metrics_.ObserveStage("restore", "restore",
+                        std::chrono::duration<double>(*notes->criu_exited - start).count());
   if (!served.ok() || !exit.ok() || *exit != 0) {
     // A failed restore killed what it had restored; its server may still
     // wait for a connection.
