@@ -22,6 +22,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 
 #include "core/engine/process_status.h"
 #include "core/engine/retention.h"
@@ -108,11 +109,17 @@ struct EngineOptions {
   // A lazy restore's server (of a tree without GPUs) asks the daemon for
   // the ranges of a background transfer in batches of up to this many MiB,
   // which the daemon reads and copies side by side
-  // (tools/criu-patches/0009); 0: one range at a time. At most 64.
-  // Default: 0 (on an H100 machine, batches of 8 MiB brought the tree in
-  // sooner, but its restore returned only once nearly all of it was in:
-  // tests/bench/README.md, "A background pass in batches").
-  uint32_t lazy_copy_batch_mib = 0;
+  // (tools/criu-patches/0009): that large once the tree has gone 100 ms
+  // without a fault, smaller before, so that its faults do not wait
+  // behind them; 0: one range at a time. At most 64. Default:
+  // kLazyCopyBatchMib on machines of kLazyCopyBatchFromCpus online CPUs or
+  // more, else 0: on 2 cores, where the tree at work holds one of them,
+  // batches brought it in later than single ranges (tests/bench/README.md,
+  // "A background pass in batches").
+  static constexpr uint32_t kLazyCopyBatchMib = 32;
+  static constexpr unsigned kLazyCopyBatchFromCpus = 4;
+  uint32_t lazy_copy_batch_mib =
+      std::thread::hardware_concurrency() >= kLazyCopyBatchFromCpus ? kLazyCopyBatchMib : 0;
 };
 
 // Makes EngineOptions::state_dir (one level: its parent must exist) owned by

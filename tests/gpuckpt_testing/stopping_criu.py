@@ -4,7 +4,8 @@ while a dump or restore is in flight then need not race it, however fast
 the machine. Optionally its lazy-pages servers are stopped as soon as they
 listen (before the restore that uses them has restored anything), so that
 a lazily restored tree waits at its first fault until the test continues
-its server."""
+its server. Its lazy-pages servers may also be asked to log at CRIU's debug
+level (-v4, after the daemon's own -v2)."""
 
 import os
 import shutil
@@ -77,13 +78,17 @@ if [ "$1" = restore ]; then
 fi
 """
 
+# Put first: CRIU takes the last -v it is given.
+LAZY_PAGES_DEBUG = """if [ "$1" = lazy-pages ]; then set -- "$@" -v4; fi
+"""
+
 
 class StoppingCriu:
     """The wrapper's file, in a directory of its own that every user may
     enter: CRIU runs as the tree's owner for an ordinary user's tree.
     Owns that directory (removed by close()); not thread-safe."""
 
-    def __init__(self, verbs=("dump", "restore"), hold_lazy_pages=False):
+    def __init__(self, verbs=("dump", "restore"), hold_lazy_pages=False, lazy_pages_debug=False):
         self.dir = tempfile.mkdtemp(prefix="gpuckpt-stopping-criu.", dir="/var/tmp")
         os.chmod(self.dir, 0o755)
         self.path = os.path.join(self.dir, "criu")
@@ -92,6 +97,9 @@ class StoppingCriu:
         if hold_lazy_pages:
             script = (HOLD_LAZY_PAGES.format(criu=build.CRIU, dir=self.dir) +
                       script.split("\n", 1)[1])
+        if lazy_pages_debug:
+            shebang, rest = script.split("\n", 1)
+            script = shebang + "\n" + LAZY_PAGES_DEBUG + rest
         with open(self.path, "w") as f:
             f.write(script)
         os.chmod(self.path, 0o755)

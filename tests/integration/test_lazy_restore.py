@@ -4,8 +4,9 @@ tree runs before its memory is in, every page of it checks out once it is,
 checkpoint cannot be removed meanwhile, a daemon that dies meanwhile takes
 the tree down with it (never leaving it to read zeros) and the next daemon
 says so, an ordinary user's tree comes back eagerly, saying why,
-only a lazy restore's server has the daemon copy pages into a tree, and
-with --direct-reads restores read the store past the page cache.
+only a lazy restore's server has the daemon copy pages into a tree, its
+background batches stay small while the tree faults, and with
+--direct-reads restores read the store past the page cache.
 
 A lazy-pages server is held (StoppingCriu: stopped once it listens, before
 its restore has restored anything) where a test must look at a tree still
@@ -225,11 +226,10 @@ def test_a_tree_that_faults_at_a_stride_is_read_ahead_along_it_and_every_page_ch
         m.close()
 
 
-def test_by_default_the_background_pass_comes_one_range_at_a_time():
-    """Without --lazy-copy-batch-mib the server asks for its background
-    pass one range at a time (no batch counted), and every page checks
-    out."""
-    m = Mount("gpuckpt-lazy-single.", "--lazy-restore")
+def test_without_batches_the_background_pass_comes_one_range_at_a_time():
+    """With --lazy-copy-batch-mib 0 the server asks for its background pass
+    one range at a time (no batch counted), and every page checks out."""
+    m = Mount("gpuckpt-lazy-single.", "--lazy-restore", "--lazy-copy-batch-mib", "0")
     try:
         wl = m.start("wl_memory", "--mib", "256", env=NO_RSEQ)
         made = m.checkpoint(wl.pid, "--kill")
@@ -246,6 +246,53 @@ def test_by_default_the_background_pass_comes_one_range_at_a_time():
         assert int(background.group(1)) > 128 << 20, metrics
     finally:
         m.close()
+
+
+def test_a_background_batch_grows_with_the_time_since_the_last_fault():
+    """With batches of up to 32 MiB (the default on 4 CPUs or more) the
+    server's background batches gather all of that only once the tree has
+    gone 100 ms without a fault, and a share in proportion to the time
+    since its last fault before
+    (tools/criu-patches/0009), so that a fault never waits behind a large
+    batch. A tree whose stall meter reads a page far from the last one every
+    millisecond faults all through its restore; the server's log (at debug
+    level) shows when each fault and each batch came, and no batch was
+    larger than that allows. Every page checks out."""
+    criu = StoppingCriu(verbs=(), lazy_pages_debug=True)
+    m = Mount("gpuckpt-lazy-batches.", "--criu", criu.path, "--lazy-restore", "--keep-logs",
+              "--lazy-copy-batch-mib", "32")
+    try:
+        wl = m.start("wl_memory", "--mib", "512", "--stall", env=NO_RSEQ)
+        made = m.checkpoint(wl.pid, "--kill")
+        wait_for(wl.gone, 30, "the killed workload to go")
+        ok, err = Root().write(m.path("restore"), m.path("checkpoints", made))
+        assert ok, f"lazy restore of {made}: {err}; {restore_text(m)}"
+        wait_resident(m)
+        assert wl.verdict() == "PASS"
+        logs = glob.glob(os.path.join(m.run_dir, "restore-*", "lazy-pages.log"))
+        assert len(logs) == 1, logs
+        text = read(logs[0])
+        faults = [float(t) for t in re.findall(r"^\((\d+\.\d+)\).*#PF at ", text, re.M)]
+        batches = [(float(t), int(size), int(limit)) for t, size, limit in re.findall(
+            r"^\((\d+\.\d+)\).*gpuckpt batch: \d+ ranges, (\d+) bytes, limit (\d+), ",
+            text, re.M)]
+        assert len(faults) >= 50, f"{len(faults)} faults: {text[-3000:]}"
+        assert batches, text[-3000:]
+        full, quiet_s = 32 << 20, 0.1
+        # A fault's line comes just after the server notes its time: a
+        # little slack for that.
+        slack_s = 0.005
+        for at, size, limit in batches:
+            before = [t for t in faults if t <= at]
+            since = at - before[-1] + slack_s if before else quiet_s
+            assert limit <= full * min(1.0, since / quiet_s), (at, size, limit, before[-1:])
+            # The last range gathered may go past the limit: at most 4 MiB.
+            assert size <= limit + (4 << 20), (at, size, limit)
+        # Some came while the tree faulted, and were held small.
+        assert min(limit for _, _, limit in batches) < full // 4, batches[:10]
+    finally:
+        m.close()
+        criu.close()
 
 
 def test_a_daemon_that_dies_before_the_tree_is_resident_takes_the_tree_down(holding_mount):

@@ -7,6 +7,11 @@
 //   else   a pattern seeded by i (catches swapped or shifted pages)
 // plus 4 MiB of shared anonymous memory (CRIU dumps it as shmem) with a
 // pattern per page. On SIGUSR1 every byte of both is compared.
+//
+// --stall runs the stall meter of workload.h, whose probe reads a word of
+// one private page at each tick (every 1 ms), scattered across the whole
+// memory: lazily restored, the process then faults every millisecond or
+// so, far from its last fault, until nearly all of its memory is in.
 #include <cstdint>
 #include <string>
 
@@ -71,11 +76,21 @@ std::size_t Check(const unsigned char* page, std::size_t i) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  wl::Options options = wl::ParseOptions(argc, argv, 64);
+  wl::Options options = wl::ParseOptions(argc, argv, 64, /*takes_stall=*/true);
   wl::BlockCheckSignal();
   const std::size_t page = wl::PageSize();
   const std::size_t pages = options.mib * (1 << 20) / page;
   auto* priv = static_cast<unsigned char*>(wl::MapAnonymous(pages * page));
+  // Pages in a scattered order (xorshift64), never at a fixed stride, which
+  // a lazy restore's server would follow and bring in ahead.
+  wl::StartStallMeter(
+      options, [priv, page, pages, state = std::uint64_t{0x9e3779b97f4a7c15}]() mutable {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        static_cast<void>(
+            *reinterpret_cast<volatile const unsigned char*>(priv + state % pages * page));
+      });
   auto* shared = static_cast<unsigned char*>(wl::MapAnonymous(kSharedBytes, /*shared=*/true));
   for (std::size_t i = 0; i < pages; ++i) Fill(priv + i * page, i);
   for (std::size_t i = 0; i < kSharedBytes / page; ++i) {

@@ -12,13 +12,15 @@
 //    to RESULT_FILE (temp + rename) and exits 0 (pass) or 1 (fail).
 //
 // Stall meter (workloads that take --stall, and only with it: wl_big,
-// tests/gpu/gpu_memory): how long the process was stopped, from its own
+// wl_memory, tests/gpu/gpu_memory): how long the process was stopped, from its own
 // point of view. A thread wakes every 1 ms (clock_nanosleep, CLOCK_MONOTONIC)
 // and keeps the largest gap between two consecutive wake-ups. When the whole
 // process is frozen (CRIU's ptrace freeze, SIGSTOP) the gap spans the
 // freeze; a workload may also give the thread a probe to run at every
 // wake-up (gpu_memory: a tiny CUDA operation, which blocks while the driver
-// holds the process's CUDA lock), so that the gap also spans that.
+// holds the process's CUDA lock; wl_memory: a read of one of its pages,
+// which a lazily restored process waits for), so that the gap also spans
+// that.
 // 4. On SIGUSR2 (blocked in every thread, taken only by the meter thread)
 //    the workload writes RESULT_FILE.stall (temp + rename; no fsync: it is
 //    read on the same machine): the largest gap since the previous SIGUSR2,
