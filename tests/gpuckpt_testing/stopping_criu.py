@@ -78,7 +78,8 @@ if [ "$1" = restore ]; then
 fi
 """
 
-# Put first: CRIU takes the last -v it is given.
+# Goes right after the shebang, so that a held server's exec gets it too;
+# appended, it wins over the daemon's -v2 (CRIU takes the last -v).
 LAZY_PAGES_DEBUG = """if [ "$1" = lazy-pages ]; then set -- "$@" -v4; fi
 """
 

@@ -252,9 +252,9 @@ def test_a_background_batch_grows_with_the_time_since_the_last_fault():
     """With batches of up to 32 MiB (the default on 4 CPUs or more) the
     server's background batches gather all of that only once the tree has
     gone 100 ms without a fault, and a share in proportion to the time
-    since its last fault before
-    (tools/criu-patches/0009), so that a fault never waits behind a large
-    batch. A tree whose stall meter reads a page far from the last one every
+    since its last fault before (tools/criu-patches/0009), so that a fault
+    waits behind a batch at most in proportion to the time since the one
+    before. A tree whose stall meter reads a page far from the last one every
     millisecond faults all through its restore; the server's log (at debug
     level) shows when each fault and each batch came, and no batch was
     larger than that allows. Every page checks out."""
