@@ -92,6 +92,22 @@ def wait_resident(m, user=None, seconds=120):
              "the lazily restored tree to be resident")
 
 
+def read_ahead_line(m, pattern):
+    """The match of `pattern` in the daemon's debug line on its read-ahead of
+    a server's page image, which comes as the server closes the image; on a
+    timeout, the log's end and any lazy-pages server still running say
+    more."""
+    log = os.path.join(m.state_dir, "gpuckptfs.log")
+    try:
+        wait_for(lambda: re.search(pattern, read(log)), 30, "the read-ahead's log line")
+    except AssertionError as e:
+        servers = subprocess.run(["pgrep", "-af", "criu lazy-pages"], capture_output=True,
+                                 text=True).stdout
+        raise AssertionError(f"{e}; servers still running: {servers!r}; "
+                             f"the daemon's log ends: {read(log)[-4000:]}") from None
+    return re.search(pattern, read(log))
+
+
 def test_a_lazy_restore_runs_before_its_memory_is_in_and_every_page_checks_out(holding_mount,
                                                                                 users):
     """With the daemon's --lazy-restore default: the restore returns while
@@ -149,8 +165,7 @@ def test_a_lazy_restore_runs_before_its_memory_is_in_and_every_page_checks_out(h
     # debug level, comes as the server closes it).
     log = os.path.join(m.state_dir, "gpuckptfs.log")
     pattern = r"lazy_read_ahead file=\S*pages-\d+\.img slabs=(\d+) slab_bytes=(\d+) "
-    wait_for(lambda: re.search(pattern, read(log)), 30, "the read-ahead's log line")
-    slabs, slab_bytes = map(int, re.search(pattern, read(log)).groups())
+    slabs, slab_bytes = map(int, read_ahead_line(m, pattern).groups())
     assert slabs * slab_bytes > 256 << 20, read(log)
     # And the daemon copied the pages into the tree: nearly all of the page
     # images (the server reads only its small images itself).
@@ -218,8 +233,7 @@ def test_a_tree_that_faults_at_a_stride_is_read_ahead_along_it_and_every_page_ch
         log = os.path.join(m.state_dir, "gpuckptfs.log")
         pattern = (r"lazy_read_ahead file=\S*pages-\d+\.img slabs=\d+ slab_bytes=\d+ "
                    r"strided_reads=(\d+) reads_from_read_ahead=(\d+)")
-        wait_for(lambda: re.search(pattern, read(log)), 30, "the read-ahead's log line")
-        strided, served = map(int, re.search(pattern, read(log)).groups())
+        strided, served = map(int, read_ahead_line(m, pattern).groups())
         # A step faults 256 times, 1 MiB apart.
         assert strided >= 100 and served >= 100, read(log)
     finally:
